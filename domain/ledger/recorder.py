@@ -1,0 +1,248 @@
+"""The chained application recorder.
+
+Every append goes through one PL/pgSQL function that, under the events table's
+EXCLUSIVE lock: finds the groups whose stream versions are already taken (optimistic
+concurrency, reported per group instead of failing the whole call), gives the other
+groups' events the next gapless positions, writes each event's chain link, and stores
+the wrapped data keys of new memories. One round trip, one transaction, so a group
+commit of many writers costs one lock, one fsync and one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from psycopg import Cursor
+from psycopg.sql import SQL, Composed, Identifier, Literal
+
+from domain.ledger.chain import ChainReport, verify_rows
+
+EVENTS_TABLE = "events"
+
+
+class DataKeyRow(msgspec.Struct, frozen=True):
+    memory_id: UUID
+    kek_id: str
+    wrapped: bytes
+
+
+class AppendGroup(msgspec.Struct, frozen=True):
+    """The events of one syscall: all of them are appended, or none."""
+
+    events: Sequence[StoredEvent]
+    data_keys: Sequence[DataKeyRow] = ()
+
+
+class GroupResult(msgspec.Struct, frozen=True):
+    positions: tuple[int, ...] = ()
+    conflict: bool = False
+
+
+def ledger_sql(schema: str, channel: str) -> list[Composed]:
+    """Tables and the append function that live beside the library's events table."""
+    s = Identifier(schema)
+    return [
+        SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.ledger_chain ("
+            " position bigint PRIMARY KEY, hash bytea NOT NULL)"
+        ).format(s=s),
+        SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.data_keys ("
+            " memory_id uuid PRIMARY KEY, kek_id text NOT NULL, wrapped bytea NOT NULL,"
+            " created_at timestamptz NOT NULL DEFAULT now())"
+        ).format(s=s),
+        SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.signing_keys ("
+            " key_id text PRIMARY KEY, public_key bytea NOT NULL,"
+            " created_at timestamptz NOT NULL DEFAULT now())"
+        ).format(s=s),
+        SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.secrets ("
+            " name text PRIMARY KEY, kek_id text NOT NULL, wrapped bytea NOT NULL)"
+        ).format(s=s),
+        SQL(
+            """
+CREATE OR REPLACE FUNCTION {s}.mw_append(
+    p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[], p_groups int[],
+    p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[])
+RETURNS TABLE(grp int, pos bigint)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    bad int[];
+    head_pos bigint;
+    h bytea;
+    topic_bytes bytea;
+    positions bigint[] := '{{}}';
+    hashes bytea[] := '{{}}';
+    r record;
+BEGIN
+    LOCK TABLE {s}.{events} IN EXCLUSIVE MODE;
+    PERFORM pg_notify({channel}, '');
+    SELECT coalesce(array_agg(DISTINCT n.g), '{{}}') INTO bad
+      FROM unnest(p_ids, p_versions, p_groups) AS n(id, ver, g)
+      JOIN {s}.{events} e ON e.originator_id = n.id AND e.originator_version = n.ver;
+    SELECT c.position, c.hash INTO head_pos, h
+      FROM {s}.ledger_chain c ORDER BY c.position DESC LIMIT 1;
+    IF head_pos IS NULL THEN
+        head_pos := 0;
+        h := '\\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
+    END IF;
+    FOR r IN
+        SELECT n.id, n.ver, n.topic, n.state, n.g
+          FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
+               WITH ORDINALITY AS n(id, ver, topic, state, g, ord)
+         WHERE NOT (n.g = ANY(bad))
+         ORDER BY n.ord
+    LOOP
+        head_pos := head_pos + 1;
+        topic_bytes := convert_to(r.topic, 'UTF8');
+        h := sha256(h || int8send(head_pos) || uuid_send(r.id) || int8send(r.ver)
+                    || int4send(octet_length(topic_bytes)) || topic_bytes
+                    || int4send(octet_length(r.state)) || r.state);
+        positions := positions || head_pos;
+        hashes := hashes || h;
+        grp := r.g;
+        pos := head_pos;
+        RETURN NEXT;
+    END LOOP;
+    INSERT INTO {s}.{events} (notification_id, originator_id, originator_version, topic, state)
+    SELECT p, n.id, n.ver, n.topic, n.state
+      FROM unnest(positions) WITH ORDINALITY AS q(p, ord)
+      JOIN (SELECT m.*, row_number() OVER (ORDER BY m.ord) AS rn
+              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
+                   WITH ORDINALITY AS m(id, ver, topic, state, g, ord)
+             WHERE NOT (m.g = ANY(bad))) AS n ON n.rn = q.ord;
+    INSERT INTO {s}.ledger_chain (position, hash)
+    SELECT * FROM unnest(positions, hashes);
+    INSERT INTO {s}.data_keys (memory_id, kek_id, wrapped)
+    SELECT k.id, k.kek, k.wrapped
+      FROM unnest(p_key_ids, p_key_groups, p_key_keks, p_key_wrapped) AS k(id, g, kek, wrapped)
+     WHERE NOT (k.g = ANY(bad))
+    ON CONFLICT (memory_id) DO NOTHING;
+    FOREACH grp IN ARRAY bad LOOP
+        pos := NULL;
+        RETURN NEXT;
+    END LOOP;
+END
+$body$
+"""
+        ).format(s=s, events=Identifier(EVENTS_TABLE), channel=Literal(channel)),
+    ]
+
+
+class ChainedApplicationRecorder(PostgresApplicationRecorder):
+    """The library's Postgres recorder, with every insert routed through ``mw_append``."""
+
+    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = EVENTS_TABLE):
+        super().__init__(datastore, events_table_name=EVENTS_TABLE)
+        self.schema = datastore.schema
+        self.sql_create_statements.extend(ledger_sql(self.schema, self.channel_name))
+        self._append_sql = SQL(
+            "SELECT grp, pos FROM {s}.mw_append(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        ).format(s=Identifier(self.schema))
+
+    def create_table(self) -> None:
+        """Create everything in one transaction under an advisory lock (many processes)."""
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute("SELECT pg_advisory_xact_lock(hashtext('memwarden schema'))")
+            curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {}").format(Identifier(self.schema)))
+            curs.execute(
+                "SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
+                " WHERE n.nspname = %s AND t.typname = %s",
+                (self.schema, self.stored_event_type_name),
+            )
+            exists = curs.fetchone() is not None
+            for statement in self.sql_create_statements:
+                if exists and "CREATE TYPE" in statement.as_string():
+                    continue
+                curs.execute(statement, prepare=False)
+        self.datastore.register_type_adapters()
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        result = self.append_groups([AppendGroup(events=stored_events)])[0]
+        if result.conflict:
+            raise IntegrityError("a stream version in this append is already taken")
+        return list(result.positions)
+
+    def append_groups(self, groups: Sequence[AppendGroup]) -> list[GroupResult]:
+        """Append several independent groups in one transaction; conflicts are per group."""
+        doomed = _groups_colliding_in_batch(groups)
+        columns: tuple[list[Any], ...] = ([], [], [], [], [])
+        key_columns: tuple[list[Any], ...] = ([], [], [], [])
+        for index, group in enumerate(groups):
+            if index in doomed:
+                continue
+            for e in group.events:
+                for column, value in zip(
+                    columns, (e.originator_id, e.originator_version, e.topic, e.state, index), strict=True
+                ):
+                    column.append(value)
+            for k in group.data_keys:
+                for column, value in zip(key_columns, (k.memory_id, index, k.kek_id, k.wrapped), strict=True):
+                    column.append(value)
+        positions: dict[int, list[int]] = {i: [] for i in range(len(groups))}
+        conflicts = set(doomed)
+        if columns[0]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(self._append_sql, (*columns, *key_columns), prepare=True)
+                for row in curs.fetchall():
+                    if row["pos"] is None:
+                        conflicts.add(row["grp"])
+                    else:
+                        positions[row["grp"]].append(row["pos"])
+        return [
+            GroupResult(positions=tuple(positions[i]), conflict=i in conflicts)
+            for i in range(len(groups))
+        ]
+
+    def head(self) -> tuple[int, bytes]:
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(
+                SQL("SELECT position, hash FROM {}.ledger_chain ORDER BY position DESC LIMIT 1").format(
+                    Identifier(self.schema)
+                )
+            )
+            row = curs.fetchone()
+        if row is None:
+            return 0, bytes(32)
+        return int(row["position"]), bytes(row["hash"])
+
+    def verify_chain(self, stop_at: int | None = None, cursor: Cursor[Any] | None = None) -> ChainReport:
+        """Recompute the chain from the first event; name the first bad position."""
+        query = SQL(
+            "SELECT e.notification_id, e.originator_id, e.originator_version, e.topic, e.state,"
+            " c.position, c.hash FROM {s}.{events} e"
+            " FULL OUTER JOIN {s}.ledger_chain c ON c.position = e.notification_id"
+            " ORDER BY coalesce(e.notification_id, c.position)"
+        ).format(s=Identifier(self.schema), events=Identifier(EVENTS_TABLE))
+        if cursor is not None:
+            cursor.execute(query)
+            return verify_rows(_as_tuples(cursor.fetchall()), stop_at)
+        with self.datastore.get_connection() as conn, conn.transaction():
+            with conn.cursor(name="mw_verify") as named:
+                named.itersize = 5000
+                named.execute(query)
+                return verify_rows(_as_tuples(named), stop_at)
+
+
+def _as_tuples(rows: Any) -> Any:
+    for row in rows:
+        yield tuple(row.values()) if isinstance(row, dict) else row
+
+
+def _groups_colliding_in_batch(groups: Sequence[AppendGroup]) -> set[int]:
+    """Two groups of one batch that write the same stream version: the later one loses."""
+    seen: set[tuple[Any, int]] = set()
+    doomed: set[int] = set()
+    for index, group in enumerate(groups):
+        keys = {(e.originator_id, e.originator_version) for e in group.events}
+        if keys & seen:
+            doomed.add(index)
+        else:
+            seen |= keys
+    return doomed

@@ -1,0 +1,158 @@
+"""The dispute-resolution decider: a reviewer settles a quarantined contradiction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import msgspec
+
+from domain.model.commands import ResolveDispute, WritePolicy
+from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from domain.model.events import (
+    ClaimSet,
+    DisputeResolved,
+    Event,
+    MemoryReleased,
+    MemoryRetired,
+    MemoryWritten,
+    Provenance,
+)
+from domain.model.identity import REVIEWER_ROLES, Identity
+from domain.model.memory import Claim, DisputeState, MemoryState
+from domain.model.namespaces import is_within
+from domain.model.write import supersede, verify_content
+
+
+class ResolveState(msgspec.Struct, frozen=True, kw_only=True):
+    dispute: DisputeState | None
+    new: MemoryState | None = None
+    incumbent: MemoryState | None = None
+    slot_claim: Claim | None = None
+    text_claim: Claim | None = None
+    """The text claim of what becomes active (the new memory's text, or the edit's)."""
+
+
+def check_reviewer(reviewer: Identity, dispute: DisputeState | None) -> DisputeState:
+    if dispute is None or not is_within(dispute.namespace, reviewer.namespace):
+        raise NotFound("no such dispute")
+    if reviewer.role not in REVIEWER_ROLES:
+        raise Forbidden(f"role {reviewer.role!r} may not resolve disputes")
+    return dispute
+
+
+def decide_resolve(
+    command: ResolveDispute,
+    reviewer: Identity,
+    state: ResolveState,
+    policy: WritePolicy,
+    now: datetime,
+    replacement_id: UUID,
+) -> tuple[Event, ...]:
+    dispute = check_reviewer(reviewer, state.dispute)
+    if dispute.status != "open":
+        raise InvalidState(f"dispute already resolved ({dispute.decision})")
+    new, incumbent = state.new, state.incumbent
+    if new is None or incumbent is None:
+        raise InvalidState("the disputed memories are no longer available")
+    if command.decision != "edit" and command.content is not None:
+        raise InvalidRequest("content is only for the 'edit' decision")
+    resolved = DisputeResolved(
+        dispute_id=dispute.id,
+        decision=command.decision,
+        reviewer=reviewer.actor,
+        reason=command.reason,
+        replacement_id=replacement_id if command.decision == "edit" else None,
+        at=now,
+    )
+    reason = f"dispute:{command.decision}"
+    if command.decision == "keep_old":
+        retired = MemoryRetired(
+            memory_id=new.id, reason=command.reason or "rejected in review", dispute_id=dispute.id, at=now
+        )
+        return (retired, resolved)
+    incumbent_current = incumbent.is_current(now)
+    if command.decision == "both_valid":
+        released = MemoryReleased(memory_id=new.id, dispute_id=dispute.id, at=now)
+        claims = _activate(state, new.id, (), now)
+        return (released, *claims, resolved)
+    if command.decision == "uphold_new":
+        supersedes = (incumbent.id,) if incumbent_current else ()
+        events: list[Event] = [
+            MemoryReleased(memory_id=new.id, dispute_id=dispute.id, supersedes=supersedes, at=now)
+        ]
+        if incumbent_current:
+            events.append(supersede(incumbent, new.id, new.valid_from, reason, now))
+        events.extend(_activate(state, new.id, supersedes, now))
+        return (*events, resolved)
+    return _edit(command, reviewer, state, policy, now, replacement_id, resolved)
+
+
+def _edit(
+    command: ResolveDispute,
+    reviewer: Identity,
+    state: ResolveState,
+    policy: WritePolicy,
+    now: datetime,
+    replacement_id: UUID,
+    resolved: DisputeResolved,
+) -> tuple[Event, ...]:
+    """A reviewer writes the corrected fact with ``manual`` provenance."""
+    new, incumbent = state.new, state.incumbent
+    assert new is not None
+    assert incumbent is not None
+    if command.content is None:
+        raise InvalidRequest("the 'edit' decision needs content")
+    classification, rejections = verify_content(command.content, policy)
+    if rejections:
+        raise InvalidRequest("; ".join(r.detail for r in rejections))
+    incumbent_current = incumbent.is_current(now)
+    written = MemoryWritten(
+        memory_id=replacement_id,
+        namespace=new.namespace,
+        actor=reviewer.actor,
+        type=new.type,
+        scope=new.scope,
+        content=command.content,
+        value=command.value if command.value is not None else new.value,
+        subject=new.subject,
+        attribute=new.attribute,
+        tags=new.tags,
+        selectors=new.selectors,
+        provenance=(Provenance(source="manual", actor=reviewer.actor, ref=f"dispute:{resolved.dispute_id}"),),
+        event_time=new.event_time,
+        valid_from=new.valid_from,
+        status="active",
+        trust_tier="canonical",
+        supersedes=(incumbent.id,) if incumbent_current else (),
+        classification=classification,
+        reason="dispute:edit",
+        at=now,
+    )
+    events: list[Event] = [
+        written,
+        MemoryRetired(memory_id=new.id, reason="replaced by a reviewer's edit", dispute_id=resolved.dispute_id, at=now),
+    ]
+    if incumbent_current:
+        events.append(supersede(incumbent, replacement_id, new.valid_from, "dispute:edit", now))
+    events.extend(_activate(state, replacement_id, (incumbent.id,), now))
+    return (*events, resolved)
+
+
+def _activate(
+    state: ResolveState, memory_id: UUID, drop: tuple[UUID, ...], now: datetime
+) -> list[ClaimSet]:
+    """Claims for a memory that becomes active: its text, and its slot without ``drop``."""
+    claims: list[ClaimSet] = []
+    if state.text_claim is not None:
+        claims.append(_set(state.text_claim, (memory_id,), now))
+    if state.slot_claim is not None:
+        keep = tuple(h for h in state.slot_claim.holders if h not in drop and h != memory_id)
+        claims.append(_set(state.slot_claim, (*keep, memory_id), now))
+    return claims
+
+
+def _set(claim: Claim, holders: tuple[UUID, ...], now: datetime) -> ClaimSet:
+    return ClaimSet(
+        claim_id=claim.id, kind=claim.kind, namespace=claim.namespace, holders=holders, at=now
+    )

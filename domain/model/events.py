@@ -1,0 +1,179 @@
+"""Domain events: past tense, immutable, one stream each (``stream_id``).
+
+Fields listed in ``SEALED`` hold plaintext only in memory: the ledger stores them
+encrypted with the memory's data key (see domain/ledger/sealing.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar, Literal
+from uuid import UUID
+
+import msgspec
+
+from domain.model.classification import Classification
+
+MemoryType = Literal["fact", "preference", "episode", "pointer", "instruction"]
+MemoryScope = Literal["user", "assistant", "team", "org"]
+MemoryStatus = Literal["active", "disputed", "retired", "erased"]
+TrustTier = Literal["candidate", "canonical", "verified"]
+SupersedenceKind = Literal["succession", "correction"]
+ClaimKind = Literal["text", "slot", "source_ref"]
+DisputeDecision = Literal["uphold_new", "keep_old", "edit", "both_valid"]
+
+
+class Provenance(msgspec.Struct, frozen=True):
+    source: str
+    actor: str
+    ref: str | None = None
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every event. ``at`` is the decision time the service passed in."""
+
+    at: datetime
+    SEALED: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def stream_id(self) -> UUID:
+        raise NotImplementedError
+
+
+class MemoryEvent(Event, frozen=True, kw_only=True):
+    memory_id: UUID
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.memory_id
+
+
+class MemoryWritten(MemoryEvent, frozen=True, kw_only=True):
+    SEALED: ClassVar[tuple[str, ...]] = ("content", "value")
+    namespace: str
+    actor: str
+    type: MemoryType
+    scope: MemoryScope
+    content: str | None
+    value: str | None = None
+    subject: str | None = None
+    attribute: str | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+    provenance: tuple[Provenance, ...]
+    event_time: datetime | None = None
+    valid_from: datetime
+    status: Literal["active", "disputed"]
+    trust_tier: TrustTier
+    supersedes: tuple[UUID, ...] = ()
+    classification: Classification
+    reason: str | None = None
+
+
+class MemorySuperseded(MemoryEvent, frozen=True, kw_only=True):
+    """``succession`` closes valid time; ``correction`` retires in system time."""
+
+    by: UUID
+    kind: SupersedenceKind
+    reason: str
+    valid_to: datetime | None = None
+
+
+class MemoryReleased(MemoryEvent, frozen=True, kw_only=True):
+    """A quarantined memory became active because a reviewer accepted it."""
+
+    dispute_id: UUID
+    supersedes: tuple[UUID, ...] = ()
+
+
+class MemoryRetired(MemoryEvent, frozen=True, kw_only=True):
+    """The system stopped believing the memory (e.g. rejected in review)."""
+
+    reason: str
+    dispute_id: UUID | None = None
+
+
+class MemoryReaffirmed(MemoryEvent, frozen=True, kw_only=True):
+    """An identical later write: its provenance joins the memory (dedupe)."""
+
+    provenance: Provenance
+
+
+class MemoryVerified(MemoryEvent, frozen=True, kw_only=True):
+    SEALED: ClassVar[tuple[str, ...]] = ("note",)
+    actor: str
+    supports: bool
+    note: str | None = None
+    trust_tier: TrustTier
+
+
+class DisputeEvent(Event, frozen=True, kw_only=True):
+    dispute_id: UUID
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.dispute_id
+
+
+class DisputeOpened(DisputeEvent, frozen=True, kw_only=True):
+    namespace: str
+    memory_id: UUID
+    incumbent_id: UUID
+    reason: str
+
+
+class DisputeResolved(DisputeEvent, frozen=True, kw_only=True):
+    decision: DisputeDecision
+    reviewer: str
+    reason: str | None = None
+    replacement_id: UUID | None = None
+
+
+class ClaimSet(Event, frozen=True, kw_only=True):
+    """The current holders of a claim (a slot, a normalized text, a source ref).
+
+    Claims are the optimistic-concurrency handles of the write path: two writers that
+    decide on the same claim append the same version of its stream and one of them loses.
+    The latest event is the whole state of a claim stream.
+    """
+
+    claim_id: UUID
+    kind: ClaimKind
+    namespace: str
+    holders: tuple[UUID, ...]
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.claim_id
+
+
+class AuditRecorded(Event, frozen=True, kw_only=True):
+    record_id: UUID
+    actor: str
+    namespace: str
+    role: str
+    op: str
+    outcome: Literal["ok", "denied", "miss", "error"]
+    detail: str = ""
+    subject_ids: tuple[UUID, ...] = ()
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.record_id
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        MemoryWritten,
+        MemorySuperseded,
+        MemoryReleased,
+        MemoryRetired,
+        MemoryReaffirmed,
+        MemoryVerified,
+        DisputeOpened,
+        DisputeResolved,
+        ClaimSet,
+        AuditRecorded,
+    )
+}

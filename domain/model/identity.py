@@ -1,0 +1,24 @@
+"""Who is calling: decided by the key alone, never by a request body."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Role = Literal["agent", "member", "auditor", "admin", "owner"]
+ROLES: tuple[Role, ...] = ("agent", "member", "auditor", "admin", "owner")
+ROLE_LEVEL: dict[str, int] = {"auditor": 0, "agent": 1, "member": 2, "admin": 3, "owner": 4}
+HUMAN_ROLES = frozenset({"member", "admin", "owner"})
+WRITER_ROLES = frozenset({"agent", "member", "admin", "owner"})
+REVIEWER_ROLES = frozenset({"admin", "owner"})
+
+
+class Identity(msgspec.Struct, frozen=True):
+    namespace: str
+    actor: str
+    role: Role
+
+    @property
+    def is_human(self) -> bool:
+        return self.role in HUMAN_ROLES

@@ -1,0 +1,227 @@
+"""Memory and dispute state, folded from their events (``evolve``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+import msgspec
+from msgspec.structs import replace
+
+from domain.model.classification import Classification
+from domain.model.events import (
+    ClaimKind,
+    ClaimSet,
+    DisputeDecision,
+    DisputeOpened,
+    DisputeResolved,
+    Event,
+    MemoryReaffirmed,
+    MemoryReleased,
+    MemoryRetired,
+    MemoryScope,
+    MemoryStatus,
+    MemorySuperseded,
+    MemoryType,
+    MemoryVerified,
+    MemoryWritten,
+    Provenance,
+    TrustTier,
+)
+from domain.model.text import normalize
+from domain.model.trust import rank_of
+
+
+class Verification(msgspec.Struct, frozen=True):
+    actor: str
+    supports: bool
+    at: datetime
+
+
+class MemoryState(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    actor: str
+    type: MemoryType
+    scope: MemoryScope
+    content: str | None
+    value: str | None
+    subject: str | None
+    attribute: str | None
+    tags: tuple[str, ...]
+    selectors: tuple[str, ...]
+    provenance: tuple[Provenance, ...]
+    event_time: datetime | None
+    recorded_at: datetime
+    valid_from: datetime
+    valid_to: datetime | None = None
+    retired_at: datetime | None = None
+    status: MemoryStatus
+    trust_tier: TrustTier
+    supersedes: tuple[UUID, ...] = ()
+    superseded_by: tuple[UUID, ...] = ()
+    classification: Classification
+    verifications: tuple[Verification, ...] = ()
+    version: int = 0
+
+    @property
+    def rank(self) -> int:
+        return rank_of(p.source for p in self.provenance)
+
+    @property
+    def slot_value(self) -> str:
+        """What a slot compares: the structured value, else the normalized content."""
+        return normalize(self.value if self.value is not None else self.content or "")
+
+    @property
+    def writers(self) -> frozenset[str]:
+        return frozenset(p.actor for p in self.provenance)
+
+    def is_current(self, now: datetime) -> bool:
+        """Believed now and valid now (DESIGN.md section 3)."""
+        return (
+            self.status == "active"
+            and self.retired_at is None
+            and (self.valid_to is None or self.valid_to > now)
+        )
+
+
+def trust_tier_from(verifications: tuple[Verification, ...], base: TrustTier) -> TrustTier:
+    """Verified when independent supports outnumber refutations (latest word per actor)."""
+    latest: dict[str, bool] = {}
+    for verification in verifications:
+        latest[verification.actor] = verification.supports
+    supports = sum(latest.values())
+    refutes = len(latest) - supports
+    if base == "candidate":
+        return base
+    return "verified" if supports > refutes else "canonical"
+
+
+def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
+    if isinstance(event, MemoryWritten):
+        return MemoryState(
+            id=event.memory_id,
+            namespace=event.namespace,
+            actor=event.actor,
+            type=event.type,
+            scope=event.scope,
+            content=event.content,
+            value=event.value,
+            subject=event.subject,
+            attribute=event.attribute,
+            tags=event.tags,
+            selectors=event.selectors,
+            provenance=event.provenance,
+            event_time=event.event_time,
+            recorded_at=event.at,
+            valid_from=event.valid_from,
+            status=event.status,
+            trust_tier=event.trust_tier,
+            supersedes=event.supersedes,
+            classification=event.classification,
+            version=1,
+        )
+    if state is None:
+        msg = f"{type(event).__name__} before MemoryWritten"
+        raise ValueError(msg)
+    version = state.version + 1
+    if isinstance(event, MemorySuperseded):
+        superseded_by = (*state.superseded_by, event.by)
+        if event.kind == "succession":
+            return replace(state, valid_to=event.valid_to, superseded_by=superseded_by, version=version)
+        return replace(
+            state, status="retired", retired_at=event.at, superseded_by=superseded_by, version=version
+        )
+    if isinstance(event, MemoryReleased):
+        return replace(
+            state,
+            status="active",
+            trust_tier="canonical",
+            supersedes=(*state.supersedes, *event.supersedes),
+            version=version,
+        )
+    if isinstance(event, MemoryRetired):
+        return replace(state, status="retired", retired_at=event.at, version=version)
+    if isinstance(event, MemoryReaffirmed):
+        if event.provenance in state.provenance:
+            return replace(state, version=version)
+        return replace(state, provenance=(*state.provenance, event.provenance), version=version)
+    if isinstance(event, MemoryVerified):
+        verification = Verification(actor=event.actor, supports=event.supports, at=event.at)
+        return replace(
+            state,
+            verifications=(*state.verifications, verification),
+            trust_tier=event.trust_tier,
+            version=version,
+        )
+    msg = f"not a memory event: {type(event).__name__}"
+    raise ValueError(msg)
+
+
+DisputeStatus = Literal["open", "resolved"]
+
+
+class DisputeState(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_id: UUID
+    incumbent_id: UUID
+    reason: str
+    opened_at: datetime
+    status: DisputeStatus = "open"
+    decision: DisputeDecision | None = None
+    reviewer: str | None = None
+    resolved_at: datetime | None = None
+    replacement_id: UUID | None = None
+    version: int = 0
+
+
+def evolve_dispute(state: DisputeState | None, event: Event) -> DisputeState:
+    if isinstance(event, DisputeOpened):
+        return DisputeState(
+            id=event.dispute_id,
+            namespace=event.namespace,
+            memory_id=event.memory_id,
+            incumbent_id=event.incumbent_id,
+            reason=event.reason,
+            opened_at=event.at,
+            version=1,
+        )
+    if isinstance(event, DisputeResolved) and state is not None:
+        return replace(
+            state,
+            status="resolved",
+            decision=event.decision,
+            reviewer=event.reviewer,
+            resolved_at=event.at,
+            replacement_id=event.replacement_id,
+            version=state.version + 1,
+        )
+    msg = f"not a dispute event: {type(event).__name__}"
+    raise ValueError(msg)
+
+
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """A claim stream's state: its holders (memory ids) and its stream version."""
+
+    id: UUID
+    kind: ClaimKind
+    namespace: str
+    holders: tuple[UUID, ...] = ()
+    version: int = 0
+
+
+def evolve_claim(state: Claim | None, event: Event) -> Claim:
+    if not isinstance(event, ClaimSet):
+        msg = f"not a claim event: {type(event).__name__}"
+        raise ValueError(msg)
+    version = 1 if state is None else state.version + 1
+    return Claim(
+        id=event.claim_id,
+        kind=event.kind,
+        namespace=event.namespace,
+        holders=event.holders,
+        version=version,
+    )

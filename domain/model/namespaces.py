@@ -1,0 +1,49 @@
+"""Namespaces: `/`-separated paths whose first segment is the tenant."""
+
+from __future__ import annotations
+
+import re
+
+from domain.model.errors import InvalidRequest
+
+MAX_NAMESPACE_LENGTH = 255
+MAX_DEPTH = 16
+_SEGMENT = re.compile(r"^[^\s/\x00-\x1f]{1,64}$")
+
+
+def validate_namespace(namespace: str) -> str:
+    """Return the namespace unchanged, or raise InvalidRequest naming what is wrong."""
+    if not isinstance(namespace, str) or not namespace:
+        raise InvalidRequest("namespace must be a non-empty string")
+    if len(namespace) > MAX_NAMESPACE_LENGTH:
+        raise InvalidRequest(f"namespace longer than {MAX_NAMESPACE_LENGTH} characters")
+    segments = namespace.split("/")
+    if len(segments) > MAX_DEPTH:
+        raise InvalidRequest(f"namespace deeper than {MAX_DEPTH} segments")
+    for segment in segments:
+        if not _SEGMENT.match(segment):
+            raise InvalidRequest(
+                f"namespace segment {segment!r} must be 1-64 characters without '/' or spaces"
+            )
+    return namespace
+
+
+def ancestors(namespace: str) -> tuple[str, ...]:
+    """The namespace itself and each `/`-split ancestor, nearest first."""
+    segments = namespace.split("/")
+    return tuple("/".join(segments[:i]) for i in range(len(segments), 0, -1))
+
+
+def tenant_of(namespace: str) -> str:
+    return namespace.split("/", 1)[0]
+
+
+def is_within(namespace: str, root: str) -> bool:
+    """True when ``namespace`` is ``root`` or one of its descendants (segment-wise)."""
+    return namespace == root or namespace.startswith(root + "/")
+
+
+def subtree_like_pattern(root: str) -> str:
+    """A LIKE pattern (escape character ``\\``) matching strict descendants of ``root``."""
+    escaped = root.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "/%"

@@ -1,0 +1,43 @@
+"""Independent verification: another actor countersigns (or refutes) a memory."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from domain.model.commands import VerifyMemory
+from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from domain.model.events import MemoryVerified
+from domain.model.identity import WRITER_ROLES, Identity
+from domain.model.memory import MemoryState, Verification, trust_tier_from
+from domain.model.namespaces import ancestors
+
+MAX_NOTE_LENGTH = 2_000
+
+
+def decide_verify(
+    command: VerifyMemory, identity: Identity, memory: MemoryState | None, now: datetime
+) -> MemoryVerified:
+    if memory is None or memory.namespace not in ancestors(identity.namespace):
+        raise NotFound("no such memory")
+    if memory.status == "disputed":
+        raise NotFound("no such memory")
+    if identity.role not in WRITER_ROLES:
+        raise Forbidden(f"role {identity.role!r} may not verify")
+    if identity.actor in memory.writers:
+        raise Forbidden("an actor cannot verify its own write")
+    if memory.status != "active" or memory.retired_at is not None:
+        raise InvalidState(f"memory is {memory.status}; only active memories can be verified")
+    if command.note is not None and len(command.note) > MAX_NOTE_LENGTH:
+        raise InvalidRequest(f"note longer than {MAX_NOTE_LENGTH} characters")
+    verifications = (
+        *memory.verifications,
+        Verification(actor=identity.actor, supports=command.supports, at=now),
+    )
+    return MemoryVerified(
+        memory_id=memory.id,
+        actor=identity.actor,
+        supports=command.supports,
+        note=command.note,
+        trust_tier=trust_tier_from(verifications, memory.trust_tier),
+        at=now,
+    )

@@ -1,0 +1,277 @@
+"""The write decider (DESIGN.md section 4, steps 3-6): pure, no I/O, no clock."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+import msgspec
+
+from domain.model.classification import Classification, classify
+from domain.model.commands import WriteMemory, WritePolicy
+from domain.model.errors import Forbidden, InvalidRequest, ProvenanceNotAllowed
+from domain.model.events import (
+    ClaimSet,
+    DisputeOpened,
+    Event,
+    MemoryReaffirmed,
+    MemorySuperseded,
+    MemoryWritten,
+    Provenance,
+    SupersedenceKind,
+)
+from domain.model.identity import WRITER_ROLES, Identity
+from domain.model.memory import Claim, MemoryState
+from domain.model.text import is_low_information, normalize
+from domain.model.trust import HUMAN_ONLY_SOURCES, source_rank
+
+Outcome = Literal["stored", "deduplicated", "superseded", "disputed", "rejected"]
+MAX_TAGS = 64
+MAX_TAG_LENGTH = 128
+MAX_FIELD_LENGTH = 512
+
+
+class Rejection(msgspec.Struct, frozen=True):
+    reason: str
+    detail: str
+
+
+class WriteState(msgspec.Struct, frozen=True, kw_only=True):
+    """What the decider needs to know: the claims the write touches and their holders."""
+
+    text_claim: Claim
+    slot_claim: Claim | None = None
+    source_ref_claim: Claim | None = None
+    holders: dict[UUID, MemoryState] = msgspec.field(default_factory=dict)
+
+
+class WriteDecision(msgspec.Struct, frozen=True, kw_only=True):
+    outcome: Outcome
+    memory_id: UUID | None = None
+    supersedes: tuple[UUID, ...] = ()
+    dispute_id: UUID | None = None
+    classification: Classification | None = None
+    rejected: tuple[Rejection, ...] = ()
+    events: tuple[Event, ...] = ()
+
+
+def check_write_allowed(identity: Identity, source: str) -> None:
+    if identity.role not in WRITER_ROLES:
+        raise Forbidden(f"role {identity.role!r} may not write")
+    source_rank(source)
+    if source in HUMAN_ONLY_SOURCES and not identity.is_human:
+        raise ProvenanceNotAllowed(f"role {identity.role!r} may not claim {source!r} provenance")
+
+
+def _check_shape(command: WriteMemory) -> None:
+    if (command.subject is None) != (command.attribute is None):
+        raise InvalidRequest("subject and attribute go together: give both or neither")
+    if command.value is not None and command.subject is None:
+        raise InvalidRequest("value needs a slot: give subject and attribute")
+    for name in ("subject", "attribute", "value"):
+        field = getattr(command, name)
+        if field is not None and not (0 < len(field.strip()) <= MAX_FIELD_LENGTH):
+            raise InvalidRequest(f"{name} must be 1-{MAX_FIELD_LENGTH} characters")
+    ref = command.provenance.ref
+    if ref is not None and not (0 < len(ref) <= MAX_FIELD_LENGTH):
+        raise InvalidRequest(f"provenance.ref must be 1-{MAX_FIELD_LENGTH} characters")
+    for name, handles in (("tags", command.tags), ("selectors", command.selectors)):
+        if len(handles) > MAX_TAGS:
+            raise InvalidRequest(f"at most {MAX_TAGS} {name}")
+        if any(not (0 < len(h) <= MAX_TAG_LENGTH) for h in handles):
+            raise InvalidRequest(f"each of {name} must be 1-{MAX_TAG_LENGTH} characters")
+
+
+def verify_content(content: str, policy: WritePolicy) -> tuple[Classification, tuple[Rejection, ...]]:
+    """Classify, and list every reason to refuse the content (never silently)."""
+    rejections: list[Rejection] = []
+    size = len(content.encode("utf-8"))
+    if not content.strip():
+        rejections.append(Rejection("empty", "content is empty"))
+    elif size > policy.max_content_bytes:
+        rejections.append(
+            Rejection("too_large", f"content is {size} bytes; the limit is {policy.max_content_bytes}")
+        )
+    elif is_low_information(content):
+        rejections.append(Rejection("low_information", "content carries too little information"))
+    classification = classify(content[: policy.max_content_bytes])
+    if policy.forbid_secrets and classification.secrets:
+        kinds = ", ".join(classification.secrets)
+        rejections.append(
+            Rejection("secret_forbidden", f"content holds a secret ({kinds}); policy forbids it")
+        )
+    return classification, tuple(rejections)
+
+
+def supersedence_kind(new_valid_from: datetime, old: MemoryState) -> SupersedenceKind:
+    """Succession when the world changed (later valid_from), correction when we were wrong."""
+    return "succession" if new_valid_from > old.valid_from else "correction"
+
+
+def supersede(
+    old: MemoryState, by: UUID, valid_from: datetime, reason: str, now: datetime
+) -> MemorySuperseded:
+    kind = supersedence_kind(valid_from, old)
+    return MemorySuperseded(
+        memory_id=old.id,
+        by=by,
+        kind=kind,
+        reason=reason,
+        valid_to=valid_from if kind == "succession" else None,
+        at=now,
+    )
+
+
+def current_holders(claim: Claim | None, state: WriteState, now: datetime) -> list[MemoryState]:
+    if claim is None:
+        return []
+    found = (state.holders.get(h) for h in claim.holders)
+    return [m for m in found if m is not None and m.is_current(now)]
+
+
+def decide_write(
+    command: WriteMemory,
+    identity: Identity,
+    state: WriteState,
+    policy: WritePolicy,
+    now: datetime,
+    memory_id: UUID,
+    dispute_id: UUID,
+) -> WriteDecision:
+    check_write_allowed(identity, command.provenance.source)
+    _check_shape(command)
+    classification, rejections = verify_content(command.content, policy)
+    if rejections:
+        return WriteDecision(outcome="rejected", rejected=rejections, classification=classification)
+    provenance = Provenance(
+        source=command.provenance.source, actor=identity.actor, ref=command.provenance.ref
+    )
+
+    duplicates = current_holders(state.text_claim, state, now)
+    if duplicates:
+        return _deduplicate(duplicates[0], provenance, classification, now)
+
+    valid_from = command.valid_from or command.event_time or now
+    new_value = normalize(command.value if command.value is not None else command.content)
+    slot_holders = current_holders(state.slot_claim, state, now)
+    contradicted = {m.id: (m, "slot") for m in slot_holders if m.slot_value != new_value}
+    for m in current_holders(state.source_ref_claim, state, now):
+        contradicted.setdefault(m.id, (m, "source_ref"))
+
+    new_rank = source_rank(provenance.source)
+    incumbents = [m for m, _ in contradicted.values()]
+    top = max(incumbents, key=lambda m: (m.rank, m.recorded_at), default=None)
+    if top is not None and new_rank < top.rank:
+        return _quarantine(command, identity, provenance, classification, top, valid_from, now,
+                           memory_id, dispute_id, contradicted[top.id][1])
+
+    written = _memory_written(
+        command, identity, provenance, classification, valid_from, now, memory_id,
+        status="active", supersedes=tuple(contradicted),
+    )
+    events: list[Event] = [written]
+    events.extend(
+        supersede(m, memory_id, valid_from, reason, now) for m, reason in contradicted.values()
+    )
+    events.append(_claim(state.text_claim, (memory_id,), now))
+    if state.slot_claim is not None:
+        keep = tuple(m.id for m in slot_holders if m.id not in contradicted)
+        events.append(_claim(state.slot_claim, (*keep, memory_id), now))
+    if state.source_ref_claim is not None:
+        events.append(_claim(state.source_ref_claim, (memory_id,), now))
+    return WriteDecision(
+        outcome="superseded" if contradicted else "stored",
+        memory_id=memory_id,
+        supersedes=tuple(contradicted),
+        classification=classification,
+        events=tuple(events),
+    )
+
+
+def _deduplicate(
+    existing: MemoryState, provenance: Provenance, classification: Classification, now: datetime
+) -> WriteDecision:
+    """An equal current memory exists: no new memory. The write is still recorded on the
+    memory's stream (its provenance joins, once), which also makes the dedupe decision
+    conflict with any concurrent change to that memory."""
+    reaffirmed = MemoryReaffirmed(memory_id=existing.id, provenance=provenance, at=now)
+    return WriteDecision(
+        outcome="deduplicated", memory_id=existing.id, classification=classification,
+        events=(reaffirmed,),
+    )
+
+
+def _quarantine(
+    command: WriteMemory,
+    identity: Identity,
+    provenance: Provenance,
+    classification: Classification,
+    incumbent: MemoryState,
+    valid_from: datetime,
+    now: datetime,
+    memory_id: UUID,
+    dispute_id: UUID,
+    reason: str,
+) -> WriteDecision:
+    """A lower-trust contradiction: stored disputed (invisible) and a dispute opens."""
+    written = _memory_written(
+        command, identity, provenance, classification, valid_from, now, memory_id,
+        status="disputed", supersedes=(),
+    )
+    opened = DisputeOpened(
+        dispute_id=dispute_id,
+        namespace=identity.namespace,
+        memory_id=memory_id,
+        incumbent_id=incumbent.id,
+        reason=f"{reason}: rank {source_rank(provenance.source)} < incumbent rank {incumbent.rank}",
+        at=now,
+    )
+    return WriteDecision(
+        outcome="disputed",
+        memory_id=memory_id,
+        dispute_id=dispute_id,
+        classification=classification,
+        events=(written, opened),
+    )
+
+
+def _memory_written(
+    command: WriteMemory,
+    identity: Identity,
+    provenance: Provenance,
+    classification: Classification,
+    valid_from: datetime,
+    now: datetime,
+    memory_id: UUID,
+    *,
+    status: Literal["active", "disputed"],
+    supersedes: tuple[UUID, ...],
+) -> MemoryWritten:
+    return MemoryWritten(
+        memory_id=memory_id,
+        namespace=identity.namespace,
+        actor=identity.actor,
+        type=command.type,
+        scope=command.scope,
+        content=command.content,
+        value=command.value,
+        subject=command.subject,
+        attribute=command.attribute,
+        tags=command.tags,
+        selectors=command.selectors,
+        provenance=(provenance,),
+        event_time=command.event_time,
+        valid_from=valid_from,
+        status=status,
+        trust_tier="canonical" if status == "active" else "candidate",
+        supersedes=supersedes,
+        classification=classification,
+        at=now,
+    )
+
+
+def _claim(claim: Claim, holders: tuple[UUID, ...], now: datetime) -> ClaimSet:
+    return ClaimSet(
+        claim_id=claim.id, kind=claim.kind, namespace=claim.namespace, holders=holders, at=now
+    )

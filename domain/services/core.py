@@ -1,0 +1,48 @@
+"""The command side, opened: database (embedded or configured), ledger, services."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from domain.ledger.app import Ledger, ledger_env
+from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
+from domain.ledger.keys import KeyEncryptionKey, SigningKey
+from domain.services.memory import ClaimIds, MemoryService
+from domain.settings import Settings
+
+
+class Core:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.params, self.server = resolve_database(settings)
+        try:
+            self.ledger = Ledger(
+                ledger_env(self.params, settings.pool_size),
+                KeyEncryptionKey.load(settings),
+                SigningKey.load(settings),
+            )
+        except BaseException:
+            self._stop_server()
+            raise
+        self.memory = MemoryService(self.ledger, ClaimIds(self.ledger.secret("claim-ids")))
+
+    @property
+    def connection(self) -> ConnectionParams:
+        return self.params
+
+    def close(self) -> None:
+        self.ledger.close()
+        self._stop_server()
+
+    def _stop_server(self) -> None:
+        server: EmbeddedServer | None = self.server
+        if server is not None:
+            server.stop()
+
+    def __enter__(self) -> Core:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
