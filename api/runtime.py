@@ -1,0 +1,42 @@
+"""The composition root: settings -> core (ledger, services) -> read models."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from domain.services.core import Core
+from domain.settings import Settings
+from projections.reads import ReadModels
+
+
+class Runtime:
+    def __init__(self, settings: Settings | None = None, *, follow: bool = True) -> None:
+        self.settings = settings or Settings.from_env()
+        self.core = Core(self.settings)
+        try:
+            self.reads = ReadModels(self.core.ledger, wait_seconds=self.settings.read_wait_seconds)
+            if follow:
+                self.reads.runner.start()
+        except BaseException:
+            self.core.close()
+            raise
+
+    @property
+    def memory(self):  # type: ignore[no-untyped-def]
+        return self.core.memory
+
+    @property
+    def ledger(self):  # type: ignore[no-untyped-def]
+        return self.core.ledger
+
+    def close(self) -> None:
+        self.reads.runner.stop()
+        self.core.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,211 @@
+"""The ``memory_objects`` read model: one row per memory with both time axes (DESIGN.md §3),
+plus ``memory_supersedence``: the edges of the correction/succession chains."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+from psycopg import Cursor
+from psycopg.sql import SQL, Composed, Identifier
+
+from domain.ledger.mapper import Recorded
+from domain.model.events import (
+    MemoryReaffirmed,
+    MemoryReleased,
+    MemoryRetired,
+    MemorySuperseded,
+    MemoryVerified,
+    MemoryWritten,
+    Provenance,
+)
+from domain.model.trust import rank_of
+
+_json = msgspec.json.Encoder()
+
+
+def provenance_entry(provenance: Provenance, content: str | None) -> dict[str, Any]:
+    content_hash = hashlib.sha256(content.encode()).hexdigest() if content is not None else None
+    return {"source": provenance.source, "actor": provenance.actor, "ref": provenance.ref,
+            "content_hash": content_hash}
+
+
+class MemoryObjectsProjection:
+    name = "memory_objects"
+    tables = ("memory_objects", "memory_supersedence")
+
+    def create(self, curs: Cursor[Any], schema: str) -> None:
+        for statement in _schema_sql(schema):
+            curs.execute(statement)
+
+    def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        s = Identifier(schema)
+        for recorded in events:
+            handler = _HANDLERS.get(type(recorded.event))
+            if handler is not None:
+                handler(curs, s, recorded)
+
+
+def _schema_sql(schema: str) -> list[Composed]:
+    s = Identifier(schema)
+    return [
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.memory_objects (
+    id uuid PRIMARY KEY,
+    namespace text NOT NULL,
+    actor text NOT NULL,
+    scope text NOT NULL,
+    type text NOT NULL,
+    content text,
+    subject text,
+    attribute text,
+    value text,
+    tags text[] NOT NULL DEFAULT '{{}}',
+    selectors text[] NOT NULL DEFAULT '{{}}',
+    provenance jsonb NOT NULL,
+    trust_rank int NOT NULL,
+    event_time timestamptz,
+    recorded_at timestamptz NOT NULL,
+    valid_from timestamptz NOT NULL,
+    valid_to timestamptz,
+    retired_at timestamptz,
+    status text NOT NULL,
+    trust_tier text NOT NULL,
+    supersedes uuid[] NOT NULL DEFAULT '{{}}',
+    superseded_by uuid[] NOT NULL DEFAULT '{{}}',
+    classification jsonb NOT NULL,
+    verifications jsonb NOT NULL DEFAULT '[]',
+    dispute_id uuid,
+    position bigint NOT NULL
+)""").format(s=s),
+        SQL("CREATE INDEX IF NOT EXISTS memory_objects_current ON {s}.memory_objects"
+            " (namespace, recorded_at) WHERE status = 'active' AND retired_at IS NULL").format(s=s),
+        SQL("CREATE INDEX IF NOT EXISTS memory_objects_subject ON {s}.memory_objects"
+            " (namespace, subject)").format(s=s),
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.memory_supersedence (
+    old_id uuid NOT NULL,
+    new_id uuid NOT NULL,
+    kind text NOT NULL,
+    reason text NOT NULL,
+    at timestamptz NOT NULL,
+    valid_to timestamptz,
+    position bigint NOT NULL,
+    PRIMARY KEY (old_id, new_id)
+)""").format(s=s),
+        SQL("CREATE INDEX IF NOT EXISTS memory_supersedence_new ON {s}.memory_supersedence (new_id)").format(s=s),
+    ]
+
+
+def _written(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, MemoryWritten)
+    provenance = [provenance_entry(p, e.content) for p in e.provenance]
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.memory_objects (id, namespace, actor, scope, type, content, subject,"
+            " attribute, value, tags, selectors, provenance, trust_rank, event_time, recorded_at,"
+            " valid_from, status, trust_tier, supersedes, classification, dispute_id, position)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s,"
+            " %s, %s::jsonb, NULL, %s) ON CONFLICT (id) DO NOTHING"
+        ).format(s=s),
+        (
+            e.memory_id, e.namespace, e.actor, e.scope, e.type, e.content, e.subject, e.attribute,
+            e.value, list(e.tags), list(e.selectors), _json.encode(provenance).decode(),
+            rank_of(p.source for p in e.provenance), e.event_time, e.at, e.valid_from, e.status,
+            e.trust_tier, list(e.supersedes), _json.encode(e.classification).decode(), r.position,
+        ),
+    )
+
+
+def _superseded(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, MemorySuperseded)
+    if e.kind == "succession":
+        change = SQL("valid_to = %s")
+        value: Any = e.valid_to
+    else:
+        change = SQL("status = 'retired', retired_at = %s")
+        value = e.at
+    curs.execute(
+        SQL(
+            "UPDATE {s}.memory_objects SET {change}, superseded_by = array_append(superseded_by, %s),"
+            " position = %s WHERE id = %s"
+        ).format(s=s, change=change),
+        (value, e.by, r.position, e.memory_id),
+    )
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.memory_supersedence (old_id, new_id, kind, reason, at, valid_to, position)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+        ).format(s=s),
+        (e.memory_id, e.by, e.kind, e.reason, e.at, e.valid_to, r.position),
+    )
+
+
+def _released(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, MemoryReleased)
+    curs.execute(
+        SQL(
+            "UPDATE {s}.memory_objects SET status = 'active', trust_tier = 'canonical',"
+            " supersedes = supersedes || %s::uuid[], dispute_id = %s, position = %s WHERE id = %s"
+        ).format(s=s),
+        (list(e.supersedes), e.dispute_id, r.position, e.memory_id),
+    )
+
+
+def _retired(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, MemoryRetired)
+    curs.execute(
+        SQL(
+            "UPDATE {s}.memory_objects SET status = 'retired', retired_at = %s, dispute_id ="
+            " coalesce(%s, dispute_id), position = %s WHERE id = %s"
+        ).format(s=s),
+        (e.at, e.dispute_id, r.position, e.memory_id),
+    )
+
+
+def _reaffirmed(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, MemoryReaffirmed)
+    entry = {"source": e.provenance.source, "actor": e.provenance.actor, "ref": e.provenance.ref}
+    curs.execute(
+        SQL(
+            "UPDATE {s}.memory_objects SET"
+            " provenance = CASE WHEN EXISTS (SELECT 1 FROM jsonb_array_elements(provenance) p"
+            "   WHERE p->>'source' = %(source)s AND p->>'actor' = %(actor)s"
+            "   AND (p->>'ref') IS NOT DISTINCT FROM %(ref)s) THEN provenance"
+            "   ELSE provenance || jsonb_build_array(jsonb_build_object('source', %(source)s::text,"
+            "     'actor', %(actor)s::text, 'ref', %(ref)s::text, 'content_hash',"
+            "     CASE WHEN content IS NULL THEN NULL ELSE encode(sha256(convert_to(content, 'UTF8')), 'hex') END))"
+            "   END,"
+            " trust_rank = greatest(trust_rank, %(rank)s), position = %(position)s WHERE id = %(id)s"
+        ).format(s=s),
+        {**entry, "rank": rank_of([e.provenance.source]), "position": r.position, "id": e.memory_id},
+    )
+
+
+def _verified(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, MemoryVerified)
+    entry = {"actor": e.actor, "supports": e.supports, "at": e.at.isoformat()}
+    curs.execute(
+        SQL(
+            "UPDATE {s}.memory_objects SET verifications = verifications || jsonb_build_array(%s::jsonb),"
+            " trust_tier = %s, position = %s WHERE id = %s"
+        ).format(s=s),
+        (_json.encode(entry).decode(), e.trust_tier, r.position, e.memory_id),
+    )
+
+
+_HANDLERS: dict[type, Any] = {
+    MemoryWritten: _written,
+    MemorySuperseded: _superseded,
+    MemoryReleased: _released,
+    MemoryRetired: _retired,
+    MemoryReaffirmed: _reaffirmed,
+    MemoryVerified: _verified,
+}

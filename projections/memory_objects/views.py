@@ -1,0 +1,123 @@
+"""Queries over ``memory_objects``, always inside the caller's scope.
+
+The scope is the caller's namespace and its ancestors, passed as one bound array
+(``namespace = ANY(%s)``): never a pattern, so ``acme/eng`` cannot match ``acme/engineering``.
+A memory outside the scope and a missing memory look the same (None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from psycopg import Connection
+from psycopg.sql import SQL, Identifier
+
+from domain.model.classification import Classification
+
+
+class ProvenanceView(msgspec.Struct, frozen=True):
+    source: str
+    actor: str
+    ref: str | None = None
+    content_hash: str | None = None
+
+
+class VerificationView(msgspec.Struct, frozen=True):
+    actor: str
+    supports: bool
+    at: datetime
+
+
+class MemoryView(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    scope: str
+    type: str
+    content: str | None
+    subject: str | None
+    attribute: str | None
+    value: str | None
+    tags: list[str]
+    selectors: list[str]
+    provenance: list[ProvenanceView]
+    event_time: datetime | None
+    recorded_at: datetime
+    valid_from: datetime
+    valid_to: datetime | None
+    retired_at: datetime | None
+    status: str
+    trust_tier: str
+    supersedes: list[UUID]
+    superseded_by: list[UUID]
+    classification: Classification
+    verifications: list[VerificationView]
+
+
+class HistoryStep(msgspec.Struct, frozen=True, kw_only=True):
+    """One version in a supersedence chain, with the step that led away from it."""
+
+    id: UUID
+    content: str | None
+    status: str
+    trust_tier: str
+    recorded_at: datetime
+    retired_at: datetime | None
+    valid_from: datetime
+    valid_to: datetime | None
+    superseded_by: UUID | None = None
+    kind: str | None = None
+    reason: str | None = None
+    at: datetime | None = None
+
+
+_COLUMNS = (
+    "id, namespace, scope, type, content, subject, attribute, value, tags, selectors, provenance,"
+    " event_time, recorded_at, valid_from, valid_to, retired_at, status, trust_tier, supersedes,"
+    " superseded_by, classification, verifications"
+)
+
+
+def to_view(row: dict[str, Any]) -> MemoryView:
+    return msgspec.convert(row, MemoryView)
+
+
+def read_memory(conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID) -> MemoryView | None:
+    row = conn.execute(
+        SQL(
+            "SELECT " + _COLUMNS + " FROM {s}.memory_objects"
+            " WHERE id = %s AND namespace = ANY(%s) AND status <> 'disputed'"
+        ).format(s=Identifier(schema)),
+        (memory_id, list(scope)),
+    ).fetchone()
+    return None if row is None else to_view(row)
+
+
+def history(conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID) -> list[HistoryStep] | None:
+    """The whole supersedence chain through a memory, both directions, oldest first."""
+    if read_memory(conn, schema, scope, memory_id) is None:
+        return None
+    rows = conn.execute(
+        SQL(
+            """
+WITH RECURSIVE chain(id) AS (
+    SELECT %(id)s::uuid
+    UNION
+    SELECT CASE WHEN e.old_id = c.id THEN e.new_id ELSE e.old_id END
+      FROM chain c JOIN {s}.memory_supersedence e ON e.old_id = c.id OR e.new_id = c.id
+)
+SELECT m.id, m.content, m.status, m.trust_tier, m.recorded_at, m.retired_at, m.valid_from,
+       m.valid_to, e.new_id AS superseded_by, e.kind, e.reason, e.at
+  FROM chain c
+  JOIN {s}.memory_objects m ON m.id = c.id
+  LEFT JOIN {s}.memory_supersedence e ON e.old_id = m.id
+ WHERE m.namespace = ANY(%(scope)s) AND m.status <> 'disputed'
+ ORDER BY m.recorded_at, m.id, e.at
+"""
+        ).format(s=Identifier(schema)),
+        {"id": memory_id, "scope": list(scope)},
+    ).fetchall()
+    return [msgspec.convert(row, HistoryStep) for row in rows]
