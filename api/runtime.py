@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from domain.ledger.app import Ledger
 from domain.services.core import Core
+from domain.services.memory import MemoryService
 from domain.settings import Settings
 from projections.reads import ReadModels
 
@@ -14,7 +16,9 @@ class Runtime:
         self.settings = settings or Settings.from_env()
         self.core = Core(self.settings)
         try:
-            self.reads = ReadModels(self.core.ledger, wait_seconds=self.settings.read_wait_seconds)
+            self.reads = ReadModels(
+                self.core.ledger, self.core.params.conninfo(), wait_seconds=self.settings.read_wait_seconds
+            )
             if follow:
                 self.reads.runner.start()
         except BaseException:
@@ -22,11 +26,11 @@ class Runtime:
             raise
 
     @property
-    def memory(self):  # type: ignore[no-untyped-def]
+    def memory(self) -> MemoryService:
         return self.core.memory
 
     @property
-    def ledger(self):  # type: ignore[no-untyped-def]
+    def ledger(self) -> Ledger:
         return self.core.ledger
 
     def close(self) -> None:

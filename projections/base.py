@@ -15,8 +15,11 @@ class Projection(Protocol):
     ``name`` keys its tracking record; ``tables`` lists what it owns (dropped on rebuild).
     """
 
-    name: str
-    tables: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tables(self) -> tuple[str, ...]: ...
 
     def create(self, curs: Cursor[Any], schema: str) -> None: ...
 

@@ -23,10 +23,14 @@ def default_projections() -> list[Projection]:
 
 class ReadModels:
     def __init__(
-        self, ledger: Ledger, projections: Sequence[Projection] | None = None, wait_seconds: float = 5.0
+        self,
+        ledger: Ledger,
+        conninfo: str,
+        projections: Sequence[Projection] | None = None,
+        wait_seconds: float = 5.0,
     ) -> None:
         self.ledger = ledger
-        self.runner = ProjectionRunner(ledger, projections or default_projections())
+        self.runner = ProjectionRunner(ledger, projections or default_projections(), conninfo)
         self.runner.create_tables()
         self.wait_seconds = wait_seconds
 
@@ -42,7 +46,9 @@ class ReadModels:
         with self.ledger.datastore.get_connection() as conn:
             return read_memory(conn, self.ledger.schema, self.scope(identity), memory_id)
 
-    def history(self, identity: Identity, memory_id: UUID, after: int | None = None) -> list[HistoryStep] | None:
+    def history(
+        self, identity: Identity, memory_id: UUID, after: int | None = None
+    ) -> list[HistoryStep] | None:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return history(conn, self.ledger.schema, self.scope(identity), memory_id)

@@ -49,8 +49,9 @@ class ProjectionStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ProjectionRunner:
-    def __init__(self, ledger: Ledger, projections: Sequence[Projection]) -> None:
+    def __init__(self, ledger: Ledger, projections: Sequence[Projection], listen_conninfo: str) -> None:
         self.ledger = ledger
+        self.listen_conninfo = listen_conninfo
         self.projections = list(projections)
         self.schema = ledger.schema
         self.tracking = PostgresTrackingRecorder(ledger.datastore, tracking_table_name=TRACKING_TABLE)
@@ -148,7 +149,7 @@ class ProjectionRunner:
                 return
 
     def _track(self, curs: Any, name: str, position: int) -> None:
-        self.tracking._insert_tracking(curs, Tracking(name, position))  # noqa: SLF001
+        self.tracking._insert_tracking(curs, Tracking(name, position))
 
     def position_of_in(self, conn: Connection[Any], name: str) -> int:
         query = SQL("SELECT notification_id FROM {}.{} WHERE application_name = %s").format(
@@ -158,7 +159,9 @@ class ProjectionRunner:
         return int(row["notification_id"]) if row else 0
 
     def _try_lock(self, conn: Connection[Any]) -> bool:
-        row = conn.execute("SELECT pg_try_advisory_xact_lock(hashtext('memwarden projections')) AS ok").fetchone()
+        row = conn.execute(
+            "SELECT pg_try_advisory_xact_lock(hashtext('memwarden projections')) AS ok"
+        ).fetchone()
         return bool(row and row["ok"])
 
     # -- read-your-writes ------------------------------------------------------------------------
@@ -217,10 +220,6 @@ class ProjectionRunner:
             listener.close()
 
     def _listen(self) -> Connection[Any]:
-        params = self.ledger.datastore.pool.kwargs
-        conn: Connection[Any] = Connection.connect(
-            dbname=params["dbname"], host=params["host"], port=params["port"],
-            user=params["user"], password=params["password"], autocommit=True,
-        )
+        conn: Connection[Any] = Connection.connect(self.listen_conninfo, autocommit=True)
         conn.execute(SQL("LISTEN {}").format(Identifier(self.ledger.recorder.channel_name)))
         return conn

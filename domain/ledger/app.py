@@ -13,6 +13,7 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from psycopg.sql import SQL, Identifier
 
+from domain.ledger.chain import ChainReport
 from domain.ledger.checkpoints import Checkpoint, CheckpointSigner, verify_checkpoint_signature
 from domain.ledger.database import ConnectionParams
 from domain.ledger.group_commit import GroupCommitter
@@ -25,7 +26,6 @@ from domain.ledger.recorder import (
     DataKeyRow,
     GroupResult,
 )
-from domain.ledger.chain import ChainReport
 from domain.ledger.sealing import DataKeys, unwrap_key, wrap_key
 from domain.model.events import EVENT_TYPES
 from domain.settings import SCHEMA
@@ -68,9 +68,7 @@ class Ledger(Application[UUID]):
 
     name = "memwarden"
 
-    def __init__(
-        self, env: dict[str, str], kek: KeyEncryptionKey, signing_key: SigningKey
-    ) -> None:
+    def __init__(self, env: dict[str, str], kek: KeyEncryptionKey, signing_key: SigningKey) -> None:
         self.kek = kek
         self.signing_key = signing_key
         super().__init__(env)
@@ -106,7 +104,9 @@ class Ledger(Application[UUID]):
         table = SQL("{}.secrets").format(Identifier(self.schema))
         with self.datastore.transaction(commit=True) as curs:
             curs.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memwarden secret {name}",))
-            row = curs.execute(SQL("SELECT wrapped FROM {} WHERE name = %s").format(table), (name,)).fetchone()
+            row = curs.execute(
+                SQL("SELECT wrapped FROM {} WHERE name = %s").format(table), (name,)
+            ).fetchone()
             if row is not None:
                 return unwrap_key(self.kek, owner, bytes(row["wrapped"]))
             value = os.urandom(32)
@@ -173,9 +173,7 @@ class Ledger(Application[UUID]):
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(query, params, prepare=True)
             rows = curs.fetchall()
-        self.data_keys.prefetch(
-            row["originator_id"] for row in rows if row["topic"] in _SEALED_TOPICS
-        )
+        self.data_keys.prefetch(row["originator_id"] for row in rows if row["topic"] in _SEALED_TOPICS)
         return [
             self.sealing.decode(
                 StoredEvent(

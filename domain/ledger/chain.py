@@ -73,8 +73,12 @@ def verify_rows(rows: Iterable[tuple[Any, ...]], stop_at: int | None = None) -> 
             previous = computed
         if problem is not None:
             return ChainReport(
-                ok=False, checked=checked, head_position=expected - 1, head_hash=previous.hex(),
-                first_bad_position=at, problem=problem,
+                ok=False,
+                checked=checked,
+                head_position=expected - 1,
+                head_hash=previous.hex(),
+                first_bad_position=at,
+                problem=problem,
             )
         checked += 1
         expected += 1

@@ -35,8 +35,12 @@ class InvalidCheckpoint(Exception):
 
 def checkpoint_message(position: int, head_hash: str, time: datetime) -> bytes:
     return msgspec.json.encode(
-        {"kind": "memwarden-checkpoint-v1", "position": position, "hash": head_hash,
-         "time": time.astimezone(UTC).isoformat()}
+        {
+            "kind": "memwarden-checkpoint-v1",
+            "position": position,
+            "hash": head_hash,
+            "time": time.astimezone(UTC).isoformat(),
+        }
     )
 
 

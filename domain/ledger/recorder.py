@@ -17,7 +17,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-from psycopg import Cursor
+from psycopg import Cursor, ServerCursor
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from domain.ledger.chain import ChainReport, verify_rows
@@ -48,8 +48,7 @@ def ledger_sql(schema: str, channel: str) -> list[Composed]:
     s = Identifier(schema)
     return [
         SQL(
-            "CREATE TABLE IF NOT EXISTS {s}.ledger_chain ("
-            " position bigint PRIMARY KEY, hash bytea NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS {s}.ledger_chain ( position bigint PRIMARY KEY, hash bytea NOT NULL)"
         ).format(s=s),
         SQL(
             "CREATE TABLE IF NOT EXISTS {s}.data_keys ("
@@ -138,7 +137,7 @@ $body$
 class ChainedApplicationRecorder(PostgresApplicationRecorder):
     """The library's Postgres recorder, with every insert routed through ``mw_append``."""
 
-    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = EVENTS_TABLE):
+    def __init__(self, datastore: PostgresDatastore, **_: Any) -> None:
         super().__init__(datastore, events_table_name=EVENTS_TABLE)
         self.schema = datastore.schema
         self.sql_create_statements.extend(ledger_sql(self.schema, self.channel_name))
@@ -163,7 +162,7 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
                 curs.execute(statement, prepare=False)
         self.datastore.register_type_adapters()
 
-    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+    def insert_events(self, stored_events: Sequence[StoredEvent], **_: Any) -> Sequence[int] | None:
         result = self.append_groups([AppendGroup(events=stored_events)])[0]
         if result.conflict:
             raise IntegrityError("a stream version in this append is already taken")
@@ -172,32 +171,32 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
     def append_groups(self, groups: Sequence[AppendGroup]) -> list[GroupResult]:
         """Append several independent groups in one transaction; conflicts are per group."""
         doomed = _groups_colliding_in_batch(groups)
-        columns: tuple[list[Any], ...] = ([], [], [], [], [])
-        key_columns: tuple[list[Any], ...] = ([], [], [], [])
-        for index, group in enumerate(groups):
-            if index in doomed:
-                continue
-            for e in group.events:
-                for column, value in zip(
-                    columns, (e.originator_id, e.originator_version, e.topic, e.state, index), strict=True
-                ):
-                    column.append(value)
-            for k in group.data_keys:
-                for column, value in zip(key_columns, (k.memory_id, index, k.kek_id, k.wrapped), strict=True):
-                    column.append(value)
+        live = [(i, g) for i, g in enumerate(groups) if i not in doomed]
+        events = [(i, e) for i, g in live for e in g.events]
+        keys = [(i, k) for i, g in live for k in g.data_keys]
+        params = (
+            [e.originator_id for _, e in events],
+            [e.originator_version for _, e in events],
+            [e.topic for _, e in events],
+            [e.state for _, e in events],
+            [i for i, _ in events],
+            [k.memory_id for _, k in keys],
+            [i for i, _ in keys],
+            [k.kek_id for _, k in keys],
+            [k.wrapped for _, k in keys],
+        )
         positions: dict[int, list[int]] = {i: [] for i in range(len(groups))}
         conflicts = set(doomed)
-        if columns[0]:
+        if events:
             with self.datastore.get_connection() as conn, conn.cursor() as curs:
-                curs.execute(self._append_sql, (*columns, *key_columns), prepare=True)
+                curs.execute(self._append_sql, params, prepare=True)
                 for row in curs.fetchall():
                     if row["pos"] is None:
                         conflicts.add(row["grp"])
                     else:
                         positions[row["grp"]].append(row["pos"])
         return [
-            GroupResult(positions=tuple(positions[i]), conflict=i in conflicts)
-            for i in range(len(groups))
+            GroupResult(positions=tuple(positions[i]), conflict=i in conflicts) for i in range(len(groups))
         ]
 
     def head(self) -> tuple[int, bytes]:
@@ -214,20 +213,24 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
 
     def verify_chain(self, stop_at: int | None = None, cursor: Cursor[Any] | None = None) -> ChainReport:
         """Recompute the chain from the first event; name the first bad position."""
-        query = SQL(
-            "SELECT e.notification_id, e.originator_id, e.originator_version, e.topic, e.state,"
-            " c.position, c.hash FROM {s}.{events} e"
-            " FULL OUTER JOIN {s}.ledger_chain c ON c.position = e.notification_id"
-            " ORDER BY coalesce(e.notification_id, c.position)"
-        ).format(s=Identifier(self.schema), events=Identifier(EVENTS_TABLE))
         if cursor is not None:
-            cursor.execute(query)
-            return verify_rows(_as_tuples(cursor.fetchall()), stop_at)
+            return verify_tables(cursor, self.schema, stop_at)
         with self.datastore.get_connection() as conn, conn.transaction():
-            with conn.cursor(name="mw_verify") as named:
-                named.itersize = 5000
-                named.execute(query)
-                return verify_rows(_as_tuples(named), stop_at)
+            return verify_tables(conn.cursor(name="mw_verify"), self.schema, stop_at)
+
+
+def verify_tables(cursor: Cursor[Any], schema: str, stop_at: int | None = None) -> ChainReport:
+    """Verify the events and chain tables of ``schema`` (any copy of them, too)."""
+    query = SQL(
+        "SELECT e.notification_id, e.originator_id, e.originator_version, e.topic, e.state,"
+        " c.position, c.hash FROM {s}.{events} e"
+        " FULL OUTER JOIN {s}.ledger_chain c ON c.position = e.notification_id"
+        " ORDER BY coalesce(e.notification_id, c.position)"
+    ).format(s=Identifier(schema), events=Identifier(EVENTS_TABLE))
+    if isinstance(cursor, ServerCursor):
+        cursor.itersize = 5000
+    cursor.execute(query)
+    return verify_rows(_as_tuples(cursor), stop_at)
 
 
 def _as_tuples(rows: Any) -> Any:

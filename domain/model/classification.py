@@ -20,12 +20,16 @@ class Classification(msgspec.Struct, frozen=True):
 
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-_PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]\d{2,4}){2,4}(?!\w)")
+_PHONE = re.compile(
+    r"(?<![\w+])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]\d{2,4}){2,4}(?!\w)"
+)
 _ISO_DATE = re.compile(r"\d{4}[-./]\d{1,2}[-./]\d{1,2}(?:[ T]\d{1,2}[:.]\d{2}(?:[:.]\d{2})?)?")
 _CARD_CANDIDATE = re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)")
 _NATIONAL_IDS: dict[str, re.Pattern[str]] = {
     "us_ssn": re.compile(r"(?<!\d)(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?!\d)"),
-    "uk_nino": re.compile(r"\b(?![DFIQUV])[A-CEGHJ-PR-TW-Z](?![DFIQUVO])[A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"),
+    "uk_nino": re.compile(
+        r"\b(?![DFIQUV])[A-CEGHJ-PR-TW-Z](?![DFIQUVO])[A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"
+    ),
     "iban": re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,3})?\b"),
 }
 _SECRETS: dict[str, re.Pattern[str]] = {
@@ -35,9 +39,7 @@ _SECRETS: dict[str, re.Pattern[str]] = {
     "slack_token": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),
     "jwt": re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b"),
     "api_key": re.compile(r"\b(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{16,}\b|\bsk-[A-Za-z0-9_-]{20,}\b"),
-    "password": re.compile(
-        r"(?i)\b(?:password|passwd|pwd|passphrase|secret)\b\s*(?:is|[:=])\s*\S{4,}"
-    ),
+    "password": re.compile(r"(?i)\b(?:password|passwd|pwd|passphrase|secret)\b\s*(?:is|[:=])\s*\S{4,}"),
 }
 
 

@@ -131,7 +131,9 @@ def _edit(
     )
     events: list[Event] = [
         written,
-        MemoryRetired(memory_id=new.id, reason="replaced by a reviewer's edit", dispute_id=resolved.dispute_id, at=now),
+        MemoryRetired(
+            memory_id=new.id, reason="replaced by a reviewer's edit", dispute_id=resolved.dispute_id, at=now
+        ),
     ]
     if incumbent_current:
         events.append(supersede(incumbent, replacement_id, new.valid_from, "dispute:edit", now))
@@ -139,9 +141,7 @@ def _edit(
     return (*events, resolved)
 
 
-def _activate(
-    state: ResolveState, memory_id: UUID, drop: tuple[UUID, ...], now: datetime
-) -> list[ClaimSet]:
+def _activate(state: ResolveState, memory_id: UUID, drop: tuple[UUID, ...], now: datetime) -> list[ClaimSet]:
     """Claims for a memory that becomes active: its text, and its slot without ``drop``."""
     claims: list[ClaimSet] = []
     if state.text_claim is not None:
@@ -153,6 +153,4 @@ def _activate(
 
 
 def _set(claim: Claim, holders: tuple[UUID, ...], now: datetime) -> ClaimSet:
-    return ClaimSet(
-        claim_id=claim.id, kind=claim.kind, namespace=claim.namespace, holders=holders, at=now
-    )
+    return ClaimSet(claim_id=claim.id, kind=claim.kind, namespace=claim.namespace, holders=holders, at=now)

@@ -125,7 +125,7 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
         )
     if state is None:
         msg = f"{type(event).__name__} before MemoryWritten"
-        raise ValueError(msg)
+        raise TypeError(msg)
     version = state.version + 1
     if isinstance(event, MemorySuperseded):
         superseded_by = (*state.superseded_by, event.by)
@@ -157,7 +157,7 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
             version=version,
         )
     msg = f"not a memory event: {type(event).__name__}"
-    raise ValueError(msg)
+    raise TypeError(msg)
 
 
 DisputeStatus = Literal["open", "resolved"]
@@ -200,7 +200,7 @@ def evolve_dispute(state: DisputeState | None, event: Event) -> DisputeState:
             version=state.version + 1,
         )
     msg = f"not a dispute event: {type(event).__name__}"
-    raise ValueError(msg)
+    raise TypeError(msg)
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -216,7 +216,7 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
 def evolve_claim(state: Claim | None, event: Event) -> Claim:
     if not isinstance(event, ClaimSet):
         msg = f"not a claim event: {type(event).__name__}"
-        raise ValueError(msg)
+        raise TypeError(msg)
     version = 1 if state is None else state.version + 1
     return Claim(
         id=event.claim_id,

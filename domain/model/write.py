@@ -163,17 +163,32 @@ def decide_write(
     incumbents = [m for m, _ in contradicted.values()]
     top = max(incumbents, key=lambda m: (m.rank, m.recorded_at), default=None)
     if top is not None and new_rank < top.rank:
-        return _quarantine(command, identity, provenance, classification, top, valid_from, now,
-                           memory_id, dispute_id, contradicted[top.id][1])
+        return _quarantine(
+            command,
+            identity,
+            provenance,
+            classification,
+            top,
+            valid_from,
+            now,
+            memory_id,
+            dispute_id,
+            contradicted[top.id][1],
+        )
 
     written = _memory_written(
-        command, identity, provenance, classification, valid_from, now, memory_id,
-        status="active", supersedes=tuple(contradicted),
+        command,
+        identity,
+        provenance,
+        classification,
+        valid_from,
+        now,
+        memory_id,
+        status="active",
+        supersedes=tuple(contradicted),
     )
     events: list[Event] = [written]
-    events.extend(
-        supersede(m, memory_id, valid_from, reason, now) for m, reason in contradicted.values()
-    )
+    events.extend(supersede(m, memory_id, valid_from, reason, now) for m, reason in contradicted.values())
     events.append(_claim(state.text_claim, (memory_id,), now))
     if state.slot_claim is not None:
         keep = tuple(m.id for m in slot_holders if m.id not in contradicted)
@@ -197,7 +212,9 @@ def _deduplicate(
     conflict with any concurrent change to that memory."""
     reaffirmed = MemoryReaffirmed(memory_id=existing.id, provenance=provenance, at=now)
     return WriteDecision(
-        outcome="deduplicated", memory_id=existing.id, classification=classification,
+        outcome="deduplicated",
+        memory_id=existing.id,
+        classification=classification,
         events=(reaffirmed,),
     )
 
@@ -216,8 +233,15 @@ def _quarantine(
 ) -> WriteDecision:
     """A lower-trust contradiction: stored disputed (invisible) and a dispute opens."""
     written = _memory_written(
-        command, identity, provenance, classification, valid_from, now, memory_id,
-        status="disputed", supersedes=(),
+        command,
+        identity,
+        provenance,
+        classification,
+        valid_from,
+        now,
+        memory_id,
+        status="disputed",
+        supersedes=(),
     )
     opened = DisputeOpened(
         dispute_id=dispute_id,
@@ -272,6 +296,4 @@ def _memory_written(
 
 
 def _claim(claim: Claim, holders: tuple[UUID, ...], now: datetime) -> ClaimSet:
-    return ClaimSet(
-        claim_id=claim.id, kind=claim.kind, namespace=claim.namespace, holders=holders, at=now
-    )
+    return ClaimSet(claim_id=claim.id, kind=claim.kind, namespace=claim.namespace, holders=holders, at=now)

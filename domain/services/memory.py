@@ -139,7 +139,7 @@ class MemoryService:
             )
             decision = decide_write(command, identity, state, policy, now, memory_id, dispute_id)
             outcome: AuditOutcome = "denied" if decision.outcome == "rejected" else "ok"
-            detail = decision.outcome
+            detail: str = decision.outcome
             if decision.rejected:
                 detail += ": " + ", ".join(r.reason for r in decision.rejected)
             writes_memory = any(isinstance(e, MemoryWritten) for e in decision.events)
@@ -170,7 +170,9 @@ class MemoryService:
             (self.claim_ids.text(namespace, command.content), "text", namespace)
         ]
         if command.subject is not None and command.attribute is not None:
-            wanted.append((self.claim_ids.slot(namespace, command.subject, command.attribute), "slot", namespace))
+            wanted.append(
+                (self.claim_ids.slot(namespace, command.subject, command.attribute), "slot", namespace)
+            )
         if command.provenance.ref is not None:
             ref_id = self.claim_ids.source_ref(namespace, command.provenance.source, command.provenance.ref)
             wanted.append((ref_id, "source_ref", namespace))
@@ -189,7 +191,9 @@ class MemoryService:
         replacement_id = self.new_id()
         new_key: NewMemoryKey | None = None
         for _ in range(MAX_ATTEMPTS):
-            dispute = check_reviewer(identity, self.streams.disputes([command.dispute_id]).get(command.dispute_id))
+            dispute = check_reviewer(
+                identity, self.streams.disputes([command.dispute_id]).get(command.dispute_id)
+            )
             memories = self.streams.memories([dispute.memory_id, dispute.incumbent_id])
             new = memories.get(dispute.memory_id)
             claims = self._resolve_claims(dispute, new, command)
@@ -262,7 +266,9 @@ class MemoryService:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _append(self, recorded: Sequence[Recorded], audit: AuditRecorded, keys: Sequence[NewMemoryKey]) -> int:
+    def _append(
+        self, recorded: Sequence[Recorded], audit: AuditRecorded, keys: Sequence[NewMemoryKey]
+    ) -> int:
         position = self.ledger.append([*recorded, Recorded(audit.record_id, 1, audit)], keys)
         self.streams.remember(recorded)
         return position
@@ -289,7 +295,11 @@ class MemoryService:
         )
 
     def record_audit(
-        self, identity: Identity, op: str, outcome: AuditOutcome, detail: str,
+        self,
+        identity: Identity,
+        op: str,
+        outcome: AuditOutcome,
+        detail: str,
         subject_id: UUID | None = None,
     ) -> int:
         """Append an audit record on its own (a denial, a miss, a read)."""

@@ -162,9 +162,7 @@ class Streams:
 
 
 _EVOLVERS: dict[type[Event], Callable[[Any, Event], Any]] = {
-    **{cls: evolve_memory for cls in (
-        MemoryWritten, MemorySuperseded, MemoryReleased, MemoryRetired, MemoryReaffirmed, MemoryVerified
-    )},
+    **dict.fromkeys((MemoryWritten, MemorySuperseded, MemoryReleased, MemoryRetired, MemoryReaffirmed, MemoryVerified), evolve_memory),
     DisputeOpened: evolve_dispute,
     DisputeResolved: evolve_dispute,
 }

@@ -17,7 +17,8 @@ class DisputesProjection:
 
     def create(self, curs: Cursor[Any], schema: str) -> None:
         s = Identifier(schema)
-        curs.execute(SQL("""
+        curs.execute(
+            SQL("""
 CREATE TABLE IF NOT EXISTS {s}.disputes (
     id uuid PRIMARY KEY,
     namespace text NOT NULL,
@@ -32,9 +33,13 @@ CREATE TABLE IF NOT EXISTS {s}.disputes (
     opened_at timestamptz NOT NULL,
     resolved_at timestamptz,
     position bigint NOT NULL
-)""").format(s=s))
-        curs.execute(SQL("CREATE INDEX IF NOT EXISTS disputes_open ON {s}.disputes (namespace)"
-                         " WHERE status = 'open'").format(s=s))
+)""").format(s=s)
+        )
+        curs.execute(
+            SQL(
+                "CREATE INDEX IF NOT EXISTS disputes_open ON {s}.disputes (namespace) WHERE status = 'open'"
+            ).format(s=s)
+        )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
         s = Identifier(schema)
@@ -42,15 +47,19 @@ CREATE TABLE IF NOT EXISTS {s}.disputes (
             e = r.event
             if isinstance(e, DisputeOpened):
                 curs.execute(
-                    SQL("INSERT INTO {s}.disputes (id, namespace, memory_id, incumbent_id, reason, status,"
+                    SQL(
+                        "INSERT INTO {s}.disputes (id, namespace, memory_id, incumbent_id, reason, status,"
                         " opened_at, position) VALUES (%s, %s, %s, %s, %s, 'open', %s, %s)"
-                        " ON CONFLICT (id) DO NOTHING").format(s=s),
+                        " ON CONFLICT (id) DO NOTHING"
+                    ).format(s=s),
                     (e.dispute_id, e.namespace, e.memory_id, e.incumbent_id, e.reason, e.at, r.position),
                 )
             elif isinstance(e, DisputeResolved):
                 curs.execute(
-                    SQL("UPDATE {s}.disputes SET status = 'resolved', decision = %s, reviewer = %s,"
+                    SQL(
+                        "UPDATE {s}.disputes SET status = 'resolved', decision = %s, reviewer = %s,"
                         " resolution_reason = %s, replacement_id = %s, resolved_at = %s, position = %s"
-                        " WHERE id = %s").format(s=s),
+                        " WHERE id = %s"
+                    ).format(s=s),
                     (e.decision, e.reviewer, e.reason, e.replacement_id, e.at, r.position, e.dispute_id),
                 )

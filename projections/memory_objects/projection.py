@@ -27,8 +27,12 @@ _json = msgspec.json.Encoder()
 
 def provenance_entry(provenance: Provenance, content: str | None) -> dict[str, Any]:
     content_hash = hashlib.sha256(content.encode()).hexdigest() if content is not None else None
-    return {"source": provenance.source, "actor": provenance.actor, "ref": provenance.ref,
-            "content_hash": content_hash}
+    return {
+        "source": provenance.source,
+        "actor": provenance.actor,
+        "ref": provenance.ref,
+        "content_hash": content_hash,
+    }
 
 
 class MemoryObjectsProjection:
@@ -79,10 +83,13 @@ CREATE TABLE IF NOT EXISTS {s}.memory_objects (
     dispute_id uuid,
     position bigint NOT NULL
 )""").format(s=s),
-        SQL("CREATE INDEX IF NOT EXISTS memory_objects_current ON {s}.memory_objects"
-            " (namespace, recorded_at) WHERE status = 'active' AND retired_at IS NULL").format(s=s),
-        SQL("CREATE INDEX IF NOT EXISTS memory_objects_subject ON {s}.memory_objects"
-            " (namespace, subject)").format(s=s),
+        SQL(
+            "CREATE INDEX IF NOT EXISTS memory_objects_current ON {s}.memory_objects"
+            " (namespace, recorded_at) WHERE status = 'active' AND retired_at IS NULL"
+        ).format(s=s),
+        SQL(
+            "CREATE INDEX IF NOT EXISTS memory_objects_subject ON {s}.memory_objects (namespace, subject)"
+        ).format(s=s),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.memory_supersedence (
     old_id uuid NOT NULL,
@@ -94,7 +101,9 @@ CREATE TABLE IF NOT EXISTS {s}.memory_supersedence (
     position bigint NOT NULL,
     PRIMARY KEY (old_id, new_id)
 )""").format(s=s),
-        SQL("CREATE INDEX IF NOT EXISTS memory_supersedence_new ON {s}.memory_supersedence (new_id)").format(s=s),
+        SQL("CREATE INDEX IF NOT EXISTS memory_supersedence_new ON {s}.memory_supersedence (new_id)").format(
+            s=s
+        ),
     ]
 
 
@@ -111,10 +120,27 @@ def _written(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
             " %s, %s::jsonb, NULL, %s) ON CONFLICT (id) DO NOTHING"
         ).format(s=s),
         (
-            e.memory_id, e.namespace, e.actor, e.scope, e.type, e.content, e.subject, e.attribute,
-            e.value, list(e.tags), list(e.selectors), _json.encode(provenance).decode(),
-            rank_of(p.source for p in e.provenance), e.event_time, e.at, e.valid_from, e.status,
-            e.trust_tier, list(e.supersedes), _json.encode(e.classification).decode(), r.position,
+            e.memory_id,
+            e.namespace,
+            e.actor,
+            e.scope,
+            e.type,
+            e.content,
+            e.subject,
+            e.attribute,
+            e.value,
+            list(e.tags),
+            list(e.selectors),
+            _json.encode(provenance).decode(),
+            rank_of(p.source for p in e.provenance),
+            e.event_time,
+            e.at,
+            e.valid_from,
+            e.status,
+            e.trust_tier,
+            list(e.supersedes),
+            _json.encode(e.classification).decode(),
+            r.position,
         ),
     )
 

@@ -85,7 +85,9 @@ def to_view(row: dict[str, Any]) -> MemoryView:
     return msgspec.convert(row, MemoryView)
 
 
-def read_memory(conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID) -> MemoryView | None:
+def read_memory(
+    conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID
+) -> MemoryView | None:
     row = conn.execute(
         SQL(
             "SELECT " + _COLUMNS + " FROM {s}.memory_objects"
@@ -96,7 +98,9 @@ def read_memory(conn: Connection[Any], schema: str, scope: Sequence[str], memory
     return None if row is None else to_view(row)
 
 
-def history(conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID) -> list[HistoryStep] | None:
+def history(
+    conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID
+) -> list[HistoryStep] | None:
     """The whole supersedence chain through a memory, both directions, oldest first."""
     if read_memory(conn, schema, scope, memory_id) is None:
         return None
