@@ -72,57 +72,59 @@ CREATE OR REPLACE FUNCTION {s}.mw_append(
 RETURNS TABLE(grp int, pos bigint)
 LANGUAGE plpgsql AS $body$
 DECLARE
-    bad int[];
+    n int := coalesce(array_length(p_ids, 1), 0);
+    bad int[] := '{{}}';
     head_pos bigint;
     h bytea;
     topic_bytes bytea;
     positions bigint[] := '{{}}';
     hashes bytea[] := '{{}}';
-    r record;
+    picked int[] := '{{}}';
+    i int;
 BEGIN
     LOCK TABLE {s}.{events} IN EXCLUSIVE MODE;
     PERFORM pg_notify({channel}, '');
-    SELECT coalesce(array_agg(DISTINCT n.g), '{{}}') INTO bad
-      FROM unnest(p_ids, p_versions, p_groups) AS n(id, ver, g)
-      JOIN {s}.{events} e ON e.originator_id = n.id AND e.originator_version = n.ver;
+    -- Optimistic concurrency, per group: one primary-key probe per event (a plan that
+    -- stays an index probe however the table grows).
+    FOR i IN 1 .. n LOOP
+        CONTINUE WHEN p_groups[i] = ANY(bad);
+        PERFORM 1 FROM {s}.{events} e
+          WHERE e.originator_id = p_ids[i] AND e.originator_version = p_versions[i];
+        IF FOUND THEN
+            bad := bad || p_groups[i];
+        END IF;
+    END LOOP;
     SELECT c.position, c.hash INTO head_pos, h
       FROM {s}.ledger_chain c ORDER BY c.position DESC LIMIT 1;
     IF head_pos IS NULL THEN
         head_pos := 0;
         h := '\\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
     END IF;
-    FOR r IN
-        SELECT n.id, n.ver, n.topic, n.state, n.g
-          FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
-               WITH ORDINALITY AS n(id, ver, topic, state, g, ord)
-         WHERE NOT (n.g = ANY(bad))
-         ORDER BY n.ord
-    LOOP
+    FOR i IN 1 .. n LOOP
+        CONTINUE WHEN p_groups[i] = ANY(bad);
         head_pos := head_pos + 1;
-        topic_bytes := convert_to(r.topic, 'UTF8');
-        h := sha256(h || int8send(head_pos) || uuid_send(r.id) || int8send(r.ver)
+        topic_bytes := convert_to(p_topics[i], 'UTF8');
+        h := sha256(h || int8send(head_pos) || uuid_send(p_ids[i]) || int8send(p_versions[i])
                     || int4send(octet_length(topic_bytes)) || topic_bytes
-                    || int4send(octet_length(r.state)) || r.state);
+                    || int4send(octet_length(p_states[i])) || p_states[i]);
         positions := positions || head_pos;
         hashes := hashes || h;
-        grp := r.g;
+        picked := picked || i;
+        grp := p_groups[i];
         pos := head_pos;
         RETURN NEXT;
     END LOOP;
     INSERT INTO {s}.{events} (notification_id, originator_id, originator_version, topic, state)
-    SELECT p, n.id, n.ver, n.topic, n.state
-      FROM unnest(positions) WITH ORDINALITY AS q(p, ord)
-      JOIN (SELECT m.*, row_number() OVER (ORDER BY m.ord) AS rn
-              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
-                   WITH ORDINALITY AS m(id, ver, topic, state, g, ord)
-             WHERE NOT (m.g = ANY(bad))) AS n ON n.rn = q.ord;
-    INSERT INTO {s}.ledger_chain (position, hash)
-    SELECT * FROM unnest(positions, hashes);
-    INSERT INTO {s}.data_keys (memory_id, kek_id, wrapped)
-    SELECT k.id, k.kek, k.wrapped
-      FROM unnest(p_key_ids, p_key_groups, p_key_keks, p_key_wrapped) AS k(id, g, kek, wrapped)
-     WHERE NOT (k.g = ANY(bad))
-    ON CONFLICT (memory_id) DO NOTHING;
+    SELECT q.p, p_ids[q.i], p_versions[q.i], p_topics[q.i], p_states[q.i]
+      FROM unnest(positions, picked) AS q(p, i);
+    INSERT INTO {s}.ledger_chain (position, hash) SELECT * FROM unnest(positions, hashes);
+    IF coalesce(array_length(p_key_ids, 1), 0) > 0 THEN
+        INSERT INTO {s}.data_keys (memory_id, kek_id, wrapped)
+        SELECT k.id, k.kek, k.wrapped
+          FROM unnest(p_key_ids, p_key_groups, p_key_keks, p_key_wrapped) AS k(id, g, kek, wrapped)
+         WHERE NOT (k.g = ANY(bad))
+        ON CONFLICT (memory_id) DO NOTHING;
+    END IF;
     FOREACH grp IN ARRAY bad LOOP
         pos := NULL;
         RETURN NEXT;

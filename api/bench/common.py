@@ -1,0 +1,99 @@
+"""Shared pieces of the benchmarks: a scratch database, timing loops, percentiles."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+import psycopg
+from psycopg import sql
+
+from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
+from domain.settings import Settings
+
+
+class RunStats(msgspec.Struct, frozen=True, kw_only=True):
+    label: str
+    threads: int
+    operations: int
+    seconds: float
+    per_second: float
+    p50_ms: float
+    p95_ms: float
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@contextlib.contextmanager
+def scratch_database(name: str) -> Iterator[tuple[Settings, ConnectionParams]]:
+    """A fresh database on the configured server (or the embedded default), dropped after."""
+    base = Settings.from_env()
+    params, server = resolve_database(base)
+    server_for_bench: EmbeddedServer | None = server
+    with psycopg.connect(params.with_dbname("postgres").conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    target = params.with_dbname(name)
+    url = f"postgresql://{target.user}:{target.password}@/{name}?host={target.host}&port={target.port}"
+    settings = msgspec.structs.replace(base, database_url=url, data_dir=Path(base.data_dir))
+    try:
+        yield settings, target
+    finally:
+        with psycopg.connect(params.with_dbname("postgres").conninfo(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        if server_for_bench is not None:
+            server_for_bench.stop()
+
+
+def run_threads(
+    label: str, threads: int, seconds: float, make_worker: Callable[[int], Callable[[int], None]]
+) -> RunStats:
+    """Run ``threads`` workers for ``seconds``; each call of a worker is one timed operation."""
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    workers = [make_worker(i) for i in range(threads)]
+    start_barrier = threading.Barrier(threads + 1)
+    deadline = [0.0]
+
+    def loop(index: int) -> None:
+        work, mine = workers[index], latencies[index]
+        start_barrier.wait()
+        n = 0
+        while time.perf_counter() < deadline[0]:
+            began = time.perf_counter()
+            work(n)
+            mine.append(time.perf_counter() - began)
+            n += 1
+
+    pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    began = time.perf_counter()
+    deadline[0] = began + seconds
+    start_barrier.wait()
+    for t in pool:
+        t.join()
+    elapsed = time.perf_counter() - began
+    flat = [x for per in latencies for x in per]
+    return RunStats(
+        label=label,
+        threads=threads,
+        operations=len(flat),
+        seconds=round(elapsed, 3),
+        per_second=round(len(flat) / elapsed, 1),
+        p50_ms=round(percentile(flat, 0.50) * 1000, 3),
+        p95_ms=round(percentile(flat, 0.95) * 1000, 3),
+    )
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
