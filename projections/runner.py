@@ -107,17 +107,18 @@ class ProjectionRunner:
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
             if not self._try_lock(conn):
                 return self.position(), 0
-            positions = {p.name: self.position_of_in(conn, p.name) for p in self.projections}
-            start = min(positions.values(), default=0)
+            live = [p for p in self.projections if p.name not in self.errors]
+            positions = {p.name: self.position_of_in(conn, p.name) for p in live}
+            if not live:
+                return self.position(), 0
+            start = min(positions.values())
             events = self.ledger.read(start, BATCH_SIZE)
             if not events:
                 return start, 0
             last = events[-1].position
             assert last is not None
             with conn.cursor() as curs:
-                for projection in self.projections:
-                    if projection.name in self.errors:
-                        continue
+                for projection in live:
                     pending = [e for e in events if (e.position or 0) > positions[projection.name]]
                     if pending:
                         self._apply(curs, projection, pending, last)

@@ -19,7 +19,8 @@ class Classification(msgspec.Struct, frozen=True):
     secrets: tuple[str, ...] = ()
 
 
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+# The lookbehind starts a match only where a local part starts: linear, not quadratic, time.
+_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 _PHONE = re.compile(
     r"(?<![\w+])(?:"
     # grouped: optional +country, optional (area), then groups split by space, dot or dash
@@ -36,9 +37,12 @@ _NOT_PHONE = re.compile(
     r"|(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])"
 )
 _CARD_RUN = re.compile(r"(?<!\d)\d+(?:[ -]\d+)*(?!\d)")
+_MIN_CARD_GROUP = 3
 _NATIONAL_IDS: dict[str, re.Pattern[str]] = {
     "us_ssn": re.compile(r"(?<!\d)(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?!\d)"),
-    "uk_nino": re.compile(r"\b(?![DFIQUV])[A-CEGHJ-PR-TW-Z](?![DFIQUVO])[A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"),
+    "uk_nino": re.compile(
+        r"\b(?![DFIQUV])[A-CEGHJ-PR-TW-Z](?![DFIQUVO])[A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"
+    ),
     "iban": re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}(?: ?[A-Z0-9]{1,3})?\b"),
 }
 # Words after "password is" that describe a password instead of being one.
@@ -75,7 +79,7 @@ def luhn_valid(digits: str) -> bool:
 
 
 def _card_spans(text: str) -> list[tuple[int, int]]:
-    """Spans of Luhn-valid 13-19 digit numbers, written whole or in groups.
+    """Spans of Luhn-valid 13-19 digit numbers, written whole or in groups of 3 or more.
 
     Every run of consecutive groups is a candidate, so a card written right after
     another number ("ref 12345 4111 1111 1111 1111") is still found.
@@ -86,11 +90,14 @@ def _card_spans(text: str) -> list[tuple[int, int]]:
         for first in range(len(groups)):
             digits = ""
             for last in range(first, len(groups)):
-                digits += text[groups[last][0] : groups[last][1]]
+                start, end = groups[last]
+                if end - start < _MIN_CARD_GROUP:
+                    break
+                digits += text[start:end]
                 if len(digits) > 19:
                     break
                 if len(digits) >= 13 and luhn_valid(digits):
-                    spans.append((groups[first][0], groups[last][1]))
+                    spans.append((groups[first][0], end))
     return spans
 
 

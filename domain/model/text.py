@@ -9,9 +9,39 @@ _SPACE = re.compile(r"\s+")
 _WORD = re.compile(r"\w+")
 FILLER_WORDS = frozenset(
     {
-        "ok", "okay", "k", "yes", "no", "yeah", "yep", "nope", "sure", "thanks", "thank",
-        "you", "thx", "hi", "hello", "hey", "bye", "lol", "hmm", "hm", "uh", "um", "ah",
-        "oh", "cool", "nice", "great", "good", "fine", "right", "test", "testing", "asdf",
+        "ok",
+        "okay",
+        "k",
+        "yes",
+        "no",
+        "yeah",
+        "yep",
+        "nope",
+        "sure",
+        "thanks",
+        "thank",
+        "you",
+        "thx",
+        "hi",
+        "hello",
+        "hey",
+        "bye",
+        "lol",
+        "hmm",
+        "hm",
+        "uh",
+        "um",
+        "ah",
+        "oh",
+        "cool",
+        "nice",
+        "great",
+        "good",
+        "fine",
+        "right",
+        "test",
+        "testing",
+        "asdf",
     }
 )
 MIN_ALNUM_CHARACTERS = 3
@@ -20,15 +50,17 @@ MIN_ALNUM_CHARACTERS = 3
 # punctuation and stay as well.
 _MEANINGFUL_EDGE_PUNCTUATION = frozenset("#%\u2030\u2031")
 _SIGNS = frozenset("-\u2212")
+_INVISIBLE = frozenset({"Cc", "Cf"})  # control and format characters: BOM, zero-width space
 _MAX_PASSES = 8
 
 
 def _strippable(text: str, index: int, start: int, end: int) -> bool:
     """Whether ``text[index]``, an edge of ``text[start:end]``, carries no meaning there."""
     char = text[index]
-    if char.isspace():
+    category = unicodedata.category(char)
+    if char.isspace() or category in _INVISIBLE:
         return True
-    if not unicodedata.category(char).startswith("P"):
+    if not category.startswith("P"):
         return False
     if char in _MEANINGFUL_EDGE_PUNCTUATION:
         return False

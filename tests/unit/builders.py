@@ -118,12 +118,19 @@ def memory(
 
 
 def claim(
-    kind: ClaimKind, holders: Iterable[UUID] = (), *, id: UUID | None = None,  # noqa: A002
-    namespace: str = NS, version: int | None = None,
+    kind: ClaimKind,
+    holders: Iterable[UUID] = (),
+    *,
+    id: UUID | None = None,  # noqa: A002
+    namespace: str = NS,
+    version: int | None = None,
 ) -> Claim:
     held = tuple(holders)
     return Claim(
-        id=id or uid(), kind=kind, namespace=namespace, holders=held,
+        id=id or uid(),
+        kind=kind,
+        namespace=namespace,
+        holders=held,
         version=(1 if held else 0) if version is None else version,
     )
 
@@ -142,12 +149,18 @@ def write_state(
     ref: Iterable[MemoryState] | None = None,
 ) -> WriteState:
     """A WriteState whose claims are held by the given memories (and knows all of them)."""
-    text, slot_list, ref_list = list(text), None if slot is None else list(slot), None if ref is None else list(ref)
+    text, slot_list, ref_list = (
+        list(text),
+        None if slot is None else list(slot),
+        None if ref is None else list(ref),
+    )
     holders = {m.id: m for m in [*text, *(slot_list or []), *(ref_list or [])]}
     return WriteState(
         text_claim=claim("text", (m.id for m in text), id=TEXT_CLAIM_ID),
         slot_claim=None if slot_list is None else claim("slot", (m.id for m in slot_list), id=SLOT_CLAIM_ID),
-        source_ref_claim=None if ref_list is None else claim("source_ref", (m.id for m in ref_list), id=REF_CLAIM_ID),
+        source_ref_claim=None
+        if ref_list is None
+        else claim("source_ref", (m.id for m in ref_list), id=REF_CLAIM_ID),
         holders=holders,
     )
 
@@ -223,7 +236,9 @@ class Store:
         ref = None if ref_id is None else self.claim(ref_id, "source_ref")
         wanted = [h for c in (text, slot, ref) if c is not None for h in c.holders]
         return WriteState(
-            text_claim=text, slot_claim=slot, source_ref_claim=ref,
+            text_claim=text,
+            slot_claim=slot,
+            source_ref_claim=ref,
             holders={h: self.memories[h] for h in wanted if h in self.memories},
         )
 
@@ -237,7 +252,8 @@ class Store:
         """Decide a write against this store (claims keyed like the service's) and fold it."""
         namespace = identity.namespace
         slot_id = (
-            None if command.subject is None or command.attribute is None
+            None
+            if command.subject is None or command.attribute is None
             else slot_claim_id(command.subject, command.attribute, namespace)
         )
         ref = command.provenance.ref

@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from psycopg import Cursor
+
+from api.runtime import Runtime
+from domain.ledger.mapper import Recorded
+from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from domain.model.events import MemoryVerified
+from domain.model.identity import Identity
+from domain.settings import Settings
+from projections.disputes.projection import DisputesProjection
+from projections.memory_objects.projection import MemoryObjectsProjection
+from projections.reads import ReadModels
+
+AGENT = Identity("acme/eng", "agent-1", "agent")
+AGENT2 = Identity("acme/eng", "agent-2", "agent")
+HR = Identity("acme/eng", "hr", "member")
+ADMIN = Identity("acme", "lead", "admin")
+
+
+@pytest.fixture
+def runtime(settings: Settings) -> Iterator[Runtime]:
+    with Runtime(settings, follow=True) as rt:
+        yield rt
+
+
+def slot_write(content: str, value: str, source: str = "conversation", when: datetime | None = None) -> WriteMemory:
+    return WriteMemory(
+        content=content, subject="dana", attribute="city", value=value,
+        provenance=ProvenanceClaim(source=source), event_time=when,
+    )
+
+
+def test_read_your_writes_sees_the_fact_just_written(runtime: Runtime) -> None:
+    for n in range(20):
+        result = runtime.memory.write(AGENT, WriteMemory(content=f"Deploys of service {n} need approval"))
+        view = runtime.reads.read(AGENT, result.id, after=result.position)  # type: ignore[arg-type]
+        assert view is not None
+        assert view.content == f"Deploys of service {n} need approval"
+        assert view.status == "active"
+        assert view.trust_tier == "canonical"
+        assert view.provenance[0].source == "conversation"
+        assert view.provenance[0].content_hash is not None
+
+
+def test_memory_objects_keep_both_time_axes(runtime: Runtime) -> None:
+    old = runtime.memory.write(AGENT, slot_write("Dana lives in Lyon", "Lyon", when=datetime(2026, 1, 1, tzinfo=UTC)))
+    new = runtime.memory.write(HR, slot_write("Dana lives in Oslo", "Oslo", "manual", datetime(2026, 3, 1, tzinfo=UTC)))
+    assert new.outcome == "superseded"
+    old_view = runtime.reads.read(AGENT, old.id, after=new.position)  # type: ignore[arg-type]
+    assert old_view is not None
+    assert old_view.valid_to == datetime(2026, 3, 1, tzinfo=UTC)
+    assert old_view.retired_at is None  # succession: still believed
+    assert old_view.superseded_by == [new.id]
+    correction = runtime.memory.write(HR, slot_write("Dana lives in Bergen", "Bergen", "manual", datetime(2026, 2, 1, tzinfo=UTC)))
+    assert correction.outcome == "superseded"
+    oslo = runtime.reads.read(AGENT, new.id, after=correction.position)  # type: ignore[arg-type]
+    assert oslo is not None
+    assert oslo.status == "retired"
+    assert oslo.retired_at is not None
+    steps = runtime.reads.history(AGENT, old.id) or []
+    assert [s.id for s in steps] == [old.id, new.id, correction.id]
+    assert [s.kind for s in steps] == ["succession", "correction", None]
+    assert all(s.reason == "slot" for s in steps[:2])
+
+
+def test_scope_hides_siblings_descendants_and_lookalikes(runtime: Runtime) -> None:
+    written = runtime.memory.write(AGENT, WriteMemory(content="The eng on-call rota is weekly"))
+    runtime.reads.wait_for(written.position)
+    assert written.id is not None
+    assert runtime.reads.read(AGENT, written.id) is not None
+    assert runtime.reads.read(Identity("acme/eng/platform", "a", "agent"), written.id) is not None  # ancestor visible
+    for outsider in ("acme/engineering", "acme/sales", "acme", "other/eng", "acme/en"):
+        assert runtime.reads.read(Identity(outsider, "x", "agent"), written.id) is None
+
+
+def test_disputed_memory_is_invisible_until_upheld(runtime: Runtime) -> None:
+    runtime.memory.write(HR, slot_write("Dana lives in Oslo", "Oslo", "manual"))
+    contra = runtime.memory.write(AGENT, slot_write("Dana lives in Rome", "Rome"))
+    assert contra.outcome == "disputed"
+    assert contra.id is not None
+    assert runtime.reads.read(AGENT, contra.id, after=contra.position) is None
+    disputes = runtime.reads.disputes(ADMIN)
+    assert [d.id for d in disputes] == [contra.dispute_id]
+    assert runtime.reads.disputes(Identity("other", "x", "admin")) == []
+    assert contra.dispute_id is not None
+    resolved = runtime.memory.resolve_dispute(ADMIN, ResolveDispute(dispute_id=contra.dispute_id, decision="uphold_new"))
+    view = runtime.reads.read(AGENT, contra.id, after=resolved.position)
+    assert view is not None
+    assert view.status == "active"
+    assert runtime.reads.disputes(ADMIN) == []
+    assert runtime.reads.disputes(ADMIN, status="resolved")[0].decision == "uphold_new"
+
+
+def test_verification_projects_tier_and_verifier(runtime: Runtime) -> None:
+    written = runtime.memory.write(AGENT, WriteMemory(content="The staging database is pg-stage-3"))
+    assert written.id is not None
+    verified = runtime.memory.verify(AGENT2, VerifyMemory(memory_id=written.id, supports=True))
+    view = runtime.reads.read(AGENT, written.id, after=verified.position)
+    assert view is not None
+    assert view.trust_tier == "verified"
+    assert [v.actor for v in view.verifications] == ["agent-2"]
+
+
+def test_rebuilt_projection_equals_the_live_one(runtime: Runtime, settings: Settings) -> None:
+    for n in range(5):
+        runtime.memory.write(AGENT, slot_write(f"Dana lives in city {n}", f"city {n}"))
+    runtime.memory.write(HR, slot_write("Dana lives in Oslo", "Oslo", "manual"))
+    last = runtime.memory.write(AGENT, WriteMemory(content="Builds run on arm64 runners"))
+    runtime.reads.wait_for(last.position)
+
+    def snapshot() -> list[Any]:
+        with runtime.ledger.datastore.get_connection() as conn:
+            return conn.execute(
+                "SELECT id, namespace, content, status, trust_tier, valid_from, valid_to, retired_at,"
+                " superseded_by, provenance FROM memwarden.memory_objects ORDER BY id"
+            ).fetchall()
+
+    live = snapshot()
+    with runtime.ledger.datastore.get_connection() as conn:
+        conn.execute("TRUNCATE memwarden.memory_objects, memwarden.memory_supersedence, memwarden.disputes")
+        conn.execute("DELETE FROM memwarden.projection_tracking")
+    runtime.reads.wait_for(last.position)
+    assert snapshot() == live
+    assert len(live) == 7
+
+
+class _Poisoned(MemoryObjectsProjection):
+    """Fails on any verification event: stands for a bug in a projection."""
+
+    def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        for recorded in events:
+            if isinstance(recorded.event, MemoryVerified):
+                raise ValueError("cannot process verification")
+        super().apply(curs, schema, events)
+
+
+def test_poison_event_stops_the_projection_at_its_position(settings: Settings) -> None:
+    with Runtime(settings, follow=False) as runtime:
+        first = runtime.memory.write(AGENT, WriteMemory(content="Incidents are reviewed on Fridays"))
+        assert first.id is not None
+        verified = runtime.memory.verify(AGENT2, VerifyMemory(memory_id=first.id, supports=True))
+        after = runtime.memory.write(AGENT, WriteMemory(content="Postmortems are blameless"))
+        reads = ReadModels(runtime.ledger, runtime.core.params.conninfo(), [_Poisoned(), DisputesProjection()], 0.5)
+        with runtime.ledger.datastore.get_connection() as conn:
+            conn.execute("TRUNCATE memwarden.memory_objects, memwarden.memory_supersedence, memwarden.disputes")
+            conn.execute("DELETE FROM memwarden.projection_tracking")
+        reads.runner.catch_up()
+        status = {s.name: s for s in reads.runner.status()}
+        poison_position = verified.position - 1  # the verification event; the audit record follows it
+        assert status["memory_objects"].stopped_at == poison_position
+        assert status["memory_objects"].position == poison_position - 1
+        assert status["memory_objects"].error is not None
+        assert status["disputes"].position == after.position
+        with pytest.raises(Exception, match="waiting for"):
+            reads.wait_for(after.position)
