@@ -113,6 +113,14 @@ def run_demo(runtime: Runtime, say: Say = print) -> dict[str, Any]:
         f"   -> dispute {resolved.dispute.status}: {resolved.dispute.decision} by {resolved.dispute.reviewer}"
     )
 
+    return _second_half(runtime, say, locals())
+
+
+def _second_half(runtime: Runtime, say: Say, seen: dict[str, Any]) -> dict[str, Any]:
+    """Steps 6-9: history, verification, and proving the ledger (and catching a tamper)."""
+    memory, reads = runtime.memory, runtime.reads
+    agent, agent2, hr = seen["agent"], seen["agent2"], seen["hr"]
+    first, dup, newer, contra, resolved = (seen[k] for k in ("first", "dup", "newer", "contra", "resolved"))
     _step(say, 6, "The fact's history, both directions, both time axes.")
     steps = reads.history(agent, newer.id or uuid.UUID(int=0), after=resolved.position) or []
     for s in steps:

@@ -77,15 +77,17 @@ def _plain_worker(conninfo: str) -> Callable[[int], Callable[[int], None]]:
 def run_write_bench(args: argparse.Namespace) -> int:
     counts = [int(c) for c in str(args.writers).split(",") if c.strip()]
     rows: list[WriteBenchRow] = []
-    with scratch_database("memwarden_bench_write") as (settings, params):
-        settings = msgspec.structs.replace(settings, pool_size=max(counts) + 2)
+    with scratch_database("memwarden_bench_write") as (scratch, params):
+        settings = msgspec.structs.replace(scratch, pool_size=max(counts) + 2)
         with psycopg.connect(params.conninfo(), autocommit=True) as conn:
             conn.execute("CREATE TABLE bench_scratch (id bigserial PRIMARY KEY, writer int, body text)")
         with Core(settings) as core:
             for writers in counts:
                 run_threads("warm-up", writers, min(1.0, args.seconds), _memwarden_worker(core, writers))
                 ours = run_threads("memwarden write", writers, args.seconds, _memwarden_worker(core, writers))
-                plain = run_threads("plain INSERT+commit", writers, args.seconds, _plain_worker(params.conninfo()))
+                plain = run_threads(
+                    "plain INSERT+commit", writers, args.seconds, _plain_worker(params.conninfo())
+                )
                 ratio = round(ours.per_second / plain.per_second, 3) if plain.per_second else 0.0
                 rows.append(WriteBenchRow(writers, ours, plain, ratio, TARGETS.get(writers)))
             report = core.ledger.verify()
@@ -99,12 +101,16 @@ def run_write_bench(args: argparse.Namespace) -> int:
 def _print_table(rows: list[WriteBenchRow], chain_ok: bool, events: int) -> None:
     out = sys.stdout.write
     out("memwarden bench write — domain + ledger (no HTTP) vs plain INSERT+commit, same server, same run\n")
-    out(f"{'writers':>7} | {'memwarden w/s':>13} {'p50 ms':>8} {'p95 ms':>8} | "
-        f"{'plain w/s':>10} {'p50 ms':>8} {'p95 ms':>8} | {'ratio':>6} {'target':>7}\n")
+    out(
+        f"{'writers':>7} | {'memwarden w/s':>13} {'p50 ms':>8} {'p95 ms':>8} | "
+        f"{'plain w/s':>10} {'p50 ms':>8} {'p95 ms':>8} | {'ratio':>6} {'target':>7}\n"
+    )
     for r in rows:
         target = f">={r.target:.0%}" if r.target is not None else "-"
         verdict = "" if r.target is None else ("  ok" if r.ratio >= r.target else "  MISSED")
-        out(f"{r.writers:>7} | {r.memwarden.per_second:>13.1f} {r.memwarden.p50_ms:>8.3f} {r.memwarden.p95_ms:>8.3f} | "
+        out(
+            f"{r.writers:>7} | {r.memwarden.per_second:>13.1f} {r.memwarden.p50_ms:>8.3f} {r.memwarden.p95_ms:>8.3f} | "
             f"{r.plain_insert.per_second:>10.1f} {r.plain_insert.p50_ms:>8.3f} {r.plain_insert.p95_ms:>8.3f} | "
-            f"{r.ratio:>6.1%} {target:>7}{verdict}\n")
+            f"{r.ratio:>6.1%} {target:>7}{verdict}\n"
+        )
     out(f"ledger after the run: {events} events, chain {'verifies' if chain_ok else 'BROKEN'}\n")

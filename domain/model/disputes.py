@@ -15,13 +15,15 @@ from domain.model.events import (
     Event,
     MemoryReleased,
     MemoryRetired,
+    MemorySuperseded,
     MemoryWritten,
     Provenance,
 )
 from domain.model.identity import REVIEWER_ROLES, Identity
 from domain.model.memory import Claim, DisputeState, MemoryState
 from domain.model.namespaces import is_within
-from domain.model.write import supersede, verify_content
+from domain.model.text import normalize
+from domain.model.write import stays_current, supersede, verify_content
 
 
 class ResolveState(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +33,8 @@ class ResolveState(msgspec.Struct, frozen=True, kw_only=True):
     slot_claim: Claim | None = None
     text_claim: Claim | None = None
     """The text claim of what becomes active (the new memory's text, or the edit's)."""
+    holders: dict[UUID, MemoryState] = msgspec.field(default_factory=dict)
+    """The memories the slot claim names, so a resolution sees the slot as it is now."""
 
 
 def check_reviewer(reviewer: Identity, dispute: DisputeState | None) -> DisputeState:
@@ -71,21 +75,42 @@ def decide_resolve(
             memory_id=new.id, reason=command.reason or "rejected in review", dispute_id=dispute.id, at=now
         )
         return (retired, resolved)
-    incumbent_current = incumbent.is_current(now)
     if command.decision == "both_valid":
         released = MemoryReleased(memory_id=new.id, dispute_id=dispute.id, at=now)
         claims = _activate(state, new.id, (), now)
         return (released, *claims, resolved)
     if command.decision == "uphold_new":
-        supersedes = (incumbent.id,) if incumbent_current else ()
-        events: list[Event] = [
-            MemoryReleased(memory_id=new.id, dispute_id=dispute.id, supersedes=supersedes, at=now)
-        ]
-        if incumbent_current:
-            events.append(supersede(incumbent, new.id, new.valid_from, reason, now))
-        events.extend(_activate(state, new.id, supersedes, now))
-        return (*events, resolved)
+        displaced = _displaced(state, new.slot_value, new.id, now)
+        supersessions = [supersede(m, new.id, new.valid_from, reason, now) for m in displaced]
+        released = MemoryReleased(
+            memory_id=new.id, dispute_id=dispute.id, supersedes=tuple(m.id for m in displaced), at=now
+        )
+        claims = _activate(state, new.id, _leaving(supersessions, now), now)
+        return (released, *supersessions, *claims, resolved)
     return _edit(command, reviewer, state, policy, now, replacement_id, resolved)
+
+
+def _displaced(state: ResolveState, value: str, winner: UUID, now: datetime) -> list[MemoryState]:
+    """What the accepted memory supersedes: the incumbent, and every current slot holder
+    with another value (the slot may have moved on while the dispute was open)."""
+    found: dict[UUID, MemoryState] = {}
+    if state.incumbent is not None and state.incumbent.is_current(now):
+        found[state.incumbent.id] = state.incumbent
+    holders = state.slot_claim.holders if state.slot_claim is not None else ()
+    for holder in (state.holders.get(h) for h in holders):
+        if (
+            holder is not None
+            and holder.id != winner
+            and holder.is_current(now)
+            and holder.slot_value != value
+        ):
+            found[holder.id] = holder
+    return list(found.values())
+
+
+def _leaving(supersessions: list[MemorySuperseded], now: datetime) -> tuple[UUID, ...]:
+    """Superseded memories that stop being current now (so they leave the slot claim)."""
+    return tuple(s.memory_id for s in supersessions if not stays_current(s, now))
 
 
 def _edit(
@@ -106,7 +131,8 @@ def _edit(
     classification, rejections = verify_content(command.content, policy)
     if rejections:
         raise InvalidRequest("; ".join(r.detail for r in rejections))
-    incumbent_current = incumbent.is_current(now)
+    value = command.value if command.value is not None else new.value
+    displaced = _displaced(state, normalize(value if value is not None else command.content), new.id, now)
     written = MemoryWritten(
         memory_id=replacement_id,
         namespace=new.namespace,
@@ -114,7 +140,7 @@ def _edit(
         type=new.type,
         scope=new.scope,
         content=command.content,
-        value=command.value if command.value is not None else new.value,
+        value=value,
         subject=new.subject,
         attribute=new.attribute,
         tags=new.tags,
@@ -124,7 +150,7 @@ def _edit(
         valid_from=new.valid_from,
         status="active",
         trust_tier="canonical",
-        supersedes=(incumbent.id,) if incumbent_current else (),
+        supersedes=tuple(m.id for m in displaced),
         classification=classification,
         reason="dispute:edit",
         at=now,
@@ -135,9 +161,9 @@ def _edit(
             memory_id=new.id, reason="replaced by a reviewer's edit", dispute_id=resolved.dispute_id, at=now
         ),
     ]
-    if incumbent_current:
-        events.append(supersede(incumbent, replacement_id, new.valid_from, "dispute:edit", now))
-    events.extend(_activate(state, replacement_id, (incumbent.id,), now))
+    supersessions = [supersede(m, replacement_id, new.valid_from, "dispute:edit", now) for m in displaced]
+    events.extend(supersessions)
+    events.extend(_activate(state, replacement_id, (new.id, *_leaving(supersessions, now)), now))
     return (*events, resolved)
 
 

@@ -94,9 +94,14 @@ class MemoryRetired(MemoryEvent, frozen=True, kw_only=True):
 
 
 class MemoryReaffirmed(MemoryEvent, frozen=True, kw_only=True):
-    """An identical later write: its provenance joins the memory (dedupe)."""
+    """An identical later write: its provenance joins the memory (dedupe).
+
+    ``trust_tier`` is the tier after the join: a verifier that becomes a writer no
+    longer counts as independent.
+    """
 
     provenance: Provenance
+    trust_tier: TrustTier | None = None
 
 
 class MemoryVerified(MemoryEvent, frozen=True, kw_only=True):

@@ -87,11 +87,18 @@ class MemoryState(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-def trust_tier_from(verifications: tuple[Verification, ...], base: TrustTier) -> TrustTier:
-    """Verified when independent supports outnumber refutations (latest word per actor)."""
+def trust_tier_from(
+    verifications: tuple[Verification, ...], base: TrustTier, writers: frozenset[str]
+) -> TrustTier:
+    """Verified when independent supports outnumber refutations (latest word per actor).
+
+    Only actors that are not among the memory's writers count: a verifier who later
+    wrote the same fact (a dedupe joined its provenance) is no longer independent.
+    """
     latest: dict[str, bool] = {}
     for verification in verifications:
-        latest[verification.actor] = verification.supports
+        if verification.actor not in writers:
+            latest[verification.actor] = verification.supports
     supports = sum(latest.values())
     refutes = len(latest) - supports
     if base == "candidate":
@@ -145,9 +152,11 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
     if isinstance(event, MemoryRetired):
         return replace(state, status="retired", retired_at=event.at, version=version)
     if isinstance(event, MemoryReaffirmed):
-        if event.provenance in state.provenance:
-            return replace(state, version=version)
-        return replace(state, provenance=(*state.provenance, event.provenance), version=version)
+        provenance = state.provenance
+        if event.provenance not in provenance:
+            provenance = (*provenance, event.provenance)
+        tier = event.trust_tier or state.trust_tier
+        return replace(state, provenance=provenance, trust_tier=tier, version=version)
     if isinstance(event, MemoryVerified):
         verification = Verification(actor=event.actor, supports=event.supports, at=event.at)
         return replace(

@@ -8,7 +8,7 @@ from domain.model.errors import InvalidRequest
 
 MAX_NAMESPACE_LENGTH = 255
 MAX_DEPTH = 16
-_SEGMENT = re.compile(r"^[^\s/\x00-\x1f]{1,64}$")
+_SEGMENT = re.compile(r"[^\s/\x00-\x1f]{1,64}")
 
 
 def validate_namespace(namespace: str) -> str:
@@ -21,7 +21,7 @@ def validate_namespace(namespace: str) -> str:
     if len(segments) > MAX_DEPTH:
         raise InvalidRequest(f"namespace deeper than {MAX_DEPTH} segments")
     for segment in segments:
-        if not _SEGMENT.match(segment):
+        if not _SEGMENT.fullmatch(segment):
             raise InvalidRequest(
                 f"namespace segment {segment!r} must be 1-64 characters without '/' or spaces"
             )

@@ -38,6 +38,6 @@ def decide_verify(
         actor=identity.actor,
         supports=command.supports,
         note=command.note,
-        trust_tier=trust_tier_from(verifications, memory.trust_tier),
+        trust_tier=trust_tier_from(verifications, memory.trust_tier, memory.writers),
         at=now,
     )

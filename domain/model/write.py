@@ -22,7 +22,7 @@ from domain.model.events import (
     SupersedenceKind,
 )
 from domain.model.identity import WRITER_ROLES, Identity
-from domain.model.memory import Claim, MemoryState
+from domain.model.memory import Claim, MemoryState, trust_tier_from
 from domain.model.text import is_low_information, normalize
 from domain.model.trust import HUMAN_ONLY_SOURCES, source_rank
 
@@ -123,6 +123,11 @@ def supersede(
     )
 
 
+def stays_current(superseded: MemorySuperseded, now: datetime) -> bool:
+    """A succession that starts in the future leaves the old memory current until then."""
+    return superseded.kind == "succession" and superseded.valid_to is not None and superseded.valid_to > now
+
+
 def current_holders(claim: Claim | None, state: WriteState, now: datetime) -> list[MemoryState]:
     if claim is None:
         return []
@@ -187,11 +192,12 @@ def decide_write(
         status="active",
         supersedes=tuple(contradicted),
     )
-    events: list[Event] = [written]
-    events.extend(supersede(m, memory_id, valid_from, reason, now) for m, reason in contradicted.values())
+    supersessions = [supersede(m, memory_id, valid_from, reason, now) for m, reason in contradicted.values()]
+    still_current = {s.memory_id for s in supersessions if stays_current(s, now)}
+    events: list[Event] = [written, *supersessions]
     events.append(_claim(state.text_claim, (memory_id,), now))
     if state.slot_claim is not None:
-        keep = tuple(m.id for m in slot_holders if m.id not in contradicted)
+        keep = tuple(m.id for m in slot_holders if m.id not in contradicted or m.id in still_current)
         events.append(_claim(state.slot_claim, (*keep, memory_id), now))
     if state.source_ref_claim is not None:
         events.append(_claim(state.source_ref_claim, (memory_id,), now))
@@ -210,7 +216,9 @@ def _deduplicate(
     """An equal current memory exists: no new memory. The write is still recorded on the
     memory's stream (its provenance joins, once), which also makes the dedupe decision
     conflict with any concurrent change to that memory."""
-    reaffirmed = MemoryReaffirmed(memory_id=existing.id, provenance=provenance, at=now)
+    writers = existing.writers | {provenance.actor}
+    tier = trust_tier_from(existing.verifications, existing.trust_tier, writers)
+    reaffirmed = MemoryReaffirmed(memory_id=existing.id, provenance=provenance, trust_tier=tier, at=now)
     return WriteDecision(
         outcome="deduplicated",
         memory_id=existing.id,

@@ -79,8 +79,11 @@ class ClaimIds:
         digest = hmac.new(self._key, "\x00".join(parts).encode(), hashlib.sha256).digest()
         return UUID(bytes=digest[:16], version=4)
 
-    def text(self, namespace: str, content: str) -> UUID:
-        return self._id("text", namespace, normalize(content))
+    def text(self, namespace: str, content: str, value: str | None = None) -> UUID:
+        """Equal text is a duplicate; with a structured value, equal text and value."""
+        if value is None:
+            return self._id("text", namespace, normalize(content))
+        return self._id("text+value", namespace, normalize(content), normalize(value))
 
     def slot(self, namespace: str, subject: str, attribute: str) -> UUID:
         return self._id("slot", namespace, normalize(subject), normalize(attribute))
@@ -167,7 +170,7 @@ class MemoryService:
 
     def _write_claims(self, namespace: str, command: WriteMemory) -> list[tuple[UUID, ClaimKind, str]]:
         wanted: list[tuple[UUID, ClaimKind, str]] = [
-            (self.claim_ids.text(namespace, command.content), "text", namespace)
+            (self.claim_ids.text(namespace, command.content, command.value), "text", namespace)
         ]
         if command.subject is not None and command.attribute is not None:
             wanted.append(
@@ -197,12 +200,15 @@ class MemoryService:
             memories = self.streams.memories([dispute.memory_id, dispute.incumbent_id])
             new = memories.get(dispute.memory_id)
             claims = self._resolve_claims(dispute, new, command)
+            holders = self.streams.memories(h for c in claims.values() if c.kind == "slot" for h in c.holders)
+            memories = {**holders, **memories}
             state = ResolveState(
                 dispute=dispute,
                 new=new,
                 incumbent=memories.get(dispute.incumbent_id),
                 slot_claim=next((c for c in claims.values() if c.kind == "slot"), None),
                 text_claim=next((c for c in claims.values() if c.kind == "text"), None),
+                holders=holders,
             )
             events = decide_resolve(
                 command, identity, state, self.policy_for(dispute.namespace), now, replacement_id
@@ -226,10 +232,14 @@ class MemoryService:
     ) -> dict[UUID, Claim]:
         if new is None or command.decision == "keep_old":
             return {}
-        content = command.content if command.decision == "edit" else new.content
+        if command.decision == "edit":
+            content = command.content
+            value = command.value if command.value is not None else new.value
+        else:
+            content, value = new.content, new.value
         wanted: list[tuple[UUID, ClaimKind, str]] = []
         if content is not None:
-            wanted.append((self.claim_ids.text(dispute.namespace, content), "text", dispute.namespace))
+            wanted.append((self.claim_ids.text(dispute.namespace, content, value), "text", dispute.namespace))
         if new.subject is not None and new.attribute is not None:
             slot_id = self.claim_ids.slot(dispute.namespace, new.subject, new.attribute)
             wanted.append((slot_id, "slot", dispute.namespace))

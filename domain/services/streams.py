@@ -162,7 +162,10 @@ class Streams:
 
 
 _EVOLVERS: dict[type[Event], Callable[[Any, Event], Any]] = {
-    **dict.fromkeys((MemoryWritten, MemorySuperseded, MemoryReleased, MemoryRetired, MemoryReaffirmed, MemoryVerified), evolve_memory),
+    **dict.fromkeys(
+        (MemoryWritten, MemorySuperseded, MemoryReleased, MemoryRetired, MemoryReaffirmed, MemoryVerified),
+        evolve_memory,
+    ),
     DisputeOpened: evolve_dispute,
     DisputeResolved: evolve_dispute,
 }

@@ -208,9 +208,16 @@ def _reaffirmed(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
             "     'actor', %(actor)s::text, 'ref', %(ref)s::text, 'content_hash',"
             "     CASE WHEN content IS NULL THEN NULL ELSE encode(sha256(convert_to(content, 'UTF8')), 'hex') END))"
             "   END,"
-            " trust_rank = greatest(trust_rank, %(rank)s), position = %(position)s WHERE id = %(id)s"
+            " trust_rank = greatest(trust_rank, %(rank)s), trust_tier = coalesce(%(tier)s, trust_tier),"
+            " position = %(position)s WHERE id = %(id)s"
         ).format(s=s),
-        {**entry, "rank": rank_of([e.provenance.source]), "position": r.position, "id": e.memory_id},
+        {
+            **entry,
+            "rank": rank_of([e.provenance.source]),
+            "tier": e.trust_tier,
+            "position": r.position,
+            "id": e.memory_id,
+        },
     )
 
 

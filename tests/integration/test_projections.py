@@ -29,10 +29,16 @@ def runtime(settings: Settings) -> Iterator[Runtime]:
         yield rt
 
 
-def slot_write(content: str, value: str, source: str = "conversation", when: datetime | None = None) -> WriteMemory:
+def slot_write(
+    content: str, value: str, source: str = "conversation", when: datetime | None = None
+) -> WriteMemory:
     return WriteMemory(
-        content=content, subject="dana", attribute="city", value=value,
-        provenance=ProvenanceClaim(source=source), event_time=when,
+        content=content,
+        subject="dana",
+        attribute="city",
+        value=value,
+        provenance=ProvenanceClaim(source=source),
+        event_time=when,
     )
 
 
@@ -49,15 +55,21 @@ def test_read_your_writes_sees_the_fact_just_written(runtime: Runtime) -> None:
 
 
 def test_memory_objects_keep_both_time_axes(runtime: Runtime) -> None:
-    old = runtime.memory.write(AGENT, slot_write("Dana lives in Lyon", "Lyon", when=datetime(2026, 1, 1, tzinfo=UTC)))
-    new = runtime.memory.write(HR, slot_write("Dana lives in Oslo", "Oslo", "manual", datetime(2026, 3, 1, tzinfo=UTC)))
+    old = runtime.memory.write(
+        AGENT, slot_write("Dana lives in Lyon", "Lyon", when=datetime(2026, 1, 1, tzinfo=UTC))
+    )
+    new = runtime.memory.write(
+        HR, slot_write("Dana lives in Oslo", "Oslo", "manual", datetime(2026, 3, 1, tzinfo=UTC))
+    )
     assert new.outcome == "superseded"
     old_view = runtime.reads.read(AGENT, old.id, after=new.position)  # type: ignore[arg-type]
     assert old_view is not None
     assert old_view.valid_to == datetime(2026, 3, 1, tzinfo=UTC)
     assert old_view.retired_at is None  # succession: still believed
     assert old_view.superseded_by == [new.id]
-    correction = runtime.memory.write(HR, slot_write("Dana lives in Bergen", "Bergen", "manual", datetime(2026, 2, 1, tzinfo=UTC)))
+    correction = runtime.memory.write(
+        HR, slot_write("Dana lives in Bergen", "Bergen", "manual", datetime(2026, 2, 1, tzinfo=UTC))
+    )
     assert correction.outcome == "superseded"
     oslo = runtime.reads.read(AGENT, new.id, after=correction.position)  # type: ignore[arg-type]
     assert oslo is not None
@@ -74,7 +86,9 @@ def test_scope_hides_siblings_descendants_and_lookalikes(runtime: Runtime) -> No
     runtime.reads.wait_for(written.position)
     assert written.id is not None
     assert runtime.reads.read(AGENT, written.id) is not None
-    assert runtime.reads.read(Identity("acme/eng/platform", "a", "agent"), written.id) is not None  # ancestor visible
+    assert (
+        runtime.reads.read(Identity("acme/eng/platform", "a", "agent"), written.id) is not None
+    )  # ancestor visible
     for outsider in ("acme/engineering", "acme/sales", "acme", "other/eng", "acme/en"):
         assert runtime.reads.read(Identity(outsider, "x", "agent"), written.id) is None
 
@@ -89,7 +103,9 @@ def test_disputed_memory_is_invisible_until_upheld(runtime: Runtime) -> None:
     assert [d.id for d in disputes] == [contra.dispute_id]
     assert runtime.reads.disputes(Identity("other", "x", "admin")) == []
     assert contra.dispute_id is not None
-    resolved = runtime.memory.resolve_dispute(ADMIN, ResolveDispute(dispute_id=contra.dispute_id, decision="uphold_new"))
+    resolved = runtime.memory.resolve_dispute(
+        ADMIN, ResolveDispute(dispute_id=contra.dispute_id, decision="uphold_new")
+    )
     view = runtime.reads.read(AGENT, contra.id, after=resolved.position)
     assert view is not None
     assert view.status == "active"
@@ -136,7 +152,7 @@ class _Poisoned(MemoryObjectsProjection):
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
         for recorded in events:
             if isinstance(recorded.event, MemoryVerified):
-                raise ValueError("cannot process verification")
+                raise TypeError("cannot process verification")
         super().apply(curs, schema, events)
 
 
@@ -146,9 +162,13 @@ def test_poison_event_stops_the_projection_at_its_position(settings: Settings) -
         assert first.id is not None
         verified = runtime.memory.verify(AGENT2, VerifyMemory(memory_id=first.id, supports=True))
         after = runtime.memory.write(AGENT, WriteMemory(content="Postmortems are blameless"))
-        reads = ReadModels(runtime.ledger, runtime.core.params.conninfo(), [_Poisoned(), DisputesProjection()], 0.5)
+        reads = ReadModels(
+            runtime.ledger, runtime.core.params.conninfo(), [_Poisoned(), DisputesProjection()], 0.5
+        )
         with runtime.ledger.datastore.get_connection() as conn:
-            conn.execute("TRUNCATE memwarden.memory_objects, memwarden.memory_supersedence, memwarden.disputes")
+            conn.execute(
+                "TRUNCATE memwarden.memory_objects, memwarden.memory_supersedence, memwarden.disputes"
+            )
             conn.execute("DELETE FROM memwarden.projection_tracking")
         reads.runner.catch_up()
         status = {s.name: s for s in reads.runner.status()}

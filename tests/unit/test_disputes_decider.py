@@ -111,6 +111,7 @@ class Scenario:
                 slot_claim_id("dana", "city", self.namespace), "slot", self.namespace
             ),
             text_claim=self.store.claim(text_claim_id(text, self.namespace), "text", self.namespace),
+            holders=dict(self.store.memories),
         )
 
     def resolve(

@@ -93,7 +93,7 @@ def v(actor: str, supports: bool, days: float = 0) -> Verification:
     ],
 )
 def test_trust_tier_from(verifications: tuple[Verification, ...], base: str, tier: str) -> None:
-    assert trust_tier_from(verifications, base) == tier  # type: ignore[arg-type]
+    assert trust_tier_from(verifications, base, frozenset()) == tier  # type: ignore[arg-type]
 
 
 def test_verification_is_a_value() -> None:

@@ -309,7 +309,9 @@ def test_an_equal_current_memory_dedupes_and_reaffirms() -> None:
     assert decision.memory_id == existing.id
     assert decision.dispute_id is None
     provenance = Provenance(source="document", actor=OTHER_AGENT.actor, ref="doc-1")
-    assert decision.events == (MemoryReaffirmed(memory_id=existing.id, provenance=provenance, at=T0),)
+    assert decision.events == (
+        MemoryReaffirmed(memory_id=existing.id, provenance=provenance, trust_tier="canonical", at=T0),
+    )
 
     folded = fold_memory(existing, decision.events, existing.id)
     assert folded.provenance == (*existing.provenance, provenance)
