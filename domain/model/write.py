@@ -153,7 +153,7 @@ def decide_write(
         source=command.provenance.source, actor=identity.actor, ref=command.provenance.ref
     )
 
-    duplicates = current_holders(state.text_claim, state, now)
+    duplicates = [m for m in current_holders(state.text_claim, state, now) if _same_value(m, command)]
     if duplicates:
         return _deduplicate(duplicates[0], provenance, classification, now)
 
@@ -208,6 +208,13 @@ def decide_write(
         classification=classification,
         events=tuple(events),
     )
+
+
+def _same_value(existing: MemoryState, command: WriteMemory) -> bool:
+    """Equal text is a duplicate unless both name a structured value and the values differ."""
+    if existing.value is None or command.value is None:
+        return True
+    return normalize(existing.value) == normalize(command.value)
 
 
 def _deduplicate(

@@ -79,11 +79,8 @@ class ClaimIds:
         digest = hmac.new(self._key, "\x00".join(parts).encode(), hashlib.sha256).digest()
         return UUID(bytes=digest[:16], version=4)
 
-    def text(self, namespace: str, content: str, value: str | None = None) -> UUID:
-        """Equal text is a duplicate; with a structured value, equal text and value."""
-        if value is None:
-            return self._id("text", namespace, normalize(content))
-        return self._id("text+value", namespace, normalize(content), normalize(value))
+    def text(self, namespace: str, content: str) -> UUID:
+        return self._id("text", namespace, normalize(content))
 
     def slot(self, namespace: str, subject: str, attribute: str) -> UUID:
         return self._id("slot", namespace, normalize(subject), normalize(attribute))
@@ -170,7 +167,7 @@ class MemoryService:
 
     def _write_claims(self, namespace: str, command: WriteMemory) -> list[tuple[UUID, ClaimKind, str]]:
         wanted: list[tuple[UUID, ClaimKind, str]] = [
-            (self.claim_ids.text(namespace, command.content, command.value), "text", namespace)
+            (self.claim_ids.text(namespace, command.content), "text", namespace)
         ]
         if command.subject is not None and command.attribute is not None:
             wanted.append(
@@ -232,14 +229,10 @@ class MemoryService:
     ) -> dict[UUID, Claim]:
         if new is None or command.decision == "keep_old":
             return {}
-        if command.decision == "edit":
-            content = command.content
-            value = command.value if command.value is not None else new.value
-        else:
-            content, value = new.content, new.value
+        content = command.content if command.decision == "edit" else new.content
         wanted: list[tuple[UUID, ClaimKind, str]] = []
         if content is not None:
-            wanted.append((self.claim_ids.text(dispute.namespace, content, value), "text", dispute.namespace))
+            wanted.append((self.claim_ids.text(dispute.namespace, content), "text", dispute.namespace))
         if new.subject is not None and new.attribute is not None:
             slot_id = self.claim_ids.slot(dispute.namespace, new.subject, new.attribute)
             wanted.append((slot_id, "slot", dispute.namespace))

@@ -643,3 +643,16 @@ def test_evolve_memory_rejects_events_before_written() -> None:
     event = MemoryReaffirmed(memory_id=uid(), provenance=Provenance("conversation", "a"), at=T0)
     with pytest.raises((TypeError, ValueError), match="before MemoryWritten"):
         evolve_memory(None, event)
+
+
+def test_equal_text_with_another_structured_value_is_not_a_duplicate() -> None:
+    existing = memory(
+        content="Dana's city", subject="dana", attribute="city", value="Lisbon", actor="agent-a"
+    )
+    decision = decide(
+        cmd("Dana's city", subject="dana", attribute="city", value="Porto"),
+        write_state(text=[existing], slot=[existing]),
+        identity=OTHER_AGENT,
+    )
+    assert decision.outcome == "superseded"
+    assert decision.supersedes == (existing.id,)
