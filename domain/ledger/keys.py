@@ -10,6 +10,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -24,16 +25,25 @@ class KeyConfigError(Exception):
     """Key material is missing, malformed or unreadable: nothing may proceed on a guess."""
 
 
-def _write_secret(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-
-
 def _read_or_create(path: Path, create: bytes) -> bytes:
-    with contextlib.suppress(FileExistsError):
-        _write_secret(path, create)
+    """Read the key file, creating it first if absent.
+
+    The new key is written to a private temporary file and then hard-linked into place:
+    linking fails if the file already exists, so when processes start together exactly
+    one key wins and no reader ever sees a half-written file.
+    """
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(create)
+                handle.flush()
+                os.fsync(handle.fileno())
+            with contextlib.suppress(FileExistsError):
+                Path(path).hardlink_to(temporary)
+        finally:
+            Path(temporary).unlink()
     return path.read_bytes()
 
 
