@@ -1,9 +1,11 @@
 """Group commit: concurrent appends in one process share one ledger transaction.
 
-Leader/follower: every writer queues its group and then takes the commit lock; the
-writer that holds it appends everything queued so far in one call. Writers whose group
-a previous leader already committed find it done and return at once. The table lock in
-PostgreSQL serializes appends anyway, so batching turns N lock waits and N fsyncs into one.
+Every writer queues its group. When no commit is in flight, the writer that notices
+becomes the leader: it takes everything queued so far and appends it in one call, while
+new writers keep queueing behind it. Followers sleep on a condition until their group is
+done, so a commit wakes them all at once instead of passing a lock from one to the next.
+The table lock in PostgreSQL serializes appends anyway; batching turns N lock waits,
+N round trips and N fsyncs into one.
 """
 
 from __future__ import annotations
@@ -19,42 +21,55 @@ MAX_GROUPS_PER_COMMIT = 256
 
 
 class _Pending(Generic[G, R]):
-    __slots__ = ("error", "group", "result")
+    __slots__ = ("done", "error", "group", "result")
 
     def __init__(self, group: G) -> None:
         self.group = group
         self.result: R | None = None
         self.error: BaseException | None = None
+        self.done = False
 
 
 class GroupCommitter(Generic[G, R]):
     def __init__(self, commit: Callable[[Sequence[G]], list[R]]) -> None:
         self._commit = commit
         self._queue: list[_Pending[G, R]] = []
-        self._queue_lock = threading.Lock()
-        self._commit_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._committing = False
 
     def submit(self, group: G) -> R:
         pending: _Pending[G, R] = _Pending(group)
-        with self._queue_lock:
+        with self._changed:
             self._queue.append(pending)
-        with self._commit_lock:
-            if pending.result is None and pending.error is None:
-                self._lead()
+        while True:
+            with self._changed:
+                while not pending.done and self._committing:
+                    self._changed.wait()
+                if pending.done:
+                    return self._outcome(pending)
+                self._committing = True
+                batch = self._queue[:MAX_GROUPS_PER_COMMIT]
+                del self._queue[:MAX_GROUPS_PER_COMMIT]
+            self._lead(batch)
+
+    def _lead(self, batch: list[_Pending[G, R]]) -> None:
+        try:
+            results = self._commit([p.group for p in batch])
+        except BaseException as error:  # noqa: BLE001 - handed to every writer of the batch
+            for p in batch:
+                p.error = error
+        else:
+            for p, result in zip(batch, results, strict=True):
+                p.result = result
+        with self._changed:
+            for p in batch:
+                p.done = True
+            self._committing = False
+            self._changed.notify_all()
+
+    @staticmethod
+    def _outcome(pending: _Pending[G, R]) -> R:
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
         return pending.result
-
-    def _lead(self) -> None:
-        with self._queue_lock:
-            batch = self._queue[:MAX_GROUPS_PER_COMMIT]
-            del self._queue[:MAX_GROUPS_PER_COMMIT]
-        try:
-            results = self._commit([p.group for p in batch])
-        except BaseException as error:  # every writer of the batch learns of the failure
-            for p in batch:
-                p.error = error
-            raise
-        for p, result in zip(batch, results, strict=True):
-            p.result = result

@@ -72,16 +72,15 @@ CREATE OR REPLACE FUNCTION {s}.mw_append(
 RETURNS TABLE(grp int, pos bigint)
 LANGUAGE plpgsql AS $body$
 DECLARE
-    n int := coalesce(array_length(p_ids, 1), 0);
     bad int[] := '{{}}';
     head_pos bigint;
     head_hash bytea;
     at_pos bigint;
     h bytea;
     topic_bytes bytea;
-    positions bigint[];
     hashes bytea[];
-    picked int[];
+    appended int[];
+    r record;
     i int;
     attempt int;
 BEGIN
@@ -93,29 +92,39 @@ BEGIN
         head_pos := 0;
         head_hash := '\\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
     END IF;
+    -- Arrays are walked with unnest, never subscripted in a loop: subscripting an array
+    -- of variable-length values costs O(n) per access.
     FOR attempt IN 1 .. 2 LOOP
-        positions := '{{}}'; hashes := '{{}}'; picked := '{{}}';
+        hashes := '{{}}';
+        appended := '{{}}';
         at_pos := head_pos;
         h := head_hash;
-        FOR i IN 1 .. n LOOP
-            CONTINUE WHEN p_groups[i] = ANY(bad);
+        FOR r IN
+            SELECT u.id, u.ver, u.topic, u.state, u.g
+              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
+                   WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
+             WHERE NOT (u.g = ANY(bad))
+             ORDER BY u.ord
+        LOOP
             at_pos := at_pos + 1;
-            topic_bytes := convert_to(p_topics[i], 'UTF8');
-            h := sha256(h || int8send(at_pos) || uuid_send(p_ids[i]) || int8send(p_versions[i])
+            topic_bytes := convert_to(r.topic, 'UTF8');
+            h := sha256(h || int8send(at_pos) || uuid_send(r.id) || int8send(r.ver)
                         || int4send(octet_length(topic_bytes)) || topic_bytes
-                        || int4send(octet_length(p_states[i])) || p_states[i]);
-            positions := positions || at_pos;
-            hashes := hashes || h;
-            picked := picked || i;
+                        || int4send(octet_length(r.state)) || r.state);
+            hashes := array_append(hashes, h);
+            appended := array_append(appended, r.g);
         END LOOP;
         BEGIN
             -- Optimistic concurrency: a stream version already taken violates the primary
             -- key. Rare, so the common path does no lookups; the rare one finds the groups.
             INSERT INTO {s}.{events} (notification_id, originator_id, originator_version, topic, state)
-            SELECT q.p, p_ids[q.i], p_versions[q.i], p_topics[q.i], p_states[q.i]
-              FROM unnest(positions, picked) AS q(p, i);
-            INSERT INTO {s}.ledger_chain (position, hash) SELECT * FROM unnest(positions, hashes);
-            IF coalesce(array_length(p_key_ids, 1), 0) > 0 THEN
+            SELECT head_pos + row_number() OVER (ORDER BY u.ord), u.id, u.ver, u.topic, u.state
+              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
+                   WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
+             WHERE NOT (u.g = ANY(bad));
+            INSERT INTO {s}.ledger_chain (position, hash)
+            SELECT head_pos + x.o, x.hh FROM unnest(hashes) WITH ORDINALITY AS x(hh, o);
+            IF cardinality(p_key_ids) > 0 THEN
                 INSERT INTO {s}.data_keys (memory_id, kek_id, wrapped)
                 SELECT k.id, k.kek, k.wrapped
                   FROM unnest(p_key_ids, p_key_groups, p_key_keks, p_key_wrapped) AS k(id, g, kek, wrapped)
@@ -127,19 +136,15 @@ BEGIN
             IF attempt = 2 THEN
                 RAISE;
             END IF;
-            FOR i IN 1 .. n LOOP
-                CONTINUE WHEN p_groups[i] = ANY(bad);
-                PERFORM 1 FROM {s}.{events} e
-                  WHERE e.originator_id = p_ids[i] AND e.originator_version = p_versions[i];
-                IF FOUND THEN
-                    bad := bad || p_groups[i];
-                END IF;
-            END LOOP;
+            SELECT coalesce(array_agg(DISTINCT u.g), '{{}}') INTO bad
+              FROM unnest(p_ids, p_versions, p_groups) AS u(id, ver, g)
+             WHERE EXISTS (SELECT 1 FROM {s}.{events} e
+                            WHERE e.originator_id = u.id AND e.originator_version = u.ver);
         END;
     END LOOP;
-    FOR i IN 1 .. coalesce(array_length(positions, 1), 0) LOOP
-        grp := p_groups[picked[i]];
-        pos := positions[i];
+    FOR i IN 1 .. cardinality(appended) LOOP
+        grp := appended[i];
+        pos := head_pos + i;
         RETURN NEXT;
     END LOOP;
     FOREACH grp IN ARRAY bad LOOP
