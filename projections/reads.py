@@ -6,19 +6,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from uuid import UUID
 
+from psycopg.sql import SQL, Identifier
+
 from domain.ledger.app import Ledger
 from domain.model.identity import Identity
 from domain.model.namespaces import ancestors
 from projections.base import Projection
 from projections.disputes.projection import DisputesProjection
 from projections.disputes.views import DisputeView, list_disputes
+from projections.governance.projection import AuditProjection, KeysProjection, SharesProjection
+from projections.governance.views import (
+    AuditFilter,
+    AuditView,
+    KeyView,
+    ScopeCounts,
+    list_audit,
+    list_keys,
+    scope_counts,
+    shared_into,
+)
 from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.memory_objects.views import HistoryStep, MemoryView, history, read_memory
-from projections.runner import ProjectionRunner
+from projections.runner import TRACKING_TABLE, ProjectionRunner
 
 
 def default_projections() -> list[Projection]:
-    return [MemoryObjectsProjection(), DisputesProjection()]
+    return [
+        MemoryObjectsProjection(),
+        DisputesProjection(),
+        KeysProjection(),
+        AuditProjection(),
+        SharesProjection(),
+    ]
 
 
 class ReadModels:
@@ -33,10 +52,20 @@ class ReadModels:
         self.runner = ProjectionRunner(ledger, projections or default_projections(), conninfo)
         self.runner.create_tables()
         self.wait_seconds = wait_seconds
+        self._names = [p.name for p in self.runner.projections]
 
     def wait_for(self, position: int | None) -> None:
-        if position:
+        if position and not self._reached(position):
             self.runner.wait_for(position, self.wait_seconds)
+
+    def _reached(self, position: int) -> bool:
+        """One query: has every projection's tracking record reached ``position``?"""
+        query = SQL(
+            "SELECT count(*) AS n FROM {}.{} WHERE application_name = ANY(%s) AND notification_id >= %s"
+        ).format(Identifier(self.ledger.schema), Identifier(TRACKING_TABLE))
+        with self.ledger.datastore.get_connection() as conn:
+            row = conn.execute(query, (self._names, position), prepare=True).fetchone()
+        return row is not None and int(row["n"]) == len(self._names)
 
     def scope(self, identity: Identity) -> tuple[str, ...]:
         return ancestors(identity.namespace)
@@ -44,14 +73,23 @@ class ReadModels:
     def read(self, identity: Identity, memory_id: UUID, after: int | None = None) -> MemoryView | None:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
-            return read_memory(conn, self.ledger.schema, self.scope(identity), memory_id)
+            scope = self.scope(identity)
+            found = read_memory(conn, self.ledger.schema, scope, memory_id)
+            if found is not None:
+                return found
+            shared = shared_into(conn, self.ledger.schema, scope, [memory_id])
+            return read_memory(conn, self.ledger.schema, scope, memory_id, shared) if shared else None
 
     def history(
         self, identity: Identity, memory_id: UUID, after: int | None = None
     ) -> list[HistoryStep] | None:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
-            return history(conn, self.ledger.schema, self.scope(identity), memory_id)
+            scope = self.scope(identity)
+            shared = shared_into(conn, self.ledger.schema, scope, [memory_id])
+            if shared:  # the rest of a shared memory's chain stays in its own namespace
+                return history(conn, self.ledger.schema, scope, memory_id, shared)
+            return history(conn, self.ledger.schema, scope, memory_id)
 
     def disputes(
         self, identity: Identity, status: str | None = "open", after: int | None = None
@@ -59,3 +97,18 @@ class ReadModels:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return list_disputes(conn, self.ledger.schema, identity.namespace, status)
+
+    def counts(self, identity: Identity, after: int | None = None) -> ScopeCounts:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return scope_counts(conn, self.ledger.schema, self.scope(identity), identity.namespace)
+
+    def keys(self, root: str) -> list[KeyView]:
+        with self.ledger.datastore.get_connection() as conn:
+            return list_keys(conn, self.ledger.schema, root)
+
+    def audit(self, root: str, where: AuditFilter) -> list[AuditView]:
+        """Audit records of ``root``'s subtree; waits for the ledger head so nothing is missed."""
+        self.wait_for(self.ledger.head_position())
+        with self.ledger.datastore.get_connection() as conn:
+            return list_audit(conn, self.ledger.schema, root, where)

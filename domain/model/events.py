@@ -167,6 +167,98 @@ class AuditRecorded(Event, frozen=True, kw_only=True):
         return self.record_id
 
 
+# -- governance: keys, policies, shares, pins ------------------------------------------------
+
+ConflictReview = Literal["auto", "lower_trust", "all"]
+
+
+class KeyIssued(Event, frozen=True, kw_only=True):
+    """An API key was minted. Only a keyed hash of its secret is kept (never the secret)."""
+
+    key_id: str
+    key_hash: str
+    namespace: str
+    actor: str
+    role: str
+    issued_by: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return UUID(hex=self.key_id)
+
+
+class KeyRevoked(Event, frozen=True, kw_only=True):
+    key_id: str
+    revoked_by: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return UUID(hex=self.key_id)
+
+
+class Directive(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    id: str
+    text: str
+
+
+class PolicySet(Event, frozen=True, kw_only=True):
+    """A namespace's own policy, whole (``None`` = inherit from the ancestors)."""
+
+    policy_id: UUID
+    namespace: str
+    conflict_review: ConflictReview | None = None
+    forbid_secrets: bool | None = None
+    rate_limit_per_minute: int | None = None
+    directives: tuple[Directive, ...] = ()
+    driver: str | None = None
+    suspended: bool | None = None
+    set_by: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.policy_id
+
+
+class DirectiveAcknowledged(Event, frozen=True, kw_only=True):
+    ack_id: UUID
+    namespace: str
+    actor: str
+    directive_id: str
+    directive_namespace: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.ack_id
+
+
+class MemoryShared(Event, frozen=True, kw_only=True):
+    """A memory made visible to another namespace's scope (in the same tenant)."""
+
+    share_id: UUID
+    memory_id: UUID
+    memory_namespace: str
+    with_namespace: str
+    by: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.share_id
+
+
+class PinSet(Event, frozen=True, kw_only=True):
+    """A memory pinned (or unpinned) for a namespace's working set."""
+
+    pin_id: UUID
+    namespace: str
+    memory_id: UUID
+    pinned: bool
+    by: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.pin_id
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -180,5 +272,11 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DisputeResolved,
         ClaimSet,
         AuditRecorded,
+        KeyIssued,
+        KeyRevoked,
+        PolicySet,
+        DirectiveAcknowledged,
+        MemoryShared,
+        PinSet,
     )
 }

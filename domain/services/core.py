@@ -7,6 +7,7 @@ from types import TracebackType
 from domain.ledger.app import Ledger, ledger_env
 from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
+from domain.services.governance import GovernanceService
 from domain.services.memory import ClaimIds, MemoryService
 from domain.settings import Settings
 
@@ -24,7 +25,12 @@ class Core:
         except BaseException:
             self._stop_server()
             raise
-        self.memory = MemoryService(self.ledger, ClaimIds(self.ledger.secret("claim-ids")))
+        self.governance = GovernanceService(self.ledger, settings.max_content_bytes)
+        self.memory = MemoryService(
+            self.ledger,
+            ClaimIds(self.ledger.secret("claim-ids")),
+            policy_for=self.governance.write_policy,
+        )
 
     @property
     def connection(self) -> ConnectionParams:

@@ -86,23 +86,28 @@ def to_view(row: dict[str, Any]) -> MemoryView:
 
 
 def read_memory(
-    conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID
+    conn: Connection[Any],
+    schema: str,
+    scope: Sequence[str],
+    memory_id: UUID,
+    shared: Sequence[UUID] = (),
 ) -> MemoryView | None:
+    """``shared``: ids shared into the caller's scope (visible whatever their namespace)."""
     row = conn.execute(
         SQL(
             "SELECT " + _COLUMNS + " FROM {s}.memory_objects"
-            " WHERE id = %s AND namespace = ANY(%s) AND status <> 'disputed'"
+            " WHERE id = %s AND (namespace = ANY(%s) OR id = ANY(%s)) AND status <> 'disputed'"
         ).format(s=Identifier(schema)),
-        (memory_id, list(scope)),
+        (memory_id, list(scope), list(shared)),
     ).fetchone()
     return None if row is None else to_view(row)
 
 
 def history(
-    conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID
+    conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID, shared: Sequence[UUID] = ()
 ) -> list[HistoryStep] | None:
     """The whole supersedence chain through a memory, both directions, oldest first."""
-    if read_memory(conn, schema, scope, memory_id) is None:
+    if read_memory(conn, schema, scope, memory_id, shared) is None:
         return None
     rows = conn.execute(
         SQL(
@@ -118,10 +123,10 @@ SELECT m.id, m.content, m.status, m.trust_tier, m.recorded_at, m.retired_at, m.v
   FROM chain c
   JOIN {s}.memory_objects m ON m.id = c.id
   LEFT JOIN {s}.memory_supersedence e ON e.old_id = m.id
- WHERE m.namespace = ANY(%(scope)s) AND m.status <> 'disputed'
+ WHERE (m.namespace = ANY(%(scope)s) OR m.id = ANY(%(shared)s)) AND m.status <> 'disputed'
  ORDER BY m.recorded_at, m.id, e.at
 """
         ).format(s=Identifier(schema)),
-        {"id": memory_id, "scope": list(scope)},
+        {"id": memory_id, "scope": list(scope), "shared": list(shared)},
     ).fetchall()
     return [msgspec.convert(row, HistoryStep) for row in rows]

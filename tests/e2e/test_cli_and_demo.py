@@ -83,7 +83,7 @@ def test_projections_status_reports_positions(cli_env: Settings, capsys: pytest.
         runtime.reads.wait_for(head)
     assert main(["projections", "status", "--json"]) == 0
     statuses = {s["name"]: s for s in json.loads(capsys.readouterr().out)}
-    assert set(statuses) == {"memory_objects", "disputes"}
+    assert {"memory_objects", "disputes", "keys", "audit", "shares"} <= set(statuses)
     assert all(s["position"] == head and s["lag"] == 0 for s in statuses.values())
 
 

@@ -1,0 +1,124 @@
+"""API keys: who may mint which key, and the state a key's events fold into.
+
+A key is ``mw_<key_id>_<secret>``; the ledger keeps only a keyed hash of the secret
+(the service computes it, this module never sees a secret). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import msgspec
+
+from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound, OutsideSubtree
+from domain.model.events import Event, KeyIssued, KeyRevoked
+from domain.model.identity import REVIEWER_ROLES, ROLE_LEVEL, ROLES, Identity, Role
+from domain.model.namespaces import is_within, validate_namespace
+
+KEY_PREFIX = "mw"
+_KEY = re.compile(r"mw_([0-9a-f]{32})_([A-Za-z0-9]{20,128})")
+_ACTOR = re.compile(r"[^\s\x00-\x1f]{1,128}")
+
+
+class IssueKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    target: str
+    actor: str
+    role: str
+
+
+class KeyState(msgspec.Struct, frozen=True, kw_only=True):
+    key_id: str
+    key_hash: str
+    namespace: str
+    actor: str
+    role: Role
+    issued_by: str
+    issued_at: datetime
+    revoked_at: datetime | None = None
+    version: int = 0
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(self.namespace, self.actor, self.role)
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+def parse_key(presented: str) -> tuple[str, str] | None:
+    """``(key_id, secret)`` of a well-formed key, else None."""
+    match = _KEY.fullmatch(presented)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def format_key(key_id: str, secret: str) -> str:
+    return f"{KEY_PREFIX}_{key_id}_{secret}"
+
+
+def check_key_admin(caller: Identity) -> None:
+    if caller.role not in REVIEWER_ROLES:
+        raise Forbidden(f"role {caller.role!r} may not manage keys")
+
+
+def decide_issue(
+    caller: Identity, command: IssueKey, key_id: str, key_hash: str, now: datetime
+) -> KeyIssued:
+    """Mint a key for ``command.target``: only admins and owners, never above their own role,
+    never outside their subtree."""
+    check_key_admin(caller)
+    validate_namespace(command.target)
+    if command.role not in ROLES:
+        raise InvalidRequest(f"role must be one of {', '.join(ROLES)}")
+    if not _ACTOR.fullmatch(command.actor):
+        raise InvalidRequest("actor must be 1-128 characters without spaces")
+    if ROLE_LEVEL[command.role] > ROLE_LEVEL[caller.role]:
+        raise Forbidden(f"a {caller.role} may not mint a key with role {command.role!r}")
+    if not is_within(command.target, caller.namespace):
+        raise OutsideSubtree(f"{command.target!r} is outside {caller.namespace!r}")
+    return KeyIssued(
+        key_id=key_id,
+        key_hash=key_hash,
+        namespace=command.target,
+        actor=command.actor,
+        role=command.role,
+        issued_by=caller.actor,
+        at=now,
+    )
+
+
+def decide_revoke(caller: Identity, key: KeyState | None, now: datetime) -> KeyRevoked:
+    check_key_admin(caller)
+    if key is None or not is_within(key.namespace, caller.namespace):
+        raise NotFound("no such key")
+    if ROLE_LEVEL[key.role] > ROLE_LEVEL[caller.role]:
+        raise Forbidden(f"a {caller.role} may not revoke a key with role {key.role!r}")
+    if key.revoked:
+        raise InvalidState("key already revoked")
+    return KeyRevoked(key_id=key.key_id, revoked_by=caller.actor, at=now)
+
+
+def evolve_key(state: KeyState | None, event: Event) -> KeyState:
+    if isinstance(event, KeyIssued):
+        if event.role not in ROLES:
+            msg = f"unknown role {event.role!r}"
+            raise TypeError(msg)
+        role: Role = event.role
+        return KeyState(
+            key_id=event.key_id,
+            key_hash=event.key_hash,
+            namespace=event.namespace,
+            actor=event.actor,
+            role=role,
+            issued_by=event.issued_by,
+            issued_at=event.at,
+            version=1,
+        )
+    if state is None:
+        msg = f"{type(event).__name__} before KeyIssued"
+        raise TypeError(msg)
+    if isinstance(event, KeyRevoked):
+        return msgspec.structs.replace(state, revoked_at=event.at, version=state.version + 1)
+    msg = f"not a key event: {type(event).__name__}"
+    raise TypeError(msg)

@@ -1,0 +1,344 @@
+"""Keys, policies, shares, pins and acknowledgements: each command decided purely and
+appended together with its audit record (one append), like MemoryService.
+
+Key and policy state is read from the ledger streams themselves (authoritative, no
+projection lag), through short-lived in-process caches: a revocation or a policy
+change made by this process takes effect at once, one made elsewhere within
+``CACHE_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Literal, TypeVar
+from uuid import UUID, uuid4
+
+from domain.ledger.app import Ledger, StreamConflict
+from domain.ledger.mapper import Recorded
+from domain.model.commands import WritePolicy
+from domain.model.errors import DomainError, InvalidState, NotFound
+from domain.model.events import AuditRecorded, DirectiveAcknowledged, Event, PinSet, PolicySet
+from domain.model.identity import Identity
+from domain.model.keys import (
+    IssueKey,
+    KeyState,
+    decide_issue,
+    decide_revoke,
+    evolve_key,
+    format_key,
+    parse_key,
+)
+from domain.model.memory import MemoryState
+from domain.model.namespaces import ancestors
+from domain.model.policies import (
+    EffectivePolicy,
+    NamespacePolicy,
+    PolicyBody,
+    ack_stream,
+    decide_ack,
+    decide_set_policy,
+    effective_policy,
+    policy_from_event,
+    policy_stream,
+)
+from domain.model.shares import decide_pin, decide_share
+from domain.services.memory import utcnow, version_events
+
+CACHE_SECONDS = 1.0
+MAX_ATTEMPTS = 8
+T = TypeVar("T")
+AuditOutcome = Literal["ok", "denied", "miss", "error"]
+
+
+class IssuedKey:
+    __slots__ = ("key", "key_id", "position")
+
+    def __init__(self, key_id: str, key: str, position: int) -> None:
+        self.key_id = key_id
+        self.key = key
+        self.position = position
+
+
+class _TTLCache:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._items: dict[str, tuple[float, object]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> object | None:
+        item = self._items.get(key)
+        if item is None or item[0] < time.monotonic():
+            return None
+        return item[1]
+
+    def put(self, key: str, value: object) -> None:
+        with self._lock:
+            if len(self._items) > 50_000:
+                self._items.clear()
+            self._items[key] = (time.monotonic() + self.seconds, value)
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+class GovernanceService:
+    def __init__(
+        self,
+        ledger: Ledger,
+        max_content_bytes: int = 16_384,
+        clock: Callable[[], datetime] = utcnow,
+        new_id: Callable[[], UUID] = uuid4,
+        cache_seconds: float = CACHE_SECONDS,
+    ) -> None:
+        self.ledger = ledger
+        self.max_content_bytes = max_content_bytes
+        self.clock = clock
+        self.new_id = new_id
+        self._key_secret = ledger.secret("api-keys")
+        self._keys = _TTLCache(cache_seconds)
+        self._policies = _TTLCache(cache_seconds)
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def hash_secret(self, key_id: str, secret: str) -> str:
+        message = f"{key_id}\x00{secret}".encode()
+        return hmac.new(self._key_secret, message, hashlib.sha256).hexdigest()
+
+    def issue_key(self, caller: Identity, command: IssueKey) -> IssuedKey:
+        def run() -> IssuedKey:
+            key_id, secret = uuid4().hex, secrets.token_hex(32)
+            now = self.clock()
+            event = decide_issue(caller, command, key_id, self.hash_secret(key_id, secret), now)
+            detail = f"key {key_id} for {command.actor} ({command.role}) in {command.target}"
+            position = self._append([event], {}, caller, "admin.keys.create", detail, now)
+            return IssuedKey(key_id, format_key(key_id, secret), position)
+
+        return self._audited(caller, "admin.keys.create", run)
+
+    def revoke_key(self, caller: Identity, key_id: str) -> int:
+        def run() -> int:
+            now = self.clock()
+            key = self.key(key_id)
+            event = decide_revoke(caller, key, now)
+            assert key is not None
+            try:
+                position = self._append(
+                    [event], {event.stream_id: key.version}, caller, "admin.keys.revoke", f"key {key_id}", now
+                )
+            except StreamConflict as error:
+                raise InvalidState("the key changed meanwhile; retry") from error
+            finally:
+                self._keys.drop(key_id)
+            return position
+
+        return self._audited(caller, "admin.keys.revoke", run)
+
+    def key(self, key_id: str) -> KeyState | None:
+        """The key's authoritative state, folded from its ledger stream."""
+        try:
+            stream = UUID(hex=key_id)
+        except ValueError:
+            return None
+        state: KeyState | None = None
+        for recorded in self.ledger.streams([stream]).get(stream, []):
+            state = evolve_key(state, recorded.event)
+        return state
+
+    def authenticate(self, presented: str) -> KeyState | None:
+        """The key's state when ``presented`` is a valid, unrevoked key; else None."""
+        parsed = parse_key(presented)
+        if parsed is None:
+            return None
+        key_id, secret = parsed
+        cached = self._keys.get(key_id)
+        if isinstance(cached, KeyState):
+            state: KeyState | None = cached
+        else:
+            state = self.key(key_id)
+            if state is None:
+                return None
+            self._keys.put(key_id, state)
+        if state is None or state.revoked:
+            return None
+        if not hmac.compare_digest(state.key_hash, self.hash_secret(key_id, secret)):
+            return None
+        return state
+
+    def forget_cached_key(self, key_id: str) -> None:
+        self._keys.drop(key_id)
+
+    # -- policies ---------------------------------------------------------------------------
+
+    def own_policies(self, namespace: str) -> dict[str, NamespacePolicy]:
+        chain = ancestors(namespace)
+        heads = self.ledger.stream_heads([policy_stream(ns) for ns in chain])
+        found: dict[str, NamespacePolicy] = {}
+        for head in heads.values():
+            if isinstance(head.event, PolicySet):
+                found[head.event.namespace] = policy_from_event(head.event, head.originator_version)
+        return found
+
+    def own_policy(self, namespace: str) -> NamespacePolicy:
+        stream = policy_stream(namespace)
+        head = self.ledger.stream_heads([stream]).get(stream)
+        if head is not None and isinstance(head.event, PolicySet):
+            return policy_from_event(head.event, head.originator_version)
+        return NamespacePolicy(namespace=namespace)
+
+    def effective_policy(self, namespace: str) -> EffectivePolicy:
+        cached = self._policies.get(namespace)
+        if isinstance(cached, EffectivePolicy):
+            return cached
+        policy = effective_policy(namespace, self.own_policies(namespace))
+        self._policies.put(namespace, policy)
+        return policy
+
+    def write_policy(self, namespace: str) -> WritePolicy:
+        """The ``policy_for`` of MemoryService: the effective policy's write part."""
+        return self.effective_policy(namespace).write_policy(self.max_content_bytes)
+
+    def set_policy(
+        self, caller: Identity, target: str, body: PolicyBody, expected_version: int | None = None
+    ) -> tuple[NamespacePolicy, int]:
+        def run() -> tuple[NamespacePolicy, int]:
+            now = self.clock()
+            current = self.own_policy(target)
+            event = decide_set_policy(caller, target, body, current, expected_version, now)
+            try:
+                position = self._append(
+                    [event], {event.stream_id: current.version}, caller, "admin.policies.put", target, now
+                )
+            except StreamConflict as error:
+                raise InvalidState(f"the policy of {target!r} changed meanwhile") from error
+            finally:
+                self._policies.clear()
+            return policy_from_event(event, current.version + 1), position
+
+        return self._audited(caller, "admin.policies.put", run)
+
+    def acknowledged(self, caller: Identity, policy: EffectivePolicy) -> set[tuple[str, str]]:
+        streams = {
+            ack_stream(caller.namespace, caller.actor, d.namespace, d.id): (d.namespace, d.id)
+            for d in policy.directives
+        }
+        heads = self.ledger.stream_heads(list(streams)) if streams else {}
+        return {streams[s] for s in heads}
+
+    def acknowledge(self, caller: Identity, directive_id: str) -> int:
+        def run() -> int:
+            now = self.clock()
+            event: DirectiveAcknowledged = decide_ack(
+                caller, directive_id, self.effective_policy(caller.namespace), now
+            )
+            head = self.ledger.stream_heads([event.stream_id]).get(event.stream_id)
+            version = head.originator_version if head is not None else 0
+            try:
+                return self._append(
+                    [event], {event.stream_id: version}, caller, "policy_ack", directive_id, now
+                )
+            except StreamConflict as error:
+                raise InvalidState("acknowledged concurrently; retry") from error
+
+        return self._audited(caller, "policy_ack", run)
+
+    # -- shares and pins ----------------------------------------------------------------------
+
+    def share(self, caller: Identity, memory: MemoryState | None, with_namespace: str) -> tuple[UUID, int]:
+        def run() -> tuple[UUID, int]:
+            now = self.clock()
+            event = decide_share(caller, memory, with_namespace, now)
+            head = self.ledger.stream_heads([event.share_id]).get(event.share_id)
+            if head is not None:  # already shared: the syscall is still audited
+                position = self.record_audit(
+                    caller, "share", "ok", f"already shared with {with_namespace}", event.memory_id
+                )
+                return event.share_id, position
+            try:
+                position = self._append([event], {}, caller, "share", with_namespace, now, event.memory_id)
+            except StreamConflict:
+                position = self.record_audit(
+                    caller, "share", "ok", f"already shared with {with_namespace}", event.memory_id
+                )
+            return event.share_id, position
+
+        return self._audited(caller, "share", run)
+
+    def pin(self, caller: Identity, memory_id: UUID, visible: bool, pinned: bool) -> int:
+        op = "pin" if pinned else "unpin"
+
+        def run() -> int:
+            for _ in range(MAX_ATTEMPTS):
+                now = self.clock()
+                event: PinSet = decide_pin(caller, memory_id, visible, pinned, now)
+                head = self.ledger.stream_heads([event.pin_id]).get(event.pin_id)
+                version = head.originator_version if head is not None else 0
+                try:
+                    return self._append([event], {event.pin_id: version}, caller, op, "", now, memory_id)
+                except StreamConflict:
+                    continue
+            raise InvalidState("the pin kept changing; retry")
+
+        return self._audited(caller, op, run)
+
+    # -- audit --------------------------------------------------------------------------------
+
+    def audit_event(
+        self,
+        identity: Identity,
+        op: str,
+        outcome: AuditOutcome,
+        detail: str,
+        now: datetime,
+        subject_id: UUID | None = None,
+    ) -> AuditRecorded:
+        return AuditRecorded(
+            record_id=self.new_id(),
+            actor=identity.actor,
+            namespace=identity.namespace,
+            role=identity.role,
+            op=op,
+            outcome=outcome,
+            detail=detail[:200],
+            subject_ids=(subject_id,) if subject_id is not None else (),
+            at=now,
+        )
+
+    def record_audit(
+        self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
+    ) -> int:
+        audit = self.audit_event(identity, op, outcome, detail, self.clock(), subject_id)
+        return self.ledger.append([Recorded(audit.record_id, 1, audit)])
+
+    def _append(
+        self,
+        events: list[Event],
+        versions: dict[UUID, int],
+        caller: Identity,
+        op: str,
+        detail: str,
+        now: datetime,
+        subject_id: UUID | None = None,
+    ) -> int:
+        audit = self.audit_event(caller, op, "ok", detail, now, subject_id)
+        recorded = version_events(events, versions)
+        return self.ledger.append([*recorded, Recorded(audit.record_id, 1, audit)])
+
+    def _audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
+        try:
+            return run()
+        except DomainError as error:
+            outcome: AuditOutcome = "miss" if isinstance(error, NotFound) else "denied"
+            self.record_audit(identity, op, outcome, f"{error.code}: {error.detail}")
+            raise
+

@@ -1,0 +1,145 @@
+"""Queries over the governance read models.
+
+Listings over a subtree (keys, audit) match the root exactly or its strict descendants
+with an escaped, ``/``-anchored LIKE pattern; per-memory visibility through shares is
+an enumerated, bound array of the caller's scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from psycopg import Connection
+from psycopg.sql import SQL, Composable, Identifier
+
+from domain.model.namespaces import subtree_like_pattern
+
+
+class KeyView(msgspec.Struct, frozen=True, kw_only=True):
+    key_id: str
+    namespace: str
+    actor: str
+    role: str
+    issued_by: str
+    issued_at: datetime
+    revoked: bool
+    revoked_at: datetime | None
+
+
+class AuditView(msgspec.Struct, frozen=True, kw_only=True):
+    position: int
+    time: datetime
+    actor: str
+    namespace: str
+    role: str
+    op: str
+    outcome: str
+    detail: str
+    subject_ids: list[UUID]
+
+
+class AuditFilter(msgspec.Struct, frozen=True, kw_only=True):
+    since: datetime | None = None
+    until: datetime | None = None
+    actor: str | None = None
+    op: str | None = None
+    outcome: str | None = None
+    after: int = 0
+    limit: int = 100
+
+
+class ScopeCounts(msgspec.Struct, frozen=True, kw_only=True):
+    current: int
+    disputed: int
+    retired: int
+    erased: int
+    shared_in: int
+    pinned: int
+    open_disputes: int
+
+
+_SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
+
+
+def list_keys(conn: Connection[Any], schema: str, root: str, limit: int = 1000) -> list[KeyView]:
+    rows = conn.execute(
+        SQL(
+            "SELECT key_id, namespace, actor, role, issued_by, issued_at, revoked, revoked_at"
+            " FROM {s}.api_keys WHERE " + _SUBTREE + " ORDER BY issued_at, key_id LIMIT %(limit)s"
+        ).format(s=Identifier(schema)),
+        {"root": root, "pattern": subtree_like_pattern(root), "limit": limit},
+    ).fetchall()
+    return [msgspec.convert(row, KeyView) for row in rows]
+
+
+def list_audit(conn: Connection[Any], schema: str, root: str, where: AuditFilter) -> list[AuditView]:
+    """Audit records of ``root``'s subtree, in ledger order, after a position."""
+    conditions: list[Composable] = [SQL(_SUBTREE), SQL("position > %(after)s")]
+    for field, clause in (
+        ("since", "time >= %(since)s"),
+        ("until", "time < %(until)s"),
+        ("actor", "actor = %(actor)s"),
+        ("op", "op = %(op)s"),
+        ("outcome", "outcome = %(outcome)s"),
+    ):
+        if getattr(where, field) is not None:
+            conditions.append(SQL(clause))
+    params = {
+        **msgspec.structs.asdict(where),
+        "root": root,
+        "pattern": subtree_like_pattern(root),
+    }
+    rows = conn.execute(
+        SQL(
+            "SELECT position, time, actor, namespace, role, op, outcome, detail, subject_ids"
+            " FROM {s}.audit_records WHERE {c} ORDER BY position LIMIT %(limit)s"
+        ).format(s=Identifier(schema), c=SQL(" AND ").join(conditions)),
+        params,
+    ).fetchall()
+    return [msgspec.convert(row, AuditView) for row in rows]
+
+
+def shared_into(
+    conn: Connection[Any], schema: str, scope: Sequence[str], memory_ids: Sequence[UUID]
+) -> list[UUID]:
+    """Which of ``memory_ids`` are shared with a namespace of the scope."""
+    rows = conn.execute(
+        SQL(
+            "SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY(%s) AND memory_id = ANY(%s)"
+        ).format(s=Identifier(schema)),
+        (list(scope), list(memory_ids)),
+    ).fetchall()
+    return [row["memory_id"] for row in rows]
+
+
+def scope_counts(conn: Connection[Any], schema: str, scope: Sequence[str], namespace: str) -> ScopeCounts:
+    s = Identifier(schema)
+    row = conn.execute(
+        SQL(
+            "SELECT"
+            " count(*) FILTER (WHERE status = 'active' AND retired_at IS NULL"
+            "   AND (valid_to IS NULL OR valid_to > now())) AS current,"
+            " count(*) FILTER (WHERE status = 'disputed') AS disputed,"
+            " count(*) FILTER (WHERE status = 'retired') AS retired,"
+            " count(*) FILTER (WHERE status = 'erased') AS erased"
+            " FROM {s}.memory_objects WHERE namespace = ANY(%s)"
+        ).format(s=s),
+        (list(scope),),
+    ).fetchone()
+    assert row is not None
+    extra = conn.execute(
+        SQL(
+            "SELECT (SELECT count(DISTINCT memory_id) FROM {s}.shares WHERE namespace = ANY(%(scope)s))"
+            " AS shared_in,"
+            " (SELECT count(*) FROM {s}.pins WHERE namespace = %(ns)s) AS pinned,"
+            " (SELECT count(*) FROM {s}.disputes WHERE status = 'open' AND"
+            "   (namespace = %(ns)s OR namespace LIKE %(pattern)s ESCAPE '\\')) AS open_disputes"
+        ).format(s=s),
+        {"scope": list(scope), "ns": namespace, "pattern": subtree_like_pattern(namespace)},
+    ).fetchone()
+    assert extra is not None
+    return ScopeCounts(**{**row, **extra})
