@@ -78,6 +78,9 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+_ENOUGH_DIGITS_FOR_A_CARD = re.compile(r"(?:\d\D*+){13}")
+
+
 def _card_spans(text: str) -> list[tuple[int, int]]:
     """Spans of Luhn-valid 13-19 digit numbers, written whole or in groups of 3 or more.
 
@@ -85,6 +88,8 @@ def _card_spans(text: str) -> list[tuple[int, int]]:
     another number ("ref 12345 4111 1111 1111 1111") is still found.
     """
     spans: list[tuple[int, int]] = []
+    if not _ENOUGH_DIGITS_FOR_A_CARD.search(text):
+        return spans
     for run in _CARD_RUN.finditer(text):
         groups = [(m.start() + run.start(), m.end() + run.start()) for m in re.finditer(r"\d+", run.group())]
         for first in range(len(groups)):

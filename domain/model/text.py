@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -88,6 +89,7 @@ def _normalize_once(text: str) -> str:
     return _strip_edges(_SPACE.sub(" ", folded))
 
 
+@functools.lru_cache(maxsize=16_384)
 def normalize(text: str) -> str:
     """Canonical form used for exact dedupe: NFKC, case-folded, single spaces, no edge punctuation.
 
