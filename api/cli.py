@@ -9,9 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from psycopg.sql import SQL, Identifier
 
 from api.runtime import Runtime
 from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
+from domain.model.errors import DomainError
+from domain.model.identity import Identity
+from domain.model.keys import IssueKey
+from domain.model.namespaces import tenant_of, validate_namespace
+from projections.governance.views import KeyView
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -80,6 +86,89 @@ def cmd_bench_write(args: argparse.Namespace) -> int:
     return run_write_bench(args)
 
 
+OPERATOR = "operator@cli"
+
+
+def _operator(namespace: str) -> Identity:
+    """The CLI runs with direct database access: an owner of the target's tenant."""
+    return Identity(tenant_of(namespace), OPERATOR, "owner")
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    command = IssueKey(target=args.namespace, actor=args.actor, role=args.role)
+    try:
+        validate_namespace(args.namespace)
+        with Runtime(follow=False) as runtime:
+            issued = runtime.core.governance.issue_key(_operator(args.namespace), command)
+    except DomainError as error:
+        sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
+        return 1
+    if args.json:
+        _emit(args, {"key_id": issued.key_id, "key": issued.key}, "")
+    else:
+        sys.stdout.write(f"key {issued.key_id} for {args.actor} ({args.role}) in {args.namespace}; shown once:\n")
+        sys.stdout.write(issued.key + "\n")
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    with Runtime(follow=False) as runtime:
+        governance = runtime.core.governance
+        key = governance.key(args.key_id)
+        if key is None:
+            sys.stderr.write(f"no such key {args.key_id}\n")
+            return 1
+        try:
+            governance.revoke_key(_operator(key.namespace), args.key_id)
+        except DomainError as error:
+            sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
+            return 1
+    _emit(args, {"revoked": True, "key_id": args.key_id}, f"revoked {args.key_id}")
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    with Runtime(follow=False) as runtime:
+        runtime.reads.runner.catch_up()
+        keys = list(runtime.reads.keys(args.namespace)) if args.namespace else _all_keys(runtime)
+    lines = [
+        f"{k.key_id}  {k.role:8} {k.actor:24} {k.namespace}" + ("  REVOKED" if k.revoked else "") for k in keys
+    ]
+    _emit(args, keys, "\n".join(lines) or "no keys")
+    return 0
+
+
+def _all_keys(runtime: Runtime) -> list[KeyView]:
+    with runtime.ledger.datastore.get_connection() as conn:
+        rows = conn.execute(
+            SQL("SELECT DISTINCT split_part(namespace, '/', 1) AS tenant FROM {}.api_keys").format(
+                Identifier(runtime.ledger.schema)
+            )
+        ).fetchall()
+    return [k for row in rows for k in runtime.reads.keys(row["tenant"])]
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn  # noqa: PLC0415 - only this command needs it
+
+    uvicorn.run(
+        "api.app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        access_log=False,
+    )
+    return 0
+
+
+def cmd_bench_api(args: argparse.Namespace) -> int:
+    from api.bench.api import run_api_bench  # noqa: PLC0415
+
+    return run_api_bench(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memwarden", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,6 +202,34 @@ def build_parser() -> argparse.ArgumentParser:
     write.add_argument("--writers", default="1,4,16", help="comma-separated writer counts")
     write.add_argument("--json", action="store_true")
     write.set_defaults(handler=cmd_bench_write)
+    api = bench.add_parser("api", help="write and read over HTTP vs in-process, same run")
+    api.add_argument("--seconds", type=float, default=3.0, help="measuring time per run")
+    api.add_argument("--clients", default="1,16", help="comma-separated client counts")
+    api.add_argument("--json", action="store_true")
+    api.set_defaults(handler=cmd_bench_api)
+
+    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
+    create = keys.add_parser("create", help="mint a key; prints it alone on the last line")
+    create.add_argument("namespace")
+    create.add_argument("actor")
+    create.add_argument("role", choices=["agent", "member", "auditor", "admin", "owner"])
+    create.add_argument("--json", action="store_true")
+    create.set_defaults(handler=cmd_keys_create)
+    revoke = keys.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+    revoke.add_argument("--json", action="store_true")
+    revoke.set_defaults(handler=cmd_keys_revoke)
+    listing = keys.add_parser("list", help="keys (no secrets)")
+    listing.add_argument("--namespace", help="only this subtree")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=cmd_keys_list)
+
+    serve = sub.add_parser("serve", help="the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--log-level", default="warning")
+    serve.set_defaults(handler=cmd_serve)
     return parser
 
 

@@ -175,6 +175,14 @@ class GovernanceService:
             return None
         return state
 
+    def cached_key(self, key_id: str) -> KeyState | None:
+        """The cached state of a key, without I/O (None when not cached or expired)."""
+        cached = self._keys.get(key_id)
+        return cached if isinstance(cached, KeyState) else None
+
+    def check_cached(self, state: KeyState, secret: str) -> bool:
+        return not state.revoked and hmac.compare_digest(state.key_hash, self.hash_secret(state.key_id, secret))
+
     def forget_cached_key(self, key_id: str) -> None:
         self._keys.drop(key_id)
 
@@ -318,6 +326,20 @@ class GovernanceService:
         self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
     ) -> int:
         audit = self.audit_event(identity, op, outcome, detail, self.clock(), subject_id)
+        return self.ledger.append([Recorded(audit.record_id, 1, audit)])
+
+    def record_unauthenticated(self, op: str, detail: str) -> int:
+        """A request without a valid key: audited under no identity."""
+        audit = AuditRecorded(
+            record_id=self.new_id(),
+            actor="anonymous",
+            namespace="",
+            role="none",
+            op=op,
+            outcome="denied",
+            detail=detail[:200],
+            at=self.clock(),
+        )
         return self.ledger.append([Recorded(audit.record_id, 1, audit)])
 
     def _append(

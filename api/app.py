@@ -1,0 +1,59 @@
+"""The HTTP app (Litestar): ``create_app()`` wires the runtime, the gate and the routes.
+
+Run with ``memwarden serve`` (uvicorn). Identity comes from the authentication
+middleware only; the gate is the app-wide ``before_request`` hook; every failure is
+mapped by api/errors.py.
+"""
+
+from __future__ import annotations
+
+import anyio.to_thread
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+
+from api.errors import handle
+from api.gate import KeyAuthentication, gate
+from api.metrics import metrics_middleware
+from api.routes.admin import AdminController
+from api.routes.compliance import ComplianceController
+from api.routes.health import healthz, metrics, readyz
+from api.routes.mem import MemController
+from api.runtime import Runtime
+from api.state import MAX_BODY_BYTES, STATE_KEY, ApiState
+from domain.settings import Settings
+
+PUBLIC_PATHS = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema"]
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Litestar:
+    """The app. Without a runtime it opens one from ``settings`` (or the environment) at start-up."""
+    api = ApiState(settings, runtime)
+
+    async def startup() -> None:
+        await anyio.to_thread.run_sync(api.open)
+
+    async def shutdown() -> None:
+        await anyio.to_thread.run_sync(api.close)
+
+    return Litestar(
+        route_handlers=[MemController, AdminController, ComplianceController, healthz, readyz, metrics],
+        on_startup=[startup],
+        on_shutdown=[shutdown],
+        state=State({STATE_KEY: api}),
+        middleware=[
+            metrics_middleware,
+            DefineMiddleware(KeyAuthentication, exclude=PUBLIC_PATHS),
+        ],
+        before_request=gate,
+        exception_handlers={Exception: handle},
+        request_max_body_size=MAX_BODY_BYTES,
+        openapi_config=OpenAPIConfig(title="memwarden", version="0.1.0", path="/schema"),
+        debug=False,
+    )
+
+
+def app_from_env() -> Litestar:
+    """The uvicorn factory of ``memwarden serve``."""
+    return create_app(Settings.from_env())

@@ -1,0 +1,287 @@
+"""The gate in front of every syscall, in order: identity from the key (the
+authentication middleware) -> role -> effective policy -> tenant gate -> rate limit ->
+the request itself (no identity in body or query, no unknown fields) -> the syscall ->
+exactly one audit record.
+
+Every decision here fails closed: an error while evaluating identity, scope or policy
+is an error response, never a permit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
+from uuid import UUID
+
+import anyio.to_thread
+import msgspec
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.exceptions import HTTPException
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from api.errors import RateLimited, Unauthenticated, audit_outcome, classify
+from api.limits import LastWrites, TokenBuckets  # noqa: F401 - re-exported
+from api.schemas import Body
+from api.state import STATE_KEY, ApiState
+from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidRequest, NotFound, TooLarge
+from domain.model.identity import Identity
+from domain.model.keys import parse_key
+from domain.model.policies import EffectivePolicy, check_not_suspended
+from domain.services.governance import GovernanceService
+
+T = TypeVar("T")
+Outcome = Literal["ok", "denied", "miss", "error"]
+IDENTITY_FIELDS = frozenset({"namespace", "actor", "role", "tenant", "agent_id"})
+ALL_ROLES = frozenset({"agent", "member", "auditor", "admin", "owner"})
+
+
+class Principal(msgspec.Struct, frozen=True):
+    identity: Identity
+    key_id: str
+
+
+class Call:
+    """One syscall in flight: who, which op, and whether its audit record exists yet."""
+
+    __slots__ = ("audited", "body", "identity", "key_id", "op", "policy")
+
+    def __init__(self, principal: Principal, op: str) -> None:
+        self.identity = principal.identity
+        self.key_id = principal.key_id
+        self.op = op
+        self.audited = False
+        self.body: Any = None
+        self.policy: EffectivePolicy | None = None
+
+
+def api_state(request: ASGIConnection[Any, Any, Any, Any]) -> ApiState:
+    state: ApiState = request.app.state[STATE_KEY]
+    return state
+
+
+# -- identity ---------------------------------------------------------------------------------
+
+
+class KeyAuthentication(AbstractAuthenticationMiddleware):
+    """Identity comes from ``Authorization: Bearer mw_…`` and nothing else."""
+
+    async def authenticate_request(self, connection: ASGIConnection[Any, Any, Any, Any]) -> AuthenticationResult:
+        state = api_state(connection)
+        governance: GovernanceService = state.governance
+        header = connection.headers.get("authorization", "")
+        scheme, _, presented = header.partition(" ")
+        presented = presented.strip()
+        parsed = parse_key(presented) if scheme.lower() == "bearer" else None
+        if parsed is not None:
+            key_id, secret = parsed
+            cached = governance.cached_key(key_id)
+            if cached is not None:
+                key = cached if governance.check_cached(cached, secret) else None
+            else:
+                key = await anyio.to_thread.run_sync(governance.authenticate, presented)
+            if key is not None:
+                return AuthenticationResult(user=Principal(key.identity, key.key_id), auth=key.key_id)
+        reason = "no API key" if not header else "unknown, malformed or revoked API key"
+        op = _op_of(connection)
+        detail = f"unauthenticated: {reason}" + (f" (key {parsed[0]})" if parsed else "")
+        if state.anonymous_audits.take("anonymous", state.anonymous_audits_per_minute) == 0.0:
+            await anyio.to_thread.run_sync(governance.record_unauthenticated, op, detail)
+        else:
+            state.metrics.count("unaudited_unauthenticated")
+        raise Unauthenticated(f"a valid API key is required ({reason})")
+
+
+def _op_of(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    try:
+        return str(connection.route_handler.opt.get("op") or connection.url.path)
+    except (AttributeError, KeyError):
+        return connection.url.path[:100]
+
+
+# -- the gate ---------------------------------------------------------------------------------
+
+
+async def gate(request: Request[Any, Any, Any]) -> None:
+    """The ``before_request`` hook: everything up to the syscall itself."""
+    opt = request.route_handler.opt
+    op: str | None = opt.get("op")
+    if op is None:
+        return
+    principal = request.user
+    if not isinstance(principal, Principal):  # the middleware guarantees it; fail closed anyway
+        raise Unauthenticated("a valid API key is required")
+    call = Call(principal, op)
+    request.state.call = call
+    raw: bytes | None = b""
+    too_large: HTTPException | None = None
+    try:
+        raw = await request.body() if request.method in {"POST", "PUT", "PATCH"} else b""
+    except HTTPException as error:
+        if error.status_code != 413:
+            raise
+        raw, too_large = None, error
+    query = list(request.query_params.keys())
+    state = api_state(request)
+    await anyio.to_thread.run_sync(lambda: _gate(state, call, opt, raw, query, too_large))
+
+
+def _gate(
+    state: ApiState, call: Call, opt: dict[str, Any], raw: bytes | None, query: list[str], too_large: Any
+) -> None:
+    try:
+        roles: frozenset[str] = opt.get("roles", ALL_ROLES)
+        if call.identity.role not in roles:
+            raise Forbidden(f"role {call.identity.role!r} may not call {call.op}")
+        call.policy = state.governance.effective_policy(call.identity.namespace)
+        if opt.get("tenant_gate", True):
+            check_not_suspended(call.policy)
+        wait = state.buckets.take(call.key_id, call.policy.rate_limit_per_minute)
+        if wait > 0.0:
+            raise RateLimited(
+                f"more than {call.policy.rate_limit_per_minute} requests per minute", max(1, math.ceil(wait))
+            )
+        if too_large is not None or (raw is not None and len(raw) > state.max_body_bytes):
+            raise TooLarge(f"request body larger than {state.max_body_bytes} bytes")
+        allowed: frozenset[str] = opt.get("allow", frozenset())
+        _check_query(query, opt.get("query", frozenset()), allowed)
+        body_type: type[Body] | None = opt.get("body")
+        call.body = _decode(raw or b"", body_type, allowed) if body_type is not None else None
+        if body_type is None and raw and raw.strip() not in {b"", b"{}"}:
+            raise InvalidRequest("this route takes no body")
+    except DomainError as error:
+        audit(state, call, audit_outcome(error), f"{error.code}: {error.detail}")
+        raise
+
+
+def _check_query(names: Iterable[str], expected: frozenset[str], allowed: frozenset[str]) -> None:
+    for name in names:
+        if name in IDENTITY_FIELDS and name not in allowed:
+            raise IdentityInBody(f"identity comes from the API key; the query names {name!r}")
+        if name not in expected:
+            raise InvalidRequest(f"unknown query parameter {name[:50]!r}")
+
+
+def _identity_names(value: Any, allowed: frozenset[str], top: bool = True) -> str | None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in IDENTITY_FIELDS and not (top and key in allowed):
+                return str(key)
+            found = _identity_names(item, allowed, top=False)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = _identity_names(item, allowed, top=False)
+            if found:
+                return found
+    return None
+
+
+def _decode(raw: bytes, body_type: type[Body], allowed: frozenset[str]) -> Any:
+    data = raw if raw.strip() else b"{}"
+    try:
+        generic = msgspec.json.decode(data)
+    except msgspec.DecodeError as error:
+        raise InvalidRequest(f"malformed JSON: {error}"[:300]) from error
+    if not isinstance(generic, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    named = _identity_names(generic, allowed)
+    if named is not None:
+        raise IdentityInBody(f"identity comes from the API key; the body names {named!r}")
+    try:
+        return msgspec.json.decode(data, type=body_type)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise InvalidRequest(str(error)[:300]) from error
+
+
+# -- running the syscall and auditing it ------------------------------------------------------------
+
+
+def audit(state: ApiState, call: Call, outcome: Outcome, detail: str, subject_id: UUID | None = None) -> int:
+    position: int = state.governance.record_audit(call.identity, call.op, outcome, detail, subject_id)
+    call.audited = True
+    state.metrics.count(f"audit_{outcome}")
+    return position
+
+
+def current_call(request: Request[Any, Any, Any]) -> Call:
+    call = getattr(request.state, "call", None)
+    if not isinstance(call, Call):
+        raise InvalidRequest("no syscall context")  # a route without the gate: fail closed
+    return call
+
+
+def command(request: Request[Any, Any, Any], run: Callable[[Call], T]) -> T:
+    """A syscall whose service appends its own audit record (with the work, or alone
+    when refused). Tracks the key's last write position for read-your-writes."""
+    state, call = api_state(request), current_call(request)
+    try:
+        result = run(call)
+    except DomainError:
+        call.audited = True
+        state.metrics.count("audit_denied")
+        raise
+    except Exception as error:
+        _audit_failure(state, call, error)
+        raise
+    call.audited = True
+    state.metrics.count("audit_ok")
+    position = _position_of(result)
+    if position:
+        state.last_writes.note(call.key_id, position)
+    return result
+
+
+def query(
+    request: Request[Any, Any, Any],
+    run: Callable[[Call], T | None],
+    detail: Callable[[T], str] = lambda _r: "",
+    subject: UUID | None = None,
+) -> T:
+    """A syscall that only reads: its audit record is appended after the answer is known.
+    A ``None`` answer is a miss (404, indistinguishable from a denial)."""
+    state, call = api_state(request), current_call(request)
+    try:
+        result = run(call)
+    except DomainError as error:
+        audit(state, call, audit_outcome(error), f"{error.code}: {error.detail}", subject)
+        raise
+    except Exception as error:
+        _audit_failure(state, call, error)
+        raise
+    if result is None:
+        audit(state, call, "miss", "not_found", subject)
+        raise NotFound("no such memory")
+    audit(state, call, "ok", detail(result), subject)
+    return result
+
+
+def _audit_failure(state: ApiState, call: Call, error: BaseException) -> None:
+    _status, code, detail, _ = classify(error)
+    try:
+        audit(state, call, audit_outcome(error), f"{code}: {detail}")
+    except Exception:  # noqa: BLE001 - the original failure is what the caller must see
+        state.metrics.count("audit_failed")
+
+
+def _position_of(result: Any) -> int | None:
+    if isinstance(result, int) and not isinstance(result, bool):
+        return result
+    position = getattr(result, "position", None)
+    if isinstance(position, int):
+        return position
+    if isinstance(result, tuple):
+        for item in result:
+            found = _position_of(item)
+            if found:
+                return found
+    return None
+
+
+def audit_unaudited(request: Request[Any, Any, Any], error: BaseException) -> None:
+    """Fallback for failures outside the gate and the runners: keep one record per call."""
+    call = getattr(request.state, "call", None)
+    if isinstance(call, Call) and not call.audited:
+        _audit_failure(api_state(request), call, error)

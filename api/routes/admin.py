@@ -1,0 +1,140 @@
+"""Admin routes (admin, owner; within their subtree): keys, policies, disputes."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from litestar import Controller, Request, get, post, put
+
+from api.gate import Call, api_state, command, query
+from api.routes.mem import policy_view
+from api.schemas import (
+    NewKeyBody,
+    NewKeyResponse,
+    OwnPolicyResponse,
+    PolicyPutBody,
+    ResolveBody,
+    RevokeBody,
+    RevokeResponse,
+)
+from domain.model.commands import ResolveDispute
+from domain.model.errors import InvalidRequest
+from domain.model.identity import REVIEWER_ROLES
+from domain.model.keys import IssueKey
+from domain.model.memory import DisputeState
+from domain.model.policies import PolicyBody, check_policy_admin, effective_policy
+from projections.disputes.views import DisputeView
+from projections.governance.views import KeyView
+
+Req = Request[Any, Any, Any]
+
+
+def admin(op: str, body: type | None, **extra: Any) -> dict[str, Any]:
+    return {"op": op, "body": body, "roles": REVIEWER_ROLES, **extra}
+
+
+def _target(namespace: str) -> str:
+    return namespace.lstrip("/")
+
+
+class AdminController(Controller):
+    path = "/v1/admin"
+
+    @post("/keys", opt=admin("admin.keys.create", NewKeyBody, allow=frozenset({"actor", "role"})),
+          sync_to_thread=True, status_code=200)
+    def create_key(self, request: Req, data: NewKeyBody) -> NewKeyResponse:
+        state = api_state(request)
+        cmd = IssueKey(target=data.target, actor=data.actor, role=data.role)
+        issued = command(request, lambda c: state.governance.issue_key(c.identity, cmd))
+        return NewKeyResponse(issued.key_id, issued.key)
+
+    @post("/keys/revoke", opt=admin("admin.keys.revoke", RevokeBody), sync_to_thread=True, status_code=200)
+    def revoke_key(self, request: Req, data: RevokeBody) -> RevokeResponse:
+        state = api_state(request)
+        command(request, lambda c: state.governance.revoke_key(c.identity, data.key_id))
+        return RevokeResponse(revoked=True)
+
+    @get("/keys", opt=admin("admin.keys.list", None), sync_to_thread=True)
+    def list_keys(self, request: Req) -> list[KeyView]:
+        state = api_state(request)
+
+        def run(c: Call) -> list[KeyView]:
+            state.reads.wait_for(state.last_writes.get(c.key_id))
+            keys: list[KeyView] = state.reads.keys(c.identity.namespace)
+            return keys
+
+        return query(request, run, lambda keys: f"{len(keys)} keys")
+
+    @get("/policies/{namespace:path}", opt=admin("admin.policies.get", None, tenant_gate=False),
+         sync_to_thread=True)
+    def get_policy(self, request: Req, namespace: str) -> OwnPolicyResponse:
+        state = api_state(request)
+        target = _target(namespace)
+
+        def run(c: Call) -> OwnPolicyResponse:
+            check_policy_admin(c.identity, target)
+            return _own_policy(state, c, target)
+
+        return query(request, run, lambda _p: target)
+
+    @put("/policies/{namespace:path}", opt=admin("admin.policies.put", PolicyPutBody, tenant_gate=False),
+         sync_to_thread=True, status_code=200)
+    def put_policy(self, request: Req, namespace: str, data: PolicyPutBody) -> OwnPolicyResponse:
+        state = api_state(request)
+        target = _target(namespace)
+        expected = data.expected_version
+        if_match = request.headers.get("if-match")
+        if if_match is not None:
+            try:
+                expected = int(if_match.strip().strip('"'))
+            except ValueError:
+                expected = -1  # a malformed If-Match never matches
+        fields = {f: getattr(data, f) for f in PolicyBody.__struct_fields__}
+        body = PolicyBody(**fields)
+        command(request, lambda c: state.governance.set_policy(c.identity, target, body, expected))
+        call: Call = request.state.call
+        return _own_policy(state, call, target)
+
+    @get("/disputes", opt=admin("admin.disputes.list", None, query=frozenset({"status"})), sync_to_thread=True)
+    def list_disputes(self, request: Req) -> list[DisputeView]:
+        state = api_state(request)
+        status = request.query_params.get("status", "open")
+
+        def run(c: Call) -> list[DisputeView]:
+            if status not in {"open", "resolved", "all"}:
+                raise InvalidRequest("status must be open, resolved or all")
+            found: list[DisputeView] = state.reads.disputes(
+                c.identity, None if status == "all" else status, after=state.last_writes.get(c.key_id)
+            )
+            return found
+
+        return query(request, run, lambda found: f"{len(found)} disputes")
+
+    @post("/disputes/{dispute_id:uuid}/resolve", opt=admin("resolve_dispute", ResolveBody),
+          sync_to_thread=True, status_code=200)
+    def resolve(self, request: Req, dispute_id: UUID, data: ResolveBody) -> DisputeState:
+        state = api_state(request)
+        cmd = ResolveDispute(
+            dispute_id=dispute_id, decision=data.decision, content=data.content, value=data.value,
+            reason=data.reason,
+        )
+        result = command(request, lambda c: state.memory.resolve_dispute(c.identity, cmd))
+        dispute: DisputeState = result.dispute
+        return dispute
+
+
+def _own_policy(state: Any, call: Call, target: str) -> OwnPolicyResponse:
+    own = state.governance.own_policy(target)
+    effective = effective_policy(target, state.governance.own_policies(target))
+    return OwnPolicyResponse(
+        namespace=target,
+        version=own.version,
+        conflict_review=own.conflict_review,
+        forbid_secrets=own.forbid_secrets,
+        rate_limit_per_minute=own.rate_limit_per_minute,
+        directives=own.directives,
+        driver=own.driver,
+        suspended=own.suspended,
+        effective=policy_view(state.governance, call, effective),
+    )

@@ -1,0 +1,93 @@
+"""Compliance routes (auditor, admin, owner): the ledger proofs and the audit trail."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+
+from api.gate import Call, api_state, query
+from api.schemas import AuditRecordView, AuditResponse, Head, VerifyLedgerBody, VerifyLedgerResponse
+from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
+from domain.model.errors import InvalidRequest
+from projections.governance.views import AuditFilter
+
+Req = Request[Any, Any, Any]
+COMPLIANCE_ROLES = frozenset({"auditor", "admin", "owner"})
+MAX_AUDIT_LIMIT = 1000
+
+
+def compliance(op: str, body: type | None, **extra: Any) -> dict[str, Any]:
+    return {"op": op, "body": body, "roles": COMPLIANCE_ROLES, "tenant_gate": False, **extra}
+
+
+class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    since: datetime | None = None
+    until: datetime | None = None
+    actor: str | None = None
+    op: str | None = None
+    outcome: str | None = None
+    limit: int = 100
+    cursor: str | None = None
+
+
+class ComplianceController(Controller):
+    path = "/v1/compliance"
+
+    @post("/ledger/verify", opt=compliance("compliance.ledger.verify", VerifyLedgerBody), sync_to_thread=True,
+          status_code=200)
+    def verify(self, request: Req, data: VerifyLedgerBody | None = None) -> VerifyLedgerResponse:
+        state = api_state(request)
+        checkpoint = data.checkpoint if data is not None else None
+
+        def run(_c: Call) -> VerifyLedgerResponse:
+            try:
+                report = state.runtime.ledger.verify(checkpoint)
+            except InvalidCheckpoint as error:
+                raise InvalidRequest(str(error)) from error
+            return VerifyLedgerResponse(
+                ok=report.ok,
+                checked=report.checked,
+                head=Head(report.head_position, report.head_hash),
+                first_bad_position=report.first_bad_position,
+                problem=report.problem,
+            )
+
+        return query(request, run, lambda r: "ok" if r.ok else f"broken at {r.first_bad_position}")
+
+    @post("/ledger/checkpoint", opt=compliance("compliance.ledger.checkpoint", None), sync_to_thread=True,
+          status_code=200)
+    def checkpoint(self, request: Req) -> Checkpoint:
+        state = api_state(request)
+        return query(request, lambda _c: state.runtime.ledger.checkpoint(), lambda c: f"position {c.position}")
+
+    @get("/audit", opt=compliance("compliance.audit", None, query=frozenset(AuditQuery.__struct_fields__),
+                                  allow=frozenset({"actor"})), sync_to_thread=True)
+    def audit(self, request: Req) -> AuditResponse:
+        state = api_state(request)
+        params = dict(request.query_params.items())
+
+        def run(c: Call) -> AuditResponse:
+            try:
+                asked = msgspec.convert(params, AuditQuery, strict=False)
+            except msgspec.ValidationError as error:
+                raise InvalidRequest(str(error)) from error
+            if not 1 <= asked.limit <= MAX_AUDIT_LIMIT:
+                raise InvalidRequest(f"limit must be between 1 and {MAX_AUDIT_LIMIT}")
+            after = 0
+            if asked.cursor is not None:
+                if not asked.cursor.isdigit() or len(asked.cursor) > 18:
+                    raise InvalidRequest("malformed cursor")
+                after = int(asked.cursor)
+            where = AuditFilter(
+                since=asked.since, until=asked.until, actor=asked.actor, op=asked.op, outcome=asked.outcome,
+                after=after, limit=asked.limit,
+            )
+            records = state.reads.audit(c.identity.namespace, where)
+            views = [AuditRecordView(**msgspec.structs.asdict(r)) for r in records]
+            cursor = str(views[-1].position) if len(views) == asked.limit else None
+            return AuditResponse(records=views, next_cursor=cursor)
+
+        return query(request, run, lambda r: f"{len(r.records)} records; {request.url.query}"[:200])

@@ -1,0 +1,167 @@
+"""Syscalls: ``POST /v1/mem/<name>``. Thin: struct in, command or query, result out.
+The gate (api/gate.py) has already checked role, policy, tenant, rate limit and body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, Response, post
+
+from api.gate import ALL_ROLES, Call, api_state, command, query
+from api.schemas import (
+    AckBody,
+    AckResponse,
+    DirectiveView,
+    HistoryResponse,
+    IdBody,
+    PinResponse,
+    PolicyResponse,
+    ShareBody,
+    ShareResponse,
+    StatsResponse,
+    TicketBody,
+    TicketResponse,
+    TicketStatus,
+    VerifyBody,
+    VerifyResponse,
+    WriteBody,
+    WriteResponse,
+)
+from domain.model.commands import VerifyMemory
+from domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
+from domain.model.policies import EffectivePolicy
+from domain.services.governance import GovernanceService
+from projections.memory_objects.views import MemoryView
+
+Req = Request[Any, Any, Any]
+
+
+def syscall(op: str, body: type | None, roles: frozenset[str] = ALL_ROLES) -> dict[str, Any]:
+    return {"op": op, "body": body, "roles": roles}
+
+
+def policy_view(governance: GovernanceService, call: Call, policy: EffectivePolicy) -> PolicyResponse:
+    acked = governance.acknowledged(call.identity, policy)
+    return PolicyResponse(
+        namespace=policy.namespace,
+        conflict_review=policy.conflict_review,
+        forbid_secrets=policy.forbid_secrets,
+        rate_limit_per_minute=policy.rate_limit_per_minute,
+        driver=policy.driver,
+        suspended=policy.suspended,
+        directives=[
+            DirectiveView(id=d.id, text=d.text, namespace=d.namespace, acknowledged=(d.namespace, d.id) in acked)
+            for d in policy.directives
+        ],
+    )
+
+
+class MemController(Controller):
+    path = "/v1/mem"
+
+    @post("/write", opt=syscall("write", WriteBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    def write(self, request: Req, data: WriteBody) -> Response[WriteResponse | TicketResponse]:
+        state = api_state(request)
+        if data.run_async:
+            ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data))
+            state.ticket_worker.wake.set()
+            return Response(TicketResponse(ticket), status_code=202)
+        result = command(request, lambda c: state.memory.write(c.identity, data.command()))
+        return Response(WriteResponse(**{f: getattr(result, f) for f in WriteResponse.__struct_fields__}))
+
+    @post("/write_status", opt=syscall("write_status", TicketBody, WRITER_ROLES), sync_to_thread=True,
+          status_code=200)
+    def write_status(self, request: Req, data: TicketBody) -> TicketStatus:
+        state = api_state(request)
+        return query(request, lambda c: state.tickets.status(data.ticket, c.identity),
+                     lambda s: f"ticket {data.ticket} {s.state}")
+
+    @post("/read", opt=syscall("read", IdBody), sync_to_thread=True, status_code=200)
+    def read(self, request: Req, data: IdBody) -> MemoryView:
+        state = api_state(request)
+        return query(
+            request,
+            lambda c: state.reads.read(c.identity, data.id, after=state.last_writes.get(c.key_id)),
+            subject=data.id,
+        )
+
+    @post("/history", opt=syscall("history", IdBody), sync_to_thread=True, status_code=200)
+    def history(self, request: Req, data: IdBody) -> HistoryResponse:
+        state = api_state(request)
+
+        def run(c: Call) -> HistoryResponse | None:
+            steps = state.reads.history(c.identity, data.id, after=state.last_writes.get(c.key_id))
+            return None if steps is None else HistoryResponse(versions=list(steps))
+
+        return query(request, run, lambda h: f"{len(h.versions)} versions", subject=data.id)
+
+    @post("/verify", opt=syscall("verify", VerifyBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    def verify(self, request: Req, data: VerifyBody) -> VerifyResponse:
+        state = api_state(request)
+        cmd = VerifyMemory(memory_id=data.id, supports=data.supports, note=data.note)
+        result = command(request, lambda c: state.memory.verify(c.identity, cmd))
+        return VerifyResponse(id=result.id, trust_tier=result.trust_tier, position=result.position)
+
+    @post("/stats", opt=syscall("stats", None), sync_to_thread=True, status_code=200)
+    def stats(self, request: Req) -> StatsResponse:
+        state = api_state(request)
+
+        def run(c: Call) -> StatsResponse:
+            counts = state.reads.counts(c.identity, after=state.last_writes.get(c.key_id))
+            lag = max(0, state.runtime.ledger.head_position() - state.reads.runner.position())
+            return StatsResponse(
+                namespace=c.identity.namespace,
+                **{f: getattr(counts, f) for f in counts.__struct_fields__},
+                open_findings=0,
+                open_proposals=0,
+                unjudged=0,
+                fault_hit_rate=None,
+                projection_lag=lag,
+            )
+
+        return query(request, run)
+
+    @post("/policy", opt=syscall("policy", None), sync_to_thread=True, status_code=200)
+    def policy(self, request: Req) -> PolicyResponse:
+        state = api_state(request)
+
+        def run(c: Call) -> PolicyResponse:
+            assert c.policy is not None
+            return policy_view(state.governance, c, c.policy)
+
+        return query(request, run)
+
+    @post("/policy_ack", opt=syscall("policy_ack", AckBody), sync_to_thread=True, status_code=200)
+    def policy_ack(self, request: Req, data: AckBody) -> AckResponse:
+        state = api_state(request)
+        command(request, lambda c: state.governance.acknowledge(c.identity, data.directive_id))
+        return AckResponse(acknowledged=True)
+
+    @post("/pin", opt=syscall("pin", IdBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    def pin(self, request: Req, data: IdBody) -> PinResponse:
+        return _pin(request, data, pinned=True)
+
+    @post("/unpin", opt=syscall("unpin", IdBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    def unpin(self, request: Req, data: IdBody) -> PinResponse:
+        return _pin(request, data, pinned=False)
+
+    @post("/share", opt=syscall("share", ShareBody, REVIEWER_ROLES), sync_to_thread=True, status_code=200)
+    def share(self, request: Req, data: ShareBody) -> ShareResponse:
+        state = api_state(request)
+        share_id, _ = command(
+            request,
+            lambda c: state.governance.share(c.identity, state.memory.memory(data.id), data.with_namespace),
+        )
+        return ShareResponse(share_id)
+
+
+def _pin(request: Req, data: IdBody, pinned: bool) -> PinResponse:
+    state = api_state(request)
+
+    def run(c: Call) -> int:
+        visible = state.reads.read(c.identity, data.id, after=state.last_writes.get(c.key_id)) is not None
+        position: int = state.governance.pin(c.identity, data.id, visible, pinned)
+        return position
+
+    command(request, run)
+    return PinResponse(pinned)

@@ -1,0 +1,233 @@
+"""Wire structs: request bodies (unknown fields refused) and responses."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+
+from domain.ledger.checkpoints import Checkpoint
+from domain.model.classification import Classification
+from domain.model.commands import ProvenanceClaim, WriteMemory
+from domain.model.events import ConflictReview, Directive, DisputeDecision, MemoryScope, MemoryType
+from domain.model.write import Rejection
+
+
+class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every request body."""
+
+
+class Empty(Body, frozen=True, kw_only=True):
+    pass
+
+
+class WriteBody(Body, frozen=True, kw_only=True):
+    content: str
+    type: MemoryType = "fact"
+    scope: MemoryScope = "team"
+    subject: str | None = None
+    attribute: str | None = None
+    value: str | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+    provenance: ProvenanceClaim = ProvenanceClaim()
+    event_time: datetime | None = None
+    valid_from: datetime | None = None
+    verbatim: bool = True
+    run_async: bool = msgspec.field(default=False, name="async")
+
+    def command(self) -> WriteMemory:
+        return WriteMemory(
+            content=self.content,
+            type=self.type,
+            scope=self.scope,
+            subject=self.subject,
+            attribute=self.attribute,
+            value=self.value,
+            tags=self.tags,
+            selectors=self.selectors,
+            provenance=self.provenance,
+            event_time=self.event_time,
+            valid_from=self.valid_from,
+        )
+
+
+class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
+    outcome: str
+    id: UUID | None
+    supersedes: tuple[UUID, ...]
+    dispute_id: UUID | None
+    position: int
+    classification: Classification | None
+    rejected: tuple[Rejection, ...]
+
+
+class TicketResponse(msgspec.Struct, frozen=True):
+    ticket: UUID
+
+
+class TicketBody(Body, frozen=True, kw_only=True):
+    ticket: UUID
+
+
+class TicketStatus(msgspec.Struct, frozen=True, kw_only=True):
+    state: Literal["pending", "running", "done", "failed"]
+    result: dict[str, Any] | None = None
+
+
+class IdBody(Body, frozen=True, kw_only=True):
+    id: UUID
+
+
+class VerifyBody(Body, frozen=True, kw_only=True):
+    id: UUID
+    supports: bool
+    note: str | None = None
+
+
+class VerifyResponse(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    trust_tier: str
+    position: int
+
+
+class HistoryResponse(msgspec.Struct, frozen=True, kw_only=True):
+    versions: list[Any]
+
+
+class PinResponse(msgspec.Struct, frozen=True):
+    pinned: bool
+
+
+class ShareBody(Body, frozen=True, kw_only=True):
+    id: UUID
+    with_namespace: str = msgspec.field(name="with")
+
+
+class ShareResponse(msgspec.Struct, frozen=True):
+    share_id: UUID
+
+
+class AckBody(Body, frozen=True, kw_only=True):
+    directive_id: str
+
+
+class AckResponse(msgspec.Struct, frozen=True):
+    acknowledged: bool
+
+
+class DirectiveView(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    text: str
+    namespace: str
+    acknowledged: bool
+
+
+class PolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    conflict_review: ConflictReview
+    forbid_secrets: bool
+    rate_limit_per_minute: int
+    driver: str | None
+    suspended: bool
+    directives: list[DirectiveView]
+
+
+class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    current: int
+    disputed: int
+    retired: int
+    erased: int
+    shared_in: int
+    pinned: int
+    open_disputes: int
+    open_findings: int
+    open_proposals: int
+    unjudged: int
+    fault_hit_rate: float | None
+    projection_lag: int
+
+
+class NewKeyBody(Body, frozen=True, kw_only=True):
+    target: str
+    actor: str
+    role: str
+
+
+class NewKeyResponse(msgspec.Struct, frozen=True):
+    key_id: str
+    key: str
+
+
+class RevokeBody(Body, frozen=True, kw_only=True):
+    key_id: str
+
+
+class RevokeResponse(msgspec.Struct, frozen=True):
+    revoked: bool
+
+
+class PolicyPutBody(Body, frozen=True, kw_only=True):
+    conflict_review: ConflictReview | None = None
+    forbid_secrets: bool | None = None
+    rate_limit_per_minute: int | None = None
+    directives: tuple[Directive, ...] = ()
+    driver: str | None = None
+    suspended: bool | None = None
+    expected_version: int | None = None
+
+
+class OwnPolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    version: int
+    conflict_review: ConflictReview | None
+    forbid_secrets: bool | None
+    rate_limit_per_minute: int | None
+    directives: tuple[Directive, ...]
+    driver: str | None
+    suspended: bool | None
+    effective: PolicyResponse
+
+
+class ResolveBody(Body, frozen=True, kw_only=True):
+    decision: DisputeDecision
+    content: str | None = None
+    value: str | None = None
+    reason: str | None = None
+
+
+class VerifyLedgerBody(Body, frozen=True, kw_only=True):
+    checkpoint: Checkpoint | None = None
+
+
+class Head(msgspec.Struct, frozen=True):
+    position: int
+    hash: str
+
+
+class VerifyLedgerResponse(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    checked: int
+    head: Head
+    first_bad_position: int | None
+    problem: str | None = None
+
+
+class AuditRecordView(msgspec.Struct, frozen=True, kw_only=True):
+    position: int
+    time: datetime
+    actor: str
+    namespace: str
+    role: str
+    op: str
+    outcome: str
+    detail: str
+    subject_ids: list[UUID]
+
+
+class AuditResponse(msgspec.Struct, frozen=True, kw_only=True):
+    records: list[AuditRecordView]
+    next_cursor: str | None

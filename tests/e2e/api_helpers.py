@@ -1,0 +1,59 @@
+"""Shared pieces of the HTTP tests: an app on the test database, keys, audit counting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from api.app import create_app
+from api.runtime import Runtime
+from domain.model.events import AuditRecorded
+from domain.model.identity import Identity
+from domain.model.keys import IssueKey
+from domain.model.namespaces import tenant_of
+from domain.settings import Settings
+
+
+class Api:
+    """A served app (Litestar's TestClient runs the real ASGI app, lifespan included)."""
+
+    def __init__(self, runtime: Runtime, client: TestClient[Any]) -> None:
+        self.runtime = runtime
+        self.client = client
+
+    def key(self, namespace: str, actor: str, role: str) -> str:
+        operator = Identity(tenant_of(namespace), "operator@test", "owner")
+        issued = self.runtime.core.governance.issue_key(operator, IssueKey(target=namespace, actor=actor, role=role))
+        return issued.key
+
+    def call(self, key: str | None, path: str, body: Any = None, method: str = "POST", **kw: Any) -> Any:
+        headers = dict(kw.pop("headers", {}))
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        if method == "POST":
+            return self.client.post(path, json=body if body is not None else {}, headers=headers, **kw)
+        if method == "PUT":
+            return self.client.put(path, json=body if body is not None else {}, headers=headers, **kw)
+        return self.client.get(path, headers=headers, **kw)
+
+    def mem(self, key: str | None, name: str, body: Any = None, **kw: Any) -> Any:
+        return self.call(key, f"/v1/mem/{name}", body, **kw)
+
+    def audit_records(self) -> list[AuditRecorded]:
+        found: list[AuditRecorded] = []
+        after = 0
+        while True:
+            batch = self.runtime.ledger.read(after, 1000)
+            if not batch:
+                return found
+            found.extend(r.event for r in batch if isinstance(r.event, AuditRecorded))
+            after = int(batch[-1].position or 0)
+
+
+@pytest.fixture
+def api(settings: Settings) -> Iterator[Api]:
+    with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
+        yield Api(runtime, client)
