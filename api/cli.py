@@ -205,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     api = bench.add_parser("api", help="write and read over HTTP vs in-process, same run")
     api.add_argument("--seconds", type=float, default=3.0, help="measuring time per run")
     api.add_argument("--clients", default="1,16", help="comma-separated client counts")
+    api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
     api.add_argument("--json", action="store_true")
     api.set_defaults(handler=cmd_bench_api)
 
