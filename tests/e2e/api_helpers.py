@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
 from api.runtime import Runtime
 from domain.model.events import AuditRecorded
 from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.model.namespaces import tenant_of
-from domain.settings import Settings
 
 
 class Api:
@@ -52,8 +48,3 @@ class Api:
             found.extend(r.event for r in batch if isinstance(r.event, AuditRecorded))
             after = int(batch[-1].position or 0)
 
-
-@pytest.fixture
-def api(settings: Settings) -> Iterator[Api]:
-    with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
-        yield Api(runtime, client)

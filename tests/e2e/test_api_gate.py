@@ -10,7 +10,7 @@ import pytest
 from api.app import create_app
 from api.runtime import Runtime
 from domain.settings import Settings
-from tests.e2e.api_helpers import Api, api  # noqa: F401 - fixture
+from tests.e2e.api_helpers import Api
 
 FACT = "The deploy service runs on Kubernetes in eu-west-1"
 
@@ -205,8 +205,7 @@ def test_mixed_workload_yields_exactly_one_audit_record_per_syscall(api: Api) ->
         response = api.mem(agent, "write", {"content": f"Service {n} is deployed by pipeline {n * 7}"})
         statuses.append(response.status_code)
         ids.append(response.json()["id"])
-    for memory_id in ids:
-        statuses.append(api.mem(agent, "read", {"id": memory_id}).status_code)
+    statuses += [api.mem(agent, "read", {"id": memory_id}).status_code for memory_id in ids]
     missing = "00000000-0000-4000-8000-000000000000"
     statuses += [api.mem(agent, "read", {"id": missing}).status_code, api.mem(agent, "history", {"id": missing}).status_code]
     statuses += [api.mem(auditor, "write", {"content": "auditors cannot write this"}).status_code]
