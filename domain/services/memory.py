@@ -6,6 +6,7 @@ command appends the audit record alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Sequence
@@ -20,7 +21,7 @@ from domain.ledger.mapper import Recorded
 from domain.model.classification import Classification
 from domain.model.commands import ResolveDispute, VerifyMemory, WriteMemory, WritePolicy
 from domain.model.disputes import ResolveState, check_reviewer, decide_resolve
-from domain.model.errors import DomainError, InvalidState, NotFound
+from domain.model.errors import DomainError, InvalidRequest, InvalidState, NotFound
 from domain.model.events import (
     AuditRecorded,
     ClaimKind,
@@ -63,6 +64,18 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
 
 class TooMuchContention(InvalidState):
     """The streams kept moving under this command; the caller may simply retry."""
+
+
+C = TypeVar("C", WriteMemory, ResolveDispute, VerifyMemory)
+
+
+def validated(command: C) -> C:
+    """Check a command's field types: a Struct built in Python is not validated, and a
+    wrongly typed value must never reach the ledger (it could not be decoded again)."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(command), type(command))
+    except (msgspec.ValidationError, TypeError) as error:
+        raise InvalidRequest(f"invalid {type(command).__name__}: {error}") from error
 
 
 def utcnow() -> datetime:
@@ -120,7 +133,9 @@ class MemoryService:
     # -- write ----------------------------------------------------------------------------
 
     def write(self, identity: Identity, command: WriteMemory, now: datetime | None = None) -> WriteResult:
-        return self._audited(identity, "write", lambda: self._write(identity, command, now or self.clock()))
+        return self._audited(
+            identity, "write", lambda: self._write(identity, validated(command), now or self.clock())
+        )
 
     def _write(self, identity: Identity, command: WriteMemory, now: datetime) -> WriteResult:
         memory_id, dispute_id = self.new_id(), self.new_id()
@@ -184,7 +199,7 @@ class MemoryService:
         self, identity: Identity, command: ResolveDispute, now: datetime | None = None
     ) -> ResolveResult:
         return self._audited(
-            identity, "resolve_dispute", lambda: self._resolve(identity, command, now or self.clock())
+            identity, "resolve_dispute", lambda: self._resolve(identity, validated(command), now or self.clock())
         )
 
     def _resolve(self, identity: Identity, command: ResolveDispute, now: datetime) -> ResolveResult:
@@ -241,7 +256,9 @@ class MemoryService:
     # -- verification -----------------------------------------------------------------------
 
     def verify(self, identity: Identity, command: VerifyMemory, now: datetime | None = None) -> VerifyResult:
-        return self._audited(identity, "verify", lambda: self._verify(identity, command, now or self.clock()))
+        return self._audited(
+            identity, "verify", lambda: self._verify(identity, validated(command), now or self.clock())
+        )
 
     def _verify(self, identity: Identity, command: VerifyMemory, now: datetime) -> VerifyResult:
         for _ in range(MAX_ATTEMPTS):
@@ -310,11 +327,16 @@ class MemoryService:
         return self.ledger.append([Recorded(audit.record_id, 1, audit)])
 
     def _audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
+        """Run a syscall; a refusal is audited (denied or miss), and so is a failure (error)."""
         try:
             return run()
         except DomainError as error:
             outcome: AuditOutcome = "miss" if isinstance(error, NotFound) else "denied"
             self.record_audit(identity, op, outcome, f"{error.code}: {error.detail}")
+            raise
+        except Exception as error:
+            with contextlib.suppress(Exception):  # the ledger itself may be what failed
+                self.record_audit(identity, op, "error", type(error).__name__)
             raise
 
 

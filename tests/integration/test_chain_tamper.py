@@ -9,7 +9,6 @@ once per test and shared by all examples.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -72,22 +71,28 @@ def populate(core: Core) -> None:
     rota = m.write(
         HUMAN,
         WriteMemory(
-            content="The on-call rota is kept in the ops wiki", subject="oncall", attribute="rota",
-            value="ops wiki", provenance=ProvenanceClaim(source="manual"),
+            content="The on-call rota is kept in the ops wiki",
+            subject="oncall",
+            attribute="rota",
+            value="ops wiki",
+            provenance=ProvenanceClaim(source="manual"),
         ),
     )
     assert rota.outcome == "stored"
     disputed = m.write(
         AGENT,
         WriteMemory(
-            content="The on-call rota lives in a spreadsheet", subject="oncall", attribute="rota",
+            content="The on-call rota lives in a spreadsheet",
+            subject="oncall",
+            attribute="rota",
             value="spreadsheet",
         ),
     )
     assert disputed.outcome == "disputed"
     assert disputed.dispute_id is not None
     m.resolve_dispute(
-        ADMIN, ResolveDispute(dispute_id=disputed.dispute_id, decision="keep_old", reason="the wiki is canonical")
+        ADMIN,
+        ResolveDispute(dispute_id=disputed.dispute_id, decision="keep_old", reason="the wiki is canonical"),
     )
     assert second.id is not None
     m.verify(OTHER, VerifyMemory(memory_id=second.id, supports=True, note="walked past it"))
@@ -105,11 +110,10 @@ def load_rows(conn: psycopg.Connection[Any]) -> list[Row]:
 
 
 @pytest.fixture
-def built(core: Core) -> Iterator[tuple[Core, list[Row]]]:
+def built(core: Core) -> tuple[Core, list[Row]]:
     populate(core)
     with psycopg.connect(core.params.conninfo(), autocommit=True) as conn:
-        rows = load_rows(conn)
-    yield core, rows
+        return core, load_rows(conn)
 
 
 def test_the_built_ledger_is_gapless_varied_and_verifies(built: tuple[Core, list[Row]]) -> None:
@@ -117,8 +121,15 @@ def test_the_built_ledger_is_gapless_varied_and_verifies(built: tuple[Core, list
     assert [r.position for r in rows] == list(range(1, len(rows) + 1))
     topics = {r.topic for r in rows}
     assert {
-        "MemoryWritten", "MemoryReaffirmed", "MemorySuperseded", "ClaimSet", "DisputeOpened",
-        "DisputeResolved", "MemoryRetired", "MemoryVerified", "AuditRecorded",
+        "MemoryWritten",
+        "MemoryReaffirmed",
+        "MemorySuperseded",
+        "ClaimSet",
+        "DisputeOpened",
+        "DisputeResolved",
+        "MemoryRetired",
+        "MemoryVerified",
+        "AuditRecorded",
     } <= topics
     report = core.ledger.verify()
     assert report.ok, report
@@ -145,7 +156,9 @@ def test_the_chain_is_the_documented_formula(built: tuple[Core, list[Row]]) -> N
         hashes = dict(conn.execute(SQL("SELECT position, hash FROM {}").format(CHAIN)).fetchall())
     previous = GENESIS
     for row in rows:
-        previous = link(previous, canonical(row.position, row.originator_id, row.version, row.topic, row.state))
+        previous = link(
+            previous, canonical(row.position, row.originator_id, row.version, row.topic, row.state)
+        )
         assert bytes(hashes[row.position]) == previous, row.position
     assert len(hashes) == len(rows)
 
@@ -153,8 +166,16 @@ def test_the_chain_is_the_documented_formula(built: tuple[Core, list[Row]]) -> N
 # -- tampering ---------------------------------------------------------------------------
 
 KINDS = (
-    "flip_state_byte", "change_topic", "change_version", "change_originator", "delete_event",
-    "insert_event", "insert_event_and_link", "insert_link", "swap_positions", "change_hash",
+    "flip_state_byte",
+    "change_topic",
+    "change_version",
+    "change_originator",
+    "delete_event",
+    "insert_event",
+    "insert_event_and_link",
+    "insert_link",
+    "swap_positions",
+    "change_hash",
     "delete_link",
 )
 
@@ -170,11 +191,14 @@ def tamper(cur: psycopg.Cursor[Any], rows: list[Row], kind: str, data: st.DataOb
         mask = data.draw(st.integers(1, 255), label="mask")
         state = bytearray(row.state)
         state[at] ^= mask
-        cur.execute(SQL("UPDATE {} SET state = %s WHERE notification_id = %s").format(EVENTS), (bytes(state), p))
+        cur.execute(
+            SQL("UPDATE {} SET state = %s WHERE notification_id = %s").format(EVENTS), (bytes(state), p)
+        )
         return p, "hash mismatch"
     if kind == "change_topic":
         topic = data.draw(
-            st.sampled_from(sorted(set(EVENT_TYPES) - {row.topic})) | st.text(st.characters(blacklist_characters="\x00"), max_size=12),
+            st.sampled_from(sorted(set(EVENT_TYPES) - {row.topic}))
+            | st.text(st.characters(blacklist_characters="\x00"), max_size=12),
             label="topic",
         )
         if topic == row.topic:
@@ -183,22 +207,22 @@ def tamper(cur: psycopg.Cursor[Any], rows: list[Row], kind: str, data: st.DataOb
         return p, "hash mismatch"
     if kind == "change_version":
         taken = {r.version for r in rows if r.originator_id == row.originator_id}
-        version = data.draw(
-            st.integers(-(2**40), 2**40).filter(lambda v: v not in taken), label="version"
-        )
+        version = data.draw(st.integers(-(2**40), 2**40).filter(lambda v: v not in taken), label="version")
         cur.execute(
-            SQL("UPDATE {} SET originator_version = %s WHERE notification_id = %s").format(EVENTS), (version, p)
+            SQL("UPDATE {} SET originator_version = %s WHERE notification_id = %s").format(EVENTS),
+            (version, p),
         )
         return p, "hash mismatch"
     if kind == "change_originator":
         # another existing stream (where that version is free), or a new one
         others = sorted(
-            {r.originator_id for r in rows}
-            - {r.originator_id for r in rows if r.version == row.version}
+            {r.originator_id for r in rows} - {r.originator_id for r in rows if r.version == row.version}
         )
         choices = st.uuids() | (st.sampled_from(others) if others else st.nothing())
         new_id = data.draw(choices.filter(lambda u: u != row.originator_id), label="originator")
-        cur.execute(SQL("UPDATE {} SET originator_id = %s WHERE notification_id = %s").format(EVENTS), (new_id, p))
+        cur.execute(
+            SQL("UPDATE {} SET originator_id = %s WHERE notification_id = %s").format(EVENTS), (new_id, p)
+        )
         return p, "hash mismatch"
     if kind == "delete_event":
         cur.execute(SQL("DELETE FROM {} WHERE notification_id = %s").format(EVENTS), (p,))
@@ -218,7 +242,9 @@ def tamper(cur: psycopg.Cursor[Any], rows: list[Row], kind: str, data: st.DataOb
         cur.execute(SQL("INSERT INTO {} (position, hash) VALUES (%s, %s)").format(CHAIN), (head + 1, forged))
         return head + 1, "hash mismatch"
     if kind == "insert_link":
-        cur.execute(SQL("INSERT INTO {} (position, hash) VALUES (%s, %s)").format(CHAIN), (head + 1, bytes(32)))
+        cur.execute(
+            SQL("INSERT INTO {} (position, hash) VALUES (%s, %s)").format(CHAIN), (head + 1, bytes(32))
+        )
         return head + 1, "event row missing"
     if kind == "swap_positions":
         drawn = data.draw(st.integers(0, head - 2), label="other index")
@@ -226,16 +252,17 @@ def tamper(cur: psycopg.Cursor[Any], rows: list[Row], kind: str, data: st.DataOb
         q = rows[other].position
         for old, new in ((p, -1), (q, p), (-1, q)):
             cur.execute(
-                SQL("UPDATE {} SET notification_id = %s WHERE notification_id = %s").format(EVENTS), (new, old)
+                SQL("UPDATE {} SET notification_id = %s WHERE notification_id = %s").format(EVENTS),
+                (new, old),
             )
         return min(p, q), "hash mismatch"
     if kind == "change_hash":
         at = data.draw(st.integers(0, 31), label="hash byte")
         mask = data.draw(st.integers(1, 255), label="hash mask")
         cur.execute(
-            SQL("UPDATE {} SET hash = set_byte(hash, %s::int, get_byte(hash, %s::int) # %s::int) WHERE position = %s").format(
-                CHAIN
-            ),
+            SQL(
+                "UPDATE {} SET hash = set_byte(hash, %s::int, get_byte(hash, %s::int) # %s::int) WHERE position = %s"
+            ).format(CHAIN),
             (at, at, mask, p),
         )
         return p, "hash mismatch"
@@ -349,8 +376,12 @@ def test_a_rewritten_and_rechained_history_fails_against_the_checkpoint(
         )
         previous = GENESIS
         for row in load_rows(conn):
-            previous = link(previous, canonical(row.position, row.originator_id, row.version, row.topic, row.state))
-            conn.execute(SQL("UPDATE {} SET hash = %s WHERE position = %s").format(CHAIN), (previous, row.position))
+            previous = link(
+                previous, canonical(row.position, row.originator_id, row.version, row.topic, row.state)
+            )
+            conn.execute(
+                SQL("UPDATE {} SET hash = %s WHERE position = %s").format(CHAIN), (previous, row.position)
+            )
         conn.commit()
     alone = core.ledger.verify()
     assert alone.ok, alone

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
+from domain.ledger.app import StreamConflict
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
 from domain.model.commands import WriteMemory
 from domain.model.events import AuditRecorded, ClaimSet
@@ -61,6 +62,26 @@ def cores(settings: Settings) -> Iterator[list[Core]]:
             c.close()
 
 
+class ConflictCounter:
+    """Counts the appends that lost a race (StreamConflict) across the racing Cores."""
+
+    def __init__(self, cores: Sequence[Core]) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        for c in cores:
+            append = c.ledger.append
+
+            def counting(*args: Any, _append: Any = append, **kwargs: Any) -> int:
+                try:
+                    return int(_append(*args, **kwargs))
+                except StreamConflict:
+                    with self._lock:
+                        self.count += 1
+                    raise
+
+            c.ledger.append = counting  # type: ignore[method-assign]
+
+
 @pytest.fixture
 def reader(settings: Settings) -> Iterator[Core]:
     with Core(settings) as opened:
@@ -76,7 +97,7 @@ def fresh_states(reader: Core, ids: Sequence[UUID]) -> dict[UUID, MemoryState]:
 def topic_counts(core: Core) -> Counter[str]:
     with psycopg.connect(core.params.conninfo(), autocommit=True) as conn:
         rows = conn.execute(SQL("SELECT topic, count(*) FROM {} GROUP BY topic").format(EVENTS)).fetchall()
-    return Counter({topic: n for topic, n in rows})
+    return Counter(dict(rows))
 
 
 def assert_gapless(core: Core) -> int:
@@ -101,17 +122,19 @@ def assert_positions_are_audits_of(core: Core, results: Sequence[WriteResult]) -
 # -- (a) racing writers on one slot ---------------------------------------------------------
 
 
-def test_racing_writers_on_one_slot_leave_exactly_one_current(
-    cores: list[Core], reader: Core
-) -> None:
+def test_racing_writers_on_one_slot_leave_exactly_one_current(cores: list[Core], reader: Core) -> None:
     rounds = 8
+    conflicts = ConflictCounter(cores)
     results: list[WriteResult] = []
     for r in range(rounds):
         calls = [
             lambda c=c, i=i, r=r: c.memory.write(
                 Identity(NS, f"agent-{i}", "agent"),
                 WriteMemory(
-                    content=f"Dana sits in room {r}-{i}", subject="Dana", attribute="desk", value=f"room {r}-{i}"
+                    content=f"Dana sits in room {r}-{i}",
+                    subject="Dana",
+                    attribute="desk",
+                    value=f"room {r}-{i}",
                 ),
             )
             for i, c in enumerate(cores)
@@ -134,11 +157,16 @@ def test_racing_writers_on_one_slot_leave_exactly_one_current(
 
     outcomes = Counter(res.outcome for res in results)
     assert outcomes == {"stored": 1, "superseded": rounds * RACERS - 1}
+    print(f"slot race: {conflicts.count} appends lost a race and re-decided")
+    assert conflicts.count > 0, "the writers never actually raced"
     # a single line of corrections: every memory but the head was superseded exactly once
     superseded = Counter(old for res in results for old in res.supersedes)
     assert all(n == 1 for n in superseded.values())
-    head = next(i for i, s in fresh_states(reader, [r.id for r in results]).items()  # type: ignore[misc]
-                if s.is_current(datetime.now(UTC)))
+    head = next(
+        i
+        for i, s in fresh_states(reader, [r.id for r in results]).items()  # type: ignore[misc]
+        if s.is_current(datetime.now(UTC))
+    )
     assert set(superseded) == {res.id for res in results} - {head}
     assert sum(1 for res in results if not res.supersedes) == 1
 
@@ -157,10 +185,9 @@ def test_racing_writers_on_one_slot_leave_exactly_one_current(
 # -- (b) racing identical normalized text -----------------------------------------------------
 
 
-def test_racing_identical_text_stores_once_and_deduplicates_the_rest(
-    cores: list[Core], reader: Core
-) -> None:
+def test_racing_identical_text_stores_once_and_deduplicates_the_rest(cores: list[Core], reader: Core) -> None:
     rounds = 5
+    conflicts = ConflictCounter(cores)
     for r in range(rounds):
         variants = [
             f"The build server for project {r} is CI-7",
@@ -169,11 +196,12 @@ def test_racing_identical_text_stores_once_and_deduplicates_the_rest(
             f"The  build server\tfor project {r} is CI-7!",
         ]
         assert len({normalize(v) for v in variants}) == 1
+        texts = [variants[i % len(variants)] for i in range(RACERS)]
         calls = [
-            lambda c=c, i=i, text=variants[i % len(variants)]: c.memory.write(
+            lambda c=c, i=i, text=text: c.memory.write(
                 Identity(NS, f"agent-{i}", "agent"), WriteMemory(content=text)
             )
-            for i, c in enumerate(cores)
+            for i, (c, text) in enumerate(zip(cores, texts, strict=True))
         ]
         results = race(calls)
         outcomes = Counter(res.outcome for res in results)
@@ -193,6 +221,8 @@ def test_racing_identical_text_stores_once_and_deduplicates_the_rest(
         assert isinstance(claim.event, ClaimSet)
         assert claim.event.holders == (memory_id,)
 
+    print(f"text race: {conflicts.count} appends lost a race and re-decided")
+    assert conflicts.count >= rounds * (RACERS - 1), "every loser of a round must have re-decided"
     assert topic_counts(reader)["MemoryWritten"] == rounds
     assert_gapless(reader)
     report = reader.ledger.verify()
@@ -214,7 +244,9 @@ def _process_writer(
             def one(j: int) -> tuple[str, str, int]:
                 result = core.memory.write(
                     identity,
-                    WriteMemory(content=f"Process {index} learned fact {j}: service {index}x{j} is on port {8000 + j}"),
+                    WriteMemory(
+                        content=f"Process {index} learned fact {j}: service {index}x{j} is on port {8000 + j}"
+                    ),
                 )
                 return result.outcome, str(result.id), result.position
 
@@ -277,7 +309,9 @@ def _load_keys_in_rounds(directories: list[str], barrier: Any, queue: Any) -> No
         barrier.wait(timeout=120)
         settings = Settings(data_dir=Path(directory))
         try:
-            queue.put((directory, KeyEncryptionKey.load(settings).key_id, SigningKey.load(settings).key_id, None))
+            queue.put(
+                (directory, KeyEncryptionKey.load(settings).key_id, SigningKey.load(settings).key_id, None)
+            )
         except Exception as error:
             queue.put((directory, None, None, repr(error)))
 
@@ -305,9 +339,7 @@ def test_processes_starting_together_on_a_fresh_data_dir_agree_on_the_keys() -> 
                 if w.is_alive():
                     w.kill()
     failures = [(d, e) for d, _, _, e in seen if e is not None]
-    disagreements = {
-        d for d in directories if len({(k, s) for dd, k, s, _ in seen if dd == d}) != 1
-    }
+    disagreements = {d for d in directories if len({(k, s) for dd, k, s, _ in seen if dd == d}) != 1}
     assert not failures, f"{len(failures)} of {len(seen)} key loads failed, e.g. {failures[0]}"
     assert not disagreements
 
@@ -332,7 +364,9 @@ def test_many_threads_on_one_core_share_group_commits(core: Core) -> None:
         identity = Identity(NS, f"agent-{t}", "agent")
         barrier.wait(timeout=60)
         return [
-            core.memory.write(identity, WriteMemory(content=f"Thread {t} observed that queue q{t}x{j} drains nightly"))
+            core.memory.write(
+                identity, WriteMemory(content=f"Thread {t} observed that queue q{t}x{j} drains nightly")
+            )
             for j in range(per_thread)
         ]
 
