@@ -8,6 +8,7 @@ from domain.ledger.app import Ledger
 from domain.services.core import Core
 from domain.services.memory import MemoryService
 from domain.settings import Settings
+from projections.erasure.lookup import ProjectionErasureLookup
 from projections.reads import ReadModels
 
 
@@ -19,6 +20,7 @@ class Runtime:
             self.reads = ReadModels(
                 self.core.ledger, self.core.params.conninfo(), wait_seconds=self.settings.read_wait_seconds
             )
+            self.core.erasure.lookup = ProjectionErasureLookup(self.reads)
             if follow:
                 self.reads.runner.start()
         except BaseException:

@@ -177,6 +177,7 @@ class PolicyPutBody(Body, frozen=True, kw_only=True):
     directives: tuple[Directive, ...] = ()
     driver: str | None = None
     suspended: bool | None = None
+    members_forget_own: bool | None = None
     expected_version: int | None = None
 
 

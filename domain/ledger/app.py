@@ -13,6 +13,7 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from psycopg.sql import SQL, Identifier
 
+from domain.ledger.certificates import CertificateCheck, check_certificate_signature, sign_certificate
 from domain.ledger.chain import ChainReport
 from domain.ledger.checkpoints import Checkpoint, CheckpointSigner, verify_checkpoint_signature
 from domain.ledger.database import ConnectionParams
@@ -27,7 +28,8 @@ from domain.ledger.recorder import (
     GroupResult,
 )
 from domain.ledger.sealing import DataKeys, unwrap_key, wrap_key
-from domain.model.events import EVENT_TYPES
+from domain.model.certificates import DeletionCertificate
+from domain.model.events import EVENT_TYPES, ErasureCertified, MemoryErased
 from domain.settings import SCHEMA
 
 
@@ -122,19 +124,29 @@ class Ledger(Application[UUID]):
 
     # -- writing -------------------------------------------------------------------------
 
-    def append(self, events: Sequence[Recorded], new_keys: Sequence[NewMemoryKey] = ()) -> int:
+    def append(
+        self,
+        events: Sequence[Recorded],
+        new_keys: Sequence[NewMemoryKey] = (),
+        destroy_keys: Sequence[UUID] = (),
+    ) -> int:
         """Append one syscall's events atomically; return the last position.
 
+        ``destroy_keys``: memories whose data keys are deleted in the same transaction
+        (erasure); they are dropped from this process's key cache once committed.
         Raises StreamConflict when another writer took one of the stream versions.
         """
         stored = [self.sealing.encode(r) for r in events]
         group = AppendGroup(
             events=stored,
             data_keys=[DataKeyRow(k.memory_id, self.kek.key_id, k.wrapped) for k in new_keys],
+            destroy_keys=list(destroy_keys),
         )
         result = self._committer.submit(group)
         if result.conflict:
             raise StreamConflict("a stream this append expected to extend has moved on")
+        if destroy_keys:
+            self.data_keys.forget(destroy_keys)
         return max(result.positions)
 
     # -- reading -------------------------------------------------------------------------
@@ -173,6 +185,9 @@ class Ledger(Application[UUID]):
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(query, params, prepare=True)
             rows = curs.fetchall()
+        erased = [row["originator_id"] for row in rows if row["topic"] == _ERASED_TOPIC]
+        if erased:  # another process may have erased them: never trust a cached key
+            self.data_keys.forget(erased)
         self.data_keys.prefetch(row["originator_id"] for row in rows if row["topic"] in _SEALED_TOPICS)
         return [
             self.sealing.decode(
@@ -213,5 +228,97 @@ class Ledger(Application[UUID]):
         position, head_hash = self.recorder.head()
         return self.checkpoints.sign(position, head_hash)
 
+    # -- erasure --------------------------------------------------------------------------
+
+    def sign_certificate(self, certificate: DeletionCertificate) -> DeletionCertificate:
+        return sign_certificate(certificate, self.signing_key)
+
+    def certificate(self, certificate_id: UUID) -> DeletionCertificate | None:
+        """The certificate as recorded in the ledger (its ErasureCertified event)."""
+        events = self.streams([certificate_id]).get(certificate_id, [])
+        for recorded in events:
+            if isinstance(recorded.event, ErasureCertified):
+                return recorded.event.certificate
+        return None
+
+    def verify_certificate(self, certificate: DeletionCertificate) -> CertificateCheck:
+        """Valid when the signature verifies (any key this ledger ever used), the fields
+        agree, the ledger recorded exactly this certificate, and the chain still holds
+        the head it names."""
+        check = check_certificate_signature(certificate, self.checkpoints.public_keys())
+        if not check.valid:
+            return check
+        recorded = self.certificate(certificate.id)
+        if recorded is None:
+            return CertificateCheck(valid=False, problem="the ledger holds no such certificate")
+        if msgspec.json.encode(recorded) != msgspec.json.encode(certificate):
+            return CertificateCheck(valid=False, problem="the certificate differs from the one in the ledger")
+        query = SQL("SELECT hash FROM {}.ledger_chain WHERE position = %s").format(Identifier(self.schema))
+        with self.datastore.get_connection() as conn:
+            row = conn.execute(query, (certificate.ledger_position,)).fetchone()
+        at_position = bytes(row["hash"]).hex() if row is not None else bytes(32).hex()
+        if at_position != certificate.ledger_hash:
+            return CertificateCheck(valid=False, problem="the ledger's hash at that position differs")
+        return CertificateCheck(valid=True)
+
+    def rotate_kek(self, new_kek: KeyEncryptionKey, batch: int = 5_000) -> tuple[int, int]:
+        """Rewrap every data key and service secret with ``new_kek`` in one transaction.
+
+        The ledger is not touched. Returns (data keys, secrets) rewrapped. Run it with
+        the service stopped: a process still holding the old KEK would wrap new keys
+        with it (each row keeps its ``kek_id``, so such rows are found and refused).
+        """
+        old = self.kek
+        s = Identifier(self.schema)
+        rewrapped_keys = rewrapped_secrets = 0
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(SQL("LOCK TABLE {s}.data_keys, {s}.secrets IN EXCLUSIVE MODE").format(s=s))
+            stray = curs.execute(
+                SQL("SELECT count(*) AS n FROM {s}.data_keys WHERE kek_id NOT IN (%s, %s)").format(s=s),
+                (old.key_id, new_kek.key_id),
+            ).fetchone()
+            if stray is not None and int(stray["n"]):
+                msg = f"{stray['n']} data keys are wrapped by a KEK that is neither the current nor the new one"
+                raise ValueError(msg)
+            after: UUID | None = None
+            while True:
+                rows = curs.execute(
+                    SQL(
+                        "SELECT memory_id, wrapped FROM {s}.data_keys WHERE kek_id = %s"
+                        " AND (%s::uuid IS NULL OR memory_id > %s::uuid) ORDER BY memory_id LIMIT %s"
+                    ).format(s=s),
+                    (old.key_id, after, after, batch),
+                ).fetchall()
+                if not rows:
+                    break
+                ids = [row["memory_id"] for row in rows]
+                wrapped = [
+                    wrap_key(new_kek, row["memory_id"], unwrap_key(old, row["memory_id"], bytes(row["wrapped"])))
+                    for row in rows
+                ]
+                curs.execute(
+                    SQL(
+                        "UPDATE {s}.data_keys d SET kek_id = %s, wrapped = u.w"
+                        " FROM unnest(%s::uuid[], %s::bytea[]) AS u(id, w) WHERE d.memory_id = u.id"
+                    ).format(s=s),
+                    (new_kek.key_id, ids, wrapped),
+                )
+                rewrapped_keys += len(rows)
+                after = ids[-1]
+            for row in curs.execute(
+                SQL("SELECT name, wrapped FROM {s}.secrets WHERE kek_id = %s").format(s=s), (old.key_id,)
+            ).fetchall():
+                owner = uuid5(NAMESPACE_URL, f"memwarden:secret:{row['name']}")
+                value = unwrap_key(old, owner, bytes(row["wrapped"]))
+                curs.execute(
+                    SQL("UPDATE {s}.secrets SET kek_id = %s, wrapped = %s WHERE name = %s").format(s=s),
+                    (new_kek.key_id, wrap_key(new_kek, owner, value), row["name"]),
+                )
+                rewrapped_secrets += 1
+        self.kek = new_kek
+        self.data_keys.rekey(new_kek)
+        return rewrapped_keys, rewrapped_secrets
+
 
 _SEALED_TOPICS = frozenset(name for name, cls in EVENT_TYPES.items() if cls.SEALED)
+_ERASED_TOPIC = MemoryErased.__name__

@@ -59,6 +59,22 @@ def _decoder(cls: type[Event]) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(_SealedForm[cls] if cls.SEALED else cls)  # type: ignore[valid-type]
 
 
+@cache
+def _plain_decoder(cls: type[Event]) -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(cls)
+
+
+@cache
+def _sealed_types(cls: type[Event]) -> dict[str, Any]:
+    """The declared type of each sealed field (a struct's values come back as plain data)."""
+    return {f.name: f.type for f in msgspec.structs.fields(cls) if f.name in cls.SEALED}
+
+
+def _blanks(event: Event) -> dict[str, Any]:
+    """What a sealed field holds in the clear form (and in a tombstone): nothing."""
+    return {name: () if isinstance(getattr(event, name), tuple) else None for name in event.SEALED}
+
+
 def _aad(originator_id: UUID, topic: str) -> bytes:
     return originator_id.bytes + topic.encode()
 
@@ -77,7 +93,7 @@ class SealingMapper(Mapper[UUID]):
             if key is None:
                 raise SealingError(f"no data key for memory {owner}")
             values = [getattr(event, name) for name in event.SEALED]
-            blanked = msgspec.structs.replace(event, **dict.fromkeys(event.SEALED))
+            blanked = msgspec.structs.replace(event, **_blanks(event))
             ciphertext = seal(key, msgspec.msgpack.encode(values), _aad(recorded.originator_id, topic))
             state = _ENCODER.encode(_SealedForm(e=blanked, s=ciphertext))
         else:
@@ -94,6 +110,9 @@ class SealingMapper(Mapper[UUID]):
         if cls is None:
             raise UnknownEventType(f"unknown event topic {stored.topic!r}")
         originator_id = cast(UUID, stored.originator_id)
+        if cls.SEALED and not stored.state.startswith(b'{"e":'):
+            # recorded before this event type had sealed fields: stored in the clear
+            return Recorded(originator_id, stored.originator_version, _plain_decoder(cls).decode(stored.state), position)
         decoded = _decoder(cls).decode(stored.state)
         if cls.SEALED:
             form = cast(_SealedForm[Event], decoded)
@@ -103,13 +122,22 @@ class SealingMapper(Mapper[UUID]):
         return Recorded(originator_id, stored.originator_version, event, position)
 
     def _open(self, form: _SealedForm[Event], originator_id: UUID, topic: str) -> Event:
-        """Unseal with the memory's data key; a destroyed key leaves the fields null."""
+        """Unseal with the memory's data key; a destroyed key leaves the fields empty."""
         event = form.e
         key = self.data_keys.get(cast(UUID, getattr(event, "memory_id")))  # noqa: B009
         if key is None:
             return event
         values = _SEALED_VALUES.decode(unseal(key, form.s, _aad(originator_id, topic)))
-        return msgspec.structs.replace(event, **dict(zip(event.SEALED, values, strict=True)))
+        if len(values) > len(event.SEALED):
+            raise SealingError(f"{topic}: more sealed values than sealed fields")
+        # A record written when fewer fields were sealed holds a prefix of today's list;
+        # the rest of its fields were stored in the clear and are already in ``event``.
+        types = _sealed_types(type(event))
+        opened = {
+            name: msgspec.convert(value, types[name])
+            for name, value in zip(event.SEALED[: len(values)], values, strict=True)
+        }
+        return msgspec.structs.replace(event, **opened)
 
     # The library's interface, for its subscriptions and runners.
     def to_stored_event(self, domain_event: Any) -> StoredEvent:

@@ -3,8 +3,8 @@
 Every append goes through one PL/pgSQL function that, under the events table's
 EXCLUSIVE lock: finds the groups whose stream versions are already taken (optimistic
 concurrency, reported per group instead of failing the whole call), gives the other
-groups' events the next gapless positions, writes each event's chain link, and stores
-the wrapped data keys of new memories. One round trip, one transaction, so a group
+groups' events the next gapless positions, writes each event's chain link, stores
+the wrapped data keys of new memories and deletes the data keys of erased ones. One round trip, one transaction, so a group
 commit of many writers costs one lock, one fsync and one call.
 """
 
@@ -36,6 +36,8 @@ class AppendGroup(msgspec.Struct, frozen=True):
 
     events: Sequence[StoredEvent]
     data_keys: Sequence[DataKeyRow] = ()
+    destroy_keys: Sequence[UUID] = ()
+    """Data keys to delete (erasure) in the same transaction, if the group is appended."""
 
 
 class GroupResult(msgspec.Struct, frozen=True):
@@ -65,10 +67,15 @@ def ledger_sql(schema: str, channel: str) -> list[Composed]:
             " name text PRIMARY KEY, kek_id text NOT NULL, wrapped bytea NOT NULL)"
         ).format(s=s),
         SQL(
+            "DROP FUNCTION IF EXISTS {s}.mw_append(uuid[], bigint[], text[], bytea[], int[], uuid[], int[],"
+            " text[], bytea[])"
+        ).format(s=s),
+        SQL(
             """
 CREATE OR REPLACE FUNCTION {s}.mw_append(
     p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[], p_groups int[],
-    p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[])
+    p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[],
+    p_destroy_ids uuid[], p_destroy_groups int[])
 RETURNS TABLE(grp int, pos bigint)
 LANGUAGE plpgsql AS $body$
 DECLARE
@@ -131,6 +138,13 @@ BEGIN
                  WHERE NOT (k.g = ANY(bad))
                 ON CONFLICT (memory_id) DO NOTHING;
             END IF;
+            IF cardinality(p_destroy_ids) > 0 THEN
+                -- Crypto-shredding: the erased memories' keys go in the same transaction
+                -- as their MemoryErased events, or not at all.
+                DELETE FROM {s}.data_keys d
+                 USING unnest(p_destroy_ids, p_destroy_groups) AS k(id, g)
+                 WHERE d.memory_id = k.id AND NOT (k.g = ANY(bad));
+            END IF;
             EXIT;
         EXCEPTION WHEN unique_violation THEN
             IF attempt = 2 THEN
@@ -167,7 +181,7 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
         self.sql_create_statements.extend(ledger_sql(self.schema, self.channel_name))
         self._append_sql = SQL(
             "SELECT grp, pos FROM {s}.mw_append(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[],"
-            " %s::int[], %s::uuid[], %s::int[], %s::text[], %s::bytea[])"
+            " %s::int[], %s::uuid[], %s::int[], %s::text[], %s::bytea[], %s::uuid[], %s::int[])"
         ).format(s=Identifier(self.schema))
 
     def create_table(self) -> None:
@@ -199,6 +213,7 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
         live = [(i, g) for i, g in enumerate(groups) if i not in doomed]
         events = [(i, e) for i, g in live for e in g.events]
         keys = [(i, k) for i, g in live for k in g.data_keys]
+        destroy = [(i, d) for i, g in live for d in g.destroy_keys]
         params = (
             _array(str(e.originator_id) for _, e in events),
             _array(str(e.originator_version) for _, e in events),
@@ -209,6 +224,8 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
             _array(str(i) for i, _ in keys),
             _array(_quoted(k.kek_id) for _, k in keys),
             _array(_bytea(k.wrapped) for _, k in keys),
+            _array(str(d) for _, d in destroy),
+            _array(str(i) for i, _ in destroy),
         )
         positions: dict[int, list[int]] = {i: [] for i in range(len(groups))}
         conflicts = set(doomed)

@@ -83,6 +83,11 @@ class DataKeys:
         for owner, wrapped in self._load_wrapped(missing).items():
             self._remember(owner, unwrap_key(self.kek, owner, wrapped))
 
+    def rekey(self, kek: KeyEncryptionKey) -> None:
+        """After a KEK rotation: wrap with the new KEK; cached plaintext keys stay valid."""
+        with self._lock:
+            self.kek = kek
+
     def forget(self, owners: Iterable[UUID]) -> None:
         with self._lock:
             for owner in owners:

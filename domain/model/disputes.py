@@ -59,6 +59,8 @@ def decide_resolve(
     new, incumbent = state.new, state.incumbent
     if new is None or incumbent is None:
         raise InvalidState("the disputed memories are no longer available")
+    if new.status == "erased" or incumbent.status == "erased":
+        raise InvalidState("a disputed memory was erased; nothing is left to review")
     if command.decision != "edit" and command.content is not None:
         raise InvalidRequest("content is only for the 'edit' decision")
     resolved = DisputeResolved(

@@ -12,6 +12,7 @@ from uuid import UUID
 
 import msgspec
 
+from domain.model.certificates import DeletionCertificate
 from domain.model.classification import Classification
 
 MemoryType = Literal["fact", "preference", "episode", "pointer", "instruction"]
@@ -49,7 +50,11 @@ class MemoryEvent(Event, frozen=True, kw_only=True):
 
 
 class MemoryWritten(MemoryEvent, frozen=True, kw_only=True):
-    SEALED: ClassVar[tuple[str, ...]] = ("content", "value")
+    # Everything that can name a person is sealed: erasure (destroying the data key)
+    # leaves none of it readable. Older records sealed only content and value.
+    SEALED: ClassVar[tuple[str, ...]] = (
+        "content", "value", "subject", "attribute", "tags", "selectors", "provenance"
+    )
     namespace: str
     actor: str
     type: MemoryType
@@ -100,7 +105,8 @@ class MemoryReaffirmed(MemoryEvent, frozen=True, kw_only=True):
     longer counts as independent.
     """
 
-    provenance: Provenance
+    SEALED: ClassVar[tuple[str, ...]] = ("provenance",)
+    provenance: Provenance | None  # None only in a tombstone (its data key destroyed)
     trust_tier: TrustTier | None = None
 
 
@@ -110,6 +116,25 @@ class MemoryVerified(MemoryEvent, frozen=True, kw_only=True):
     supports: bool
     note: str | None = None
     trust_tier: TrustTier
+
+
+class MemoryErased(MemoryEvent, frozen=True, kw_only=True):
+    """The memory's data key was destroyed in the same transaction: its sealed fields
+    are unrecoverable from here on. Its tombstone stays (id, namespace, times)."""
+
+    namespace: str
+    certificate_id: UUID
+    by: str
+
+
+class ErasureCertified(Event, frozen=True, kw_only=True):
+    """The signed deletion certificate of one erasure, appended with its MemoryErased events."""
+
+    certificate: DeletionCertificate
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.certificate.id
 
 
 class DisputeEvent(Event, frozen=True, kw_only=True):
@@ -212,6 +237,7 @@ class PolicySet(Event, frozen=True, kw_only=True):
     directives: tuple[Directive, ...] = ()
     driver: str | None = None
     suspended: bool | None = None
+    members_forget_own: bool | None = None
     set_by: str
 
     @property
@@ -268,6 +294,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MemoryRetired,
         MemoryReaffirmed,
         MemoryVerified,
+        MemoryErased,
+        ErasureCertified,
         DisputeOpened,
         DisputeResolved,
         ClaimSet,

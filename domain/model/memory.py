@@ -17,6 +17,7 @@ from domain.model.events import (
     DisputeOpened,
     DisputeResolved,
     Event,
+    MemoryErased,
     MemoryReaffirmed,
     MemoryReleased,
     MemoryRetired,
@@ -153,7 +154,7 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
         return replace(state, status="retired", retired_at=event.at, version=version)
     if isinstance(event, MemoryReaffirmed):
         provenance = state.provenance
-        if event.provenance not in provenance:
+        if event.provenance is not None and event.provenance not in provenance:
             provenance = (*provenance, event.provenance)
         tier = event.trust_tier or state.trust_tier
         return replace(state, provenance=provenance, trust_tier=tier, version=version)
@@ -165,8 +166,27 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
             trust_tier=event.trust_tier,
             version=version,
         )
+    if isinstance(event, MemoryErased):
+        return erased_tombstone(state, event.at, version)
     msg = f"not a memory event: {type(event).__name__}"
     raise TypeError(msg)
+
+
+def erased_tombstone(state: MemoryState, at: datetime, version: int) -> MemoryState:
+    """What remains of an erased memory: identity, place and times; nothing it said."""
+    return replace(
+        state,
+        status="erased",
+        retired_at=state.retired_at or at,
+        content=None,
+        value=None,
+        subject=None,
+        attribute=None,
+        tags=(),
+        selectors=(),
+        verifications=(),
+        version=version,
+    )
 
 
 DisputeStatus = Literal["open", "resolved"]

@@ -50,6 +50,8 @@ class PolicyBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     directives: tuple[Directive, ...] = ()
     driver: str | None = None
     suspended: bool | None = None
+    members_forget_own: bool | None = None
+    """Members may erase (``forget``) memories they wrote themselves (default: no)."""
 
 
 class NamespacePolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +62,7 @@ class NamespacePolicy(msgspec.Struct, frozen=True, kw_only=True):
     directives: tuple[Directive, ...] = ()
     driver: str | None = None
     suspended: bool | None = None
+    members_forget_own: bool | None = None
     version: int = 0
 
 
@@ -78,6 +81,7 @@ class EffectivePolicy(msgspec.Struct, frozen=True, kw_only=True):
     suspended: bool
     suspended_by: str | None
     directives: tuple[EffectiveDirective, ...]
+    members_forget_own: bool = False
 
     def write_policy(self, max_content_bytes: int) -> WritePolicy:
         return WritePolicy(forbid_secrets=self.forbid_secrets, max_content_bytes=max_content_bytes)
@@ -92,6 +96,7 @@ def policy_from_event(event: PolicySet, version: int) -> NamespacePolicy:
         directives=event.directives,
         driver=event.driver,
         suspended=event.suspended,
+        members_forget_own=event.members_forget_own,
         version=version,
     )
 
@@ -121,6 +126,7 @@ def effective_policy(namespace: str, own: Mapping[str, NamespacePolicy]) -> Effe
     forbid = nearest("forbid_secrets")
     rate = nearest("rate_limit_per_minute")
     driver = nearest("driver")
+    members_forget_own = nearest("members_forget_own")
     return EffectivePolicy(
         namespace=namespace,
         conflict_review=review if review is not None else DEFAULT_CONFLICT_REVIEW,  # type: ignore[arg-type]
@@ -130,6 +136,7 @@ def effective_policy(namespace: str, own: Mapping[str, NamespacePolicy]) -> Effe
         suspended=suspended_by is not None,
         suspended_by=suspended_by,
         directives=directives,
+        members_forget_own=members_forget_own is True,
     )
 
 
@@ -189,6 +196,7 @@ def decide_set_policy(
         directives=body.directives,
         driver=body.driver,
         suspended=body.suspended,
+        members_forget_own=body.members_forget_own,
         set_by=caller.actor,
         at=now,
     )

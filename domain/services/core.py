@@ -7,6 +7,7 @@ from types import TracebackType
 from domain.ledger.app import Ledger, ledger_env
 from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
+from domain.services.erasure import ErasureService
 from domain.services.governance import GovernanceService
 from domain.services.memory import ClaimIds, MemoryService
 from domain.settings import Settings
@@ -30,6 +31,12 @@ class Core:
             self.ledger,
             ClaimIds(self.ledger.secret("claim-ids")),
             policy_for=self.governance.write_policy,
+        )
+        governance = self.governance
+        self.erasure = ErasureService(
+            self.ledger,
+            self.memory.streams,
+            members_forget_own=lambda namespace: governance.effective_policy(namespace).members_forget_own,
         )
 
     @property

@@ -23,6 +23,7 @@ from domain.model.events import (
     DisputeOpened,
     DisputeResolved,
     Event,
+    MemoryErased,
     MemoryReaffirmed,
     MemoryReleased,
     MemoryRetired,
@@ -163,7 +164,15 @@ class Streams:
 
 _EVOLVERS: dict[type[Event], Callable[[Any, Event], Any]] = {
     **dict.fromkeys(
-        (MemoryWritten, MemorySuperseded, MemoryReleased, MemoryRetired, MemoryReaffirmed, MemoryVerified),
+        (
+            MemoryWritten,
+            MemorySuperseded,
+            MemoryReleased,
+            MemoryRetired,
+            MemoryReaffirmed,
+            MemoryVerified,
+            MemoryErased,
+        ),
         evolve_memory,
     ),
     DisputeOpened: evolve_dispute,

@@ -8,7 +8,7 @@ from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
 from domain.ledger.mapper import Recorded
-from domain.model.events import DisputeOpened, DisputeResolved
+from domain.model.events import DisputeOpened, DisputeResolved, MemoryErased
 
 
 class DisputesProjection:
@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS {s}.disputes (
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
         s = Identifier(schema)
+        erased = [r.event.memory_id for r in events if isinstance(r.event, MemoryErased)]
         for r in events:
             e = r.event
             if isinstance(e, DisputeOpened):
@@ -63,3 +64,12 @@ CREATE TABLE IF NOT EXISTS {s}.disputes (
                     ).format(s=s),
                     (e.decision, e.reviewer, e.reason, e.replacement_id, e.at, r.position, e.dispute_id),
                 )
+        if erased:  # a reviewer's free text about an erased memory goes with it
+            curs.execute(
+                SQL(
+                    "UPDATE {s}.disputes SET resolution_reason = NULL WHERE resolution_reason IS NOT NULL"
+                    " AND (memory_id = ANY(%(ids)s) OR incumbent_id = ANY(%(ids)s)"
+                    " OR replacement_id = ANY(%(ids)s))"
+                ).format(s=s),
+                {"ids": erased},
+            )

@@ -12,6 +12,7 @@ from psycopg.sql import SQL, Composed, Identifier
 
 from domain.ledger.mapper import Recorded
 from domain.model.events import (
+    MemoryErased,
     MemoryReaffirmed,
     MemoryReleased,
     MemoryRetired,
@@ -197,6 +198,11 @@ def _retired(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
 def _reaffirmed(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
     e = r.event
     assert isinstance(e, MemoryReaffirmed)
+    if e.provenance is None:  # replayed after erasure: nothing left to join
+        curs.execute(
+            SQL("UPDATE {s}.memory_objects SET position = %s WHERE id = %s").format(s=s), (r.position, e.memory_id)
+        )
+        return
     entry = {"source": e.provenance.source, "actor": e.provenance.actor, "ref": e.provenance.ref}
     curs.execute(
         SQL(
@@ -234,6 +240,23 @@ def _verified(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
     )
 
 
+def _erased(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    """Erasure: the row stays as a tombstone; everything the memory said goes, including
+    what was derived from it (provenance content hashes and refs)."""
+    e = r.event
+    assert isinstance(e, MemoryErased)
+    curs.execute(
+        SQL(
+            "UPDATE {s}.memory_objects SET status = 'erased', retired_at = coalesce(retired_at, %s),"
+            " content = NULL, value = NULL, subject = NULL, attribute = NULL, tags = '{{}}',"
+            " selectors = '{{}}', provenance = coalesce((SELECT jsonb_agg(p || '{{\"content_hash\": null,"
+            " \"ref\": null}}'::jsonb) FROM jsonb_array_elements(provenance) p), '[]'::jsonb),"
+            " position = %s WHERE id = %s"
+        ).format(s=s),
+        (e.at, r.position, e.memory_id),
+    )
+
+
 _HANDLERS: dict[type, Any] = {
     MemoryWritten: _written,
     MemorySuperseded: _superseded,
@@ -241,4 +264,5 @@ _HANDLERS: dict[type, Any] = {
     MemoryRetired: _retired,
     MemoryReaffirmed: _reaffirmed,
     MemoryVerified: _verified,
+    MemoryErased: _erased,
 }

@@ -1,0 +1,51 @@
+"""Candidates of a subject or subtree erasure, from ``memory_objects``.
+
+A hint only: the forget decider re-checks every candidate against the ledger's state.
+The subtree is matched as ``namespace = root OR namespace LIKE <escaped root>/%``, so
+``acme/eng`` never matches ``acme/engineering`` and ``_``, ``%``, ``\\`` match themselves.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from psycopg.sql import SQL, Identifier
+
+from domain.model.erasure import handles_name_subject
+from domain.model.namespaces import subtree_like_pattern
+from projections.reads import ReadModels
+
+
+class ProjectionErasureLookup:
+    def __init__(self, reads: ReadModels) -> None:
+        self.reads = reads
+
+    def in_subtree(self, root: str, position: int) -> list[UUID]:
+        self.reads.wait_for(position)
+        query = SQL(
+            "SELECT id FROM {s}.memory_objects WHERE (namespace = %s OR namespace LIKE %s ESCAPE '\\')"
+            " AND status <> 'erased'"
+        ).format(s=Identifier(self.reads.ledger.schema))
+        with self.reads.ledger.datastore.get_connection() as conn:
+            rows = conn.execute(query, (root, subtree_like_pattern(root))).fetchall()
+        return [row["id"] for row in rows]
+
+    def naming_subject(self, root: str, keys: frozenset[str], position: int) -> list[UUID]:
+        self.reads.wait_for(position)
+        query = SQL(
+            "SELECT id, subject, tags, selectors FROM {s}.memory_objects"
+            " WHERE (namespace = %s OR namespace LIKE %s ESCAPE '\\') AND status <> 'erased'"
+            " AND (subject IS NOT NULL OR tags <> '{{}}' OR selectors <> '{{}}')"
+        ).format(s=Identifier(self.reads.ledger.schema))
+        with (
+            self.reads.ledger.datastore.get_connection() as conn,
+            conn.transaction(),
+            conn.cursor(name="mw_erasure") as curs,
+        ):
+            curs.itersize = 10_000
+            curs.execute(query, (root, subtree_like_pattern(root)))
+            return [
+                row["id"]
+                for row in curs
+                if handles_name_subject(row["subject"], (*row["tags"], *row["selectors"]), keys)
+            ]
