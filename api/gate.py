@@ -124,35 +124,44 @@ async def gate(request: Request[Any, Any, Any]) -> None:
         raw, too_large = None, error
     query = list(request.query_params.keys())
     state = api_state(request)
-    await anyio.to_thread.run_sync(lambda: _gate(state, call, opt, raw, query, too_large))
-
-
-def _gate(
-    state: ApiState, call: Call, opt: dict[str, Any], raw: bytes | None, query: list[str], too_large: Any
-) -> None:
+    governance = state.governance
     try:
-        roles: frozenset[str] = opt.get("roles", ALL_ROLES)
-        if call.identity.role not in roles:
-            raise Forbidden(f"role {call.identity.role!r} may not call {call.op}")
-        call.policy = state.governance.effective_policy(call.identity.namespace)
-        if opt.get("tenant_gate", True):
-            check_not_suspended(call.policy)
-        wait = state.buckets.take(call.key_id, call.policy.rate_limit_per_minute)
-        if wait > 0.0:
-            raise RateLimited(
-                f"more than {call.policy.rate_limit_per_minute} requests per minute", max(1, math.ceil(wait))
-            )
-        if too_large is not None or (raw is not None and len(raw) > state.max_body_bytes):
-            raise TooLarge(f"request body larger than {state.max_body_bytes} bytes")
-        allowed: frozenset[str] = opt.get("allow", frozenset())
-        _check_query(query, opt.get("query", frozenset()), allowed)
-        body_type: type[Body] | None = opt.get("body")
-        call.body = _decode(raw or b"", body_type, allowed) if body_type is not None else None
-        if body_type is None and raw and raw.strip() not in {b"", b"{}"}:
-            raise InvalidRequest("this route takes no body")
+        policy = governance.cached_policy(call.identity.namespace)
+        if policy is None:
+            policy = await anyio.to_thread.run_sync(governance.effective_policy, call.identity.namespace)
+        _check(state, call, opt, raw, query, too_large, policy)  # pure: no I/O on the event loop
     except DomainError as error:
-        audit(state, call, audit_outcome(error), f"{error.code}: {error.detail}")
+        outcome, detail = audit_outcome(error), f"{error.code}: {error.detail}"
+        await anyio.to_thread.run_sync(lambda: audit(state, call, outcome, detail))
         raise
+
+
+def _check(
+    state: ApiState,
+    call: Call,
+    opt: dict[str, Any],
+    raw: bytes | None,
+    query: list[str],
+    too_large: HTTPException | None,
+    policy: EffectivePolicy,
+) -> None:
+    roles: frozenset[str] = opt.get("roles", ALL_ROLES)
+    if call.identity.role not in roles:
+        raise Forbidden(f"role {call.identity.role!r} may not call {call.op}")
+    call.policy = policy
+    if opt.get("tenant_gate", True):
+        check_not_suspended(policy)
+    wait = state.buckets.take(call.key_id, policy.rate_limit_per_minute)
+    if wait > 0.0:
+        raise RateLimited(f"more than {policy.rate_limit_per_minute} requests per minute", max(1, math.ceil(wait)))
+    if too_large is not None or (raw is not None and len(raw) > state.max_body_bytes):
+        raise TooLarge(f"request body larger than {state.max_body_bytes} bytes")
+    allowed: frozenset[str] = opt.get("allow", frozenset())
+    _check_query(query, opt.get("query", frozenset()), allowed)
+    body_type: type[Body] | None = opt.get("body")
+    call.body = _decode(raw or b"", body_type, allowed) if body_type is not None else None
+    if body_type is None and raw and raw.strip() not in {b"", b"{}"}:
+        raise InvalidRequest("this route takes no body")
 
 
 def _check_query(names: Iterable[str], expected: frozenset[str], allowed: frozenset[str]) -> None:

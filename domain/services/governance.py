@@ -204,6 +204,11 @@ class GovernanceService:
             return policy_from_event(head.event, head.originator_version)
         return NamespacePolicy(namespace=namespace)
 
+    def cached_policy(self, namespace: str) -> EffectivePolicy | None:
+        """The cached effective policy, without I/O (None when not cached or expired)."""
+        cached = self._policies.get(namespace)
+        return cached if isinstance(cached, EffectivePolicy) else None
+
     def effective_policy(self, namespace: str) -> EffectivePolicy:
         cached = self._policies.get(namespace)
         if isinstance(cached, EffectivePolicy):
