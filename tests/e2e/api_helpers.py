@@ -38,6 +38,10 @@ class Api:
     def mem(self, key: str | None, name: str, body: Any = None, **kw: Any) -> Any:
         return self.call(key, f"/v1/mem/{name}", body, **kw)
 
+    def settle(self) -> None:
+        """Wait until the read models reflect the whole ledger (another key's writes)."""
+        self.runtime.reads.wait_for(self.runtime.ledger.head_position())
+
     def audit_records(self) -> list[AuditRecorded]:
         found: list[AuditRecorded] = []
         after = 0
