@@ -28,6 +28,8 @@ from projections.governance.views import (
 from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.memory_objects.views import HistoryStep, MemoryView, history, read_memory
 from projections.runner import TRACKING_TABLE, ProjectionRunner
+from projections.timeline.projection import TimelineProjection
+from projections.timeline.service import TimeTravel
 
 
 def default_projections() -> list[Projection]:
@@ -37,6 +39,7 @@ def default_projections() -> list[Projection]:
         KeysProjection(),
         AuditProjection(),
         SharesProjection(),
+        TimelineProjection(),
     ]
 
 
@@ -53,6 +56,7 @@ class ReadModels:
         self.runner.create_tables()
         self.wait_seconds = wait_seconds
         self._names = [p.name for p in self.runner.projections]
+        self.time_travel = TimeTravel(ledger, self.wait_for)
 
     def wait_for(self, position: int | None) -> None:
         if position and not self._reached(position):

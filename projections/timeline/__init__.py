@@ -1,0 +1,1 @@
+"""The bitemporal timeline: each memory's system-time intervals, and the ledger clock."""

@@ -1,0 +1,146 @@
+"""As-of reads, the service a route or a command calls: the same question answered by
+indexed SQL (``sql``), by replaying the ledger (``replay``), or by both, compared
+(``verify``). A route is a thin controller over these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from uuid import UUID
+
+import msgspec
+
+from domain.ledger.app import Ledger
+from domain.model.asof import AsOfAnswer, AsOfMemory, differences
+from domain.model.errors import InvalidRequest, OutsideSubtree
+from domain.model.identity import Identity
+from domain.model.namespaces import ancestors, is_within, validate_namespace
+from projections.replay import ReplayEngine
+from projections.timeline.views import as_of_memories, position_at
+
+MAX_LIMIT = 1000
+
+
+class AsOfQuestion(msgspec.Struct, frozen=True, kw_only=True):
+    """``as_of`` None = now (everything the ledger holds); ``valid_at`` None = ``as_of``."""
+
+    scope: tuple[str, ...]
+    as_of: datetime | None = None
+    valid_at: datetime | None = None
+    query: str | None = None
+    limit: int | None = None
+    after: UUID | None = None
+
+
+class Verification(msgspec.Struct, frozen=True, kw_only=True):
+    sql: AsOfAnswer
+    replay: AsOfAnswer
+    differences: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
+def scope_for(identity: Identity, target: str | None = None) -> tuple[str, ...]:
+    """The caller's scope, or a namespace inside the caller's subtree (``target``)."""
+    if target is None:
+        return ancestors(identity.namespace)
+    validate_namespace(target)
+    if not is_within(target, identity.namespace):
+        raise OutsideSubtree(f"{target!r} is not inside {identity.namespace!r}")
+    return ancestors(target)
+
+
+def parse_cursor(cursor: str | None) -> UUID | None:
+    if cursor is None:
+        return None
+    try:
+        return UUID(cursor)
+    except ValueError as error:
+        raise InvalidRequest("malformed cursor") from error
+
+
+def check_limit(limit: int | None) -> int | None:
+    if limit is not None and not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}")
+    return limit
+
+
+def aware(moment: datetime | None, name: str) -> datetime | None:
+    if moment is not None and moment.tzinfo is None:
+        raise InvalidRequest(f"{name} must carry a time zone")
+    return moment
+
+
+class TimeTravel:
+    def __init__(
+        self,
+        ledger: Ledger,
+        wait_for: Callable[[int | None], None],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.ledger = ledger
+        self.wait_for = wait_for
+        self.clock = clock
+        self.replayer = ReplayEngine(ledger)
+
+    def _times(self, question: AsOfQuestion) -> tuple[datetime, datetime]:
+        as_of = aware(question.as_of, "as_of") or self.clock()
+        valid_at = aware(question.valid_at, "valid_at") or as_of
+        check_limit(question.limit)
+        return as_of, valid_at
+
+    def sql(self, question: AsOfQuestion, upto: int | None = None) -> AsOfAnswer:
+        as_of, valid_at = self._times(question)
+        cap = self.ledger.head_position() if upto is None else upto
+        self.wait_for(cap)
+        with self.ledger.datastore.get_connection() as conn:
+            position = position_at(conn, self.ledger.schema, as_of, cap)
+            memories = as_of_memories(
+                conn,
+                self.ledger.schema,
+                question.scope,
+                position,
+                valid_at,
+                question.query,
+                question.limit,
+                question.after,
+            )
+        return AsOfAnswer(
+            as_of=as_of,
+            valid_at=valid_at,
+            position=position,
+            memories=memories,
+            next_cursor=_cursor(memories, question.limit),
+            engine="sql",
+        )
+
+    def replay(self, question: AsOfQuestion, upto: int | None = None, snapshots: bool = True) -> AsOfAnswer:
+        as_of, valid_at = self._times(question)
+        answer = self.replayer.answer(
+            question.scope,
+            as_of,
+            valid_at,
+            query=question.query,
+            limit=question.limit,
+            after=question.after,
+            upto=upto,
+            snapshots=snapshots,
+        )
+        return msgspec.structs.replace(answer, next_cursor=_cursor(answer.memories, question.limit))
+
+    def verify(self, question: AsOfQuestion, snapshots: bool = True) -> Verification:
+        """Both engines on the same ledger prefix (the head when it starts), compared."""
+        if question.as_of is None:
+            question = msgspec.structs.replace(question, as_of=self.clock())
+        head = self.ledger.head_position()
+        sql = self.sql(question, upto=head)
+        replay = self.replay(question, upto=head, snapshots=snapshots)
+        return Verification(sql=sql, replay=replay, differences=differences(sql, replay))
+
+
+def _cursor(memories: Sequence[AsOfMemory], limit: int | None) -> str | None:
+    if limit is None or len(memories) < limit or not memories:
+        return None
+    return str(memories[-1].id)

@@ -1,0 +1,73 @@
+"""As-of queries over ``memory_timeline`` (indexed SQL), always inside the caller's scope.
+
+The scope is an enumerated list of namespaces (the caller's and its ancestors), bound as
+one array, never a pattern. Content comes from ``memory_objects``: erasure nulls it there,
+so an erased memory is a tombstone at every instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from psycopg import Connection
+from psycopg.sql import SQL, Composed, Identifier
+
+from domain.model.asof import AsOfMemory
+
+
+def position_at(conn: Connection[Any], schema: str, as_of: datetime, cap: int) -> int:
+    """``position(T)`` (domain/model/asof.py), at most ``cap``: the first position whose
+    ``at`` exceeds the running maximum past T, minus one."""
+    row = conn.execute(
+        SQL("SELECT position FROM {s}.ledger_clock WHERE at > %s ORDER BY at LIMIT 1").format(
+            s=Identifier(schema)
+        ),
+        (as_of,),
+        prepare=True,
+    ).fetchone()
+    if row is None:
+        return cap
+    return min(int(row["position"]) - 1, cap)
+
+
+def as_of_memories(
+    conn: Connection[Any],
+    schema: str,
+    scope: Sequence[str],
+    position: int,
+    valid_at: datetime,
+    query: str | None = None,
+    limit: int | None = None,
+    after: UUID | None = None,
+) -> list[AsOfMemory]:
+    """The memories believed at ``position`` that hold at ``valid_at``, ordered by id."""
+    s = Identifier(schema)
+    params: dict[str, Any] = {
+        "scope": list(scope),
+        "p": position,
+        "v": valid_at,
+        "after": after or UUID(int=0),
+        "limit": limit,
+    }
+    terms: list[Composed] = []
+    for n, term in enumerate((query or "").lower().split()):
+        params[f"t{n}"] = term
+        terms.append(SQL(" AND strpos(lower(m.content), %({})s) > 0").format(SQL(f"t{n}")))
+    rows = conn.execute(
+        SQL(
+            "SELECT t.memory_id AS id, t.namespace, m.content, t.status, t.trust_tier, t.recorded_at,"
+            " t.valid_from, t.valid_to, t.retired_at"
+            " FROM {s}.memory_timeline t LEFT JOIN {s}.memory_objects m ON m.id = t.memory_id"
+            " WHERE t.namespace = ANY(%(scope)s) AND t.status = 'active' AND t.retired_at IS NULL"
+            " AND t.opened <= %(p)s AND (t.closed IS NULL OR t.closed > %(p)s)"
+            " AND t.valid_from <= %(v)s AND (t.valid_to IS NULL OR t.valid_to > %(v)s)"
+            " AND t.memory_id > %(after)s{terms}"
+            " ORDER BY t.memory_id LIMIT %(limit)s"
+        ).format(s=s, terms=SQL("").join(terms)),
+        params,
+    ).fetchall()
+    return [msgspec.convert(row, AsOfMemory) for row in rows]
