@@ -18,6 +18,7 @@ from api.gate import KeyAuthentication, gate
 from api.metrics import metrics_middleware
 from api.routes.admin import AdminController
 from api.routes.compliance import ComplianceController
+from api.routes.erasure import ErasureController
 from api.routes.health import healthz, metrics, readyz
 from api.routes.mem import MemController
 from api.runtime import Runtime
@@ -38,7 +39,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         await anyio.to_thread.run_sync(api.close)
 
     return Litestar(
-        route_handlers=[MemController, AdminController, ComplianceController, healthz, readyz, metrics],
+        route_handlers=[MemController, AdminController, ComplianceController, ErasureController, healthz, readyz, metrics],
         on_startup=[startup],
         on_shutdown=[shutdown],
         state=State({STATE_KEY: api}),

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 from psycopg.sql import SQL, Identifier
 
+from api.erasure_cli import register as register_erasure_commands
 from api.runtime import Runtime
 from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from domain.model.errors import DomainError
@@ -231,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--log-level", default="warning")
     serve.set_defaults(handler=cmd_serve)
+    register_erasure_commands(sub, keys, bench)
     return parser
 
 

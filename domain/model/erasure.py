@@ -134,6 +134,16 @@ def handles_name_subject(subject: str | None, handles: Iterable[str], keys: froz
     return False
 
 
+def erasure_keys(subject: str | None, handles: Iterable[str]) -> frozenset[str]:
+    """Every name a memory goes by: it names a data subject exactly when this set meets
+    ``subject_keys(data subject)`` (the same rule as ``handles_name_subject``)."""
+    keys: set[str] = set()
+    for name in (subject, *handles):
+        if name is not None:
+            keys |= subject_keys(name)
+    return frozenset(keys)
+
+
 def chain_of(start: Iterable[UUID], memories: Mapping[UUID, MemoryState]) -> tuple[set[UUID], set[UUID]]:
     """The supersedence chains through ``start``, both directions: (found, still to load)."""
     found: set[UUID] = set()

@@ -11,7 +11,6 @@ from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
 
-from domain.model.erasure import handles_name_subject
 from domain.model.namespaces import subtree_like_pattern
 from projections.reads import ReadModels
 
@@ -31,21 +30,12 @@ class ProjectionErasureLookup:
         return [row["id"] for row in rows]
 
     def naming_subject(self, root: str, keys: frozenset[str], position: int) -> list[UUID]:
+        """Memories whose subject, tags or selectors go by one of ``keys`` (GIN-indexed)."""
         self.reads.wait_for(position)
         query = SQL(
-            "SELECT id, subject, tags, selectors FROM {s}.memory_objects"
-            " WHERE (namespace = %s OR namespace LIKE %s ESCAPE '\\') AND status <> 'erased'"
-            " AND (subject IS NOT NULL OR tags <> '{{}}' OR selectors <> '{{}}')"
+            "SELECT id FROM {s}.memory_objects WHERE erasure_keys && %s::text[]"
+            " AND (namespace = %s OR namespace LIKE %s ESCAPE '\\') AND status <> 'erased'"
         ).format(s=Identifier(self.reads.ledger.schema))
-        with (
-            self.reads.ledger.datastore.get_connection() as conn,
-            conn.transaction(),
-            conn.cursor(name="mw_erasure") as curs,
-        ):
-            curs.itersize = 10_000
-            curs.execute(query, (root, subtree_like_pattern(root)))
-            return [
-                row["id"]
-                for row in curs
-                if handles_name_subject(row["subject"], (*row["tags"], *row["selectors"]), keys)
-            ]
+        with self.reads.ledger.datastore.get_connection() as conn:
+            rows = conn.execute(query, (sorted(keys), root, subtree_like_pattern(root))).fetchall()
+        return [row["id"] for row in rows]

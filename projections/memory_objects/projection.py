@@ -11,6 +11,7 @@ from psycopg import Cursor
 from psycopg.sql import SQL, Composed, Identifier
 
 from domain.ledger.mapper import Recorded
+from domain.model.erasure import erasure_keys
 from domain.model.events import (
     MemoryErased,
     MemoryReaffirmed,
@@ -91,6 +92,14 @@ CREATE TABLE IF NOT EXISTS {s}.memory_objects (
         SQL(
             "CREATE INDEX IF NOT EXISTS memory_objects_subject ON {s}.memory_objects (namespace, subject)"
         ).format(s=s),
+        # the normalized names a memory's subject, tags and selectors go by: what a
+        # subject erasure looks up (domain/model/erasure.py); emptied by the erasure
+        SQL(
+            "ALTER TABLE {s}.memory_objects ADD COLUMN IF NOT EXISTS erasure_keys text[] NOT NULL DEFAULT '{{}}'"
+        ).format(s=s),
+        SQL(
+            "CREATE INDEX IF NOT EXISTS memory_objects_erasure_keys ON {s}.memory_objects USING gin (erasure_keys)"
+        ).format(s=s),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.memory_supersedence (
     old_id uuid NOT NULL,
@@ -116,9 +125,9 @@ def _written(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
         SQL(
             "INSERT INTO {s}.memory_objects (id, namespace, actor, scope, type, content, subject,"
             " attribute, value, tags, selectors, provenance, trust_rank, event_time, recorded_at,"
-            " valid_from, status, trust_tier, supersedes, classification, dispute_id, position)"
+            " valid_from, status, trust_tier, supersedes, classification, dispute_id, position, erasure_keys)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s,"
-            " %s, %s::jsonb, NULL, %s) ON CONFLICT (id) DO NOTHING"
+            " %s, %s::jsonb, NULL, %s, %s) ON CONFLICT (id) DO NOTHING"
         ).format(s=s),
         (
             e.memory_id,
@@ -142,6 +151,7 @@ def _written(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
             list(e.supersedes),
             _json.encode(e.classification).decode(),
             r.position,
+            sorted(erasure_keys(e.subject, (*e.tags, *e.selectors))),
         ),
     )
 
@@ -249,7 +259,7 @@ def _erased(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
         SQL(
             "UPDATE {s}.memory_objects SET status = 'erased', retired_at = coalesce(retired_at, %s),"
             " content = NULL, value = NULL, subject = NULL, attribute = NULL, tags = '{{}}',"
-            " selectors = '{{}}', provenance = coalesce((SELECT jsonb_agg(p || '{{\"content_hash\": null,"
+            " selectors = '{{}}', erasure_keys = '{{}}', provenance = coalesce((SELECT jsonb_agg(p || '{{\"content_hash\": null,"
             " \"ref\": null}}'::jsonb) FROM jsonb_array_elements(provenance) p), '[]'::jsonb),"
             " position = %s WHERE id = %s"
         ).format(s=s),
