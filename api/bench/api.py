@@ -84,6 +84,7 @@ def run_api_bench(args: argparse.Namespace) -> int:
             server = _serve(env, port, args.server_workers)
             try:
                 base = f"http://127.0.0.1:{port}"
+                floor = _http_floor(base, args.seconds)
                 for clients in counts:
                     rows.extend(_measure(runtime, base, keys, identities, clients, args.seconds))
             finally:
@@ -91,10 +92,29 @@ def run_api_bench(args: argparse.Namespace) -> int:
                 server.wait(timeout=30)
             report = runtime.ledger.verify()
     if args.json:
-        sys.stdout.write(msgspec.json.encode({"rows": rows, "chain_ok": report.ok}).decode() + "\n")
+        sys.stdout.write(msgspec.json.encode({"rows": rows, "http_floor": floor, "chain_ok": report.ok}).decode() + "\n")
     else:
         _print(rows, report.ok, report.checked)
+        sys.stdout.write(
+            f"HTTP floor (GET /healthz, no auth, no database; 1 client): p50 {floor.p50_ms:.3f} ms, "
+            f"p95 {floor.p95_ms:.3f} ms, {floor.per_second:.0f} req/s\n"
+        )
     return 0 if report.ok else 1
+
+
+def _http_floor(base: str, seconds: float) -> RunStats:
+    client = httpx.Client(base_url=base, timeout=30)
+
+    def make(_index: int) -> Callable[[int], None]:
+        def work(_n: int) -> None:
+            client.get("/healthz")
+
+        return work
+
+    try:
+        return run_threads("HTTP floor", 1, min(2.0, seconds), make)
+    finally:
+        client.close()
 
 
 def _measure(
