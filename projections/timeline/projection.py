@@ -59,10 +59,12 @@ class TimelineProjection:
             if memory_id is None:
                 continue
             before = current.get(memory_id)
+            position = int(recorded.position or 0)
+            if before is not None and position <= before.opened:
+                continue  # applied already (a replay over existing rows stays idempotent)
             after = evolve_standing(before.standing if before else None, recorded.event)
             if after is None or (before is not None and after == before.standing):
                 continue
-            position = int(recorded.position or 0)
             if before is not None:
                 before.closed, before.sys_to = position, recorded.event.at
                 if not before.new:
