@@ -13,6 +13,8 @@ from psycopg.sql import SQL, Identifier
 
 from api.erasure_cli import register as register_erasure_commands
 from api.runtime import Runtime
+from api.timecli import register as register_time_commands
+from api.timecli import register_time_bench
 from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from domain.model.errors import DomainError
 from domain.model.identity import Identity
@@ -164,13 +166,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_time(args: argparse.Namespace) -> int:
+    from api.bench.time import run_time_bench  # noqa: PLC0415
+
+    return run_time_bench(args)
+
+
 def cmd_bench_api(args: argparse.Namespace) -> int:
     from api.bench.api import run_api_bench  # noqa: PLC0415
 
     return run_api_bench(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place lists every command
     parser = argparse.ArgumentParser(prog="memwarden", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -194,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = projections.add_parser("status", help="each projection's position and lag")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_projections_status)
+    register_time_commands(sub, projections)
 
     bench = sub.add_parser("bench", help="benchmarks, each with its reference").add_subparsers(
         dest="bench_command", required=True
@@ -209,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
     api.add_argument("--json", action="store_true")
     api.set_defaults(handler=cmd_bench_api)
+    register_time_bench(bench, cmd_bench_time)
 
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", help="mint a key; prints it alone on the last line")
