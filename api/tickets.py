@@ -89,7 +89,9 @@ CREATE TABLE IF NOT EXISTS {t} (
     def finish(self, ticket: UUID, state: str, result: dict[str, Any]) -> None:
         with self.datastore.transaction(commit=True) as curs:
             curs.execute(
-                SQL("UPDATE {t} SET state = %s, result = %s::jsonb, finished_at = now()"
+                # the body (the content, in the clear) is not kept once the write ran:
+                # the ledger holds it sealed, where erasure can shred it
+                SQL("UPDATE {t} SET state = %s, result = %s::jsonb, finished_at = now(), body = ''::bytea"
                     " WHERE ticket = %s").format(t=self.table),
                 (state, msgspec.json.encode(result).decode(), ticket),
             )
