@@ -21,6 +21,7 @@ from api.routes.compliance import ComplianceController
 from api.routes.erasure import ErasureController
 from api.routes.health import healthz, metrics, readyz
 from api.routes.mem import MemController
+from api.routes.timetravel import AsOfController, OpsController
 from api.runtime import Runtime
 from api.state import MAX_BODY_BYTES, STATE_KEY, ApiState
 from domain.settings import Settings
@@ -39,7 +40,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         await anyio.to_thread.run_sync(api.close)
 
     return Litestar(
-        route_handlers=[MemController, AdminController, ComplianceController, ErasureController, healthz, readyz, metrics],
+        route_handlers=[
+            MemController, AdminController, ComplianceController, ErasureController, AsOfController, OpsController,
+            healthz, readyz, metrics,
+        ],
         on_startup=[startup],
         on_shutdown=[shutdown],
         state=State({STATE_KEY: api}),
