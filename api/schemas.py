@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -13,6 +13,9 @@ from domain.model.classification import Classification
 from domain.model.commands import ProvenanceClaim, WriteMemory
 from domain.model.events import ConflictReview, Directive, DisputeDecision, MemoryScope, MemoryType
 from domain.model.write import Rejection
+
+AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
+"""A time on the wire must carry its zone (API.md): a naive time is refused (400)."""
 
 
 class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -33,8 +36,8 @@ class WriteBody(Body, frozen=True, kw_only=True):
     tags: tuple[str, ...] = ()
     selectors: tuple[str, ...] = ()
     provenance: ProvenanceClaim = ProvenanceClaim()
-    event_time: datetime | None = None
-    valid_from: datetime | None = None
+    event_time: AwareTime | None = None
+    valid_from: AwareTime | None = None
     verbatim: bool = True
     run_async: bool = msgspec.field(default=False, name="async")
 
