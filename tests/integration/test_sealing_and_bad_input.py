@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -273,6 +274,8 @@ WRONG_TYPES: dict[str, dict[str, Any]] = {
     "tags_str": {"content": "Team standup is at 9:30 every day", "tags": "urgent"},
     "event_time_str": {"content": "The release went out on the first", "event_time": "yesterday"},
     "type_unknown": {"content": "Dana likes green tea in the morning", "type": "rumour"},
+}
+WRONG_TYPES_ACCEPTED: dict[str, dict[str, Any]] = {
     "provenance_dict": {"content": "Team lunch is on Fridays at noon", "provenance": {"source": "document"}},
 }
 
@@ -298,12 +301,10 @@ def test_wrongly_typed_commands_are_refused_and_audited(core: Core, case: str) -
 
 
 @pytest.mark.parametrize("field", ["valid_from", "event_time"])
-def test_a_time_without_a_timezone_does_not_break_its_slot(
-    core: Core, settings: Settings, field: str
-) -> None:
-    """JSON like the HTTP API decodes: msgspec turns "2024-01-01T00:00:00" into a naive
-    datetime. Either the write is refused (with a domain error or a rejection), or it is
-    stored in a form that later writes to the same slot can still be compared with."""
+def test_a_time_without_a_timezone_is_refused_and_cannot_break_its_slot(core: Core, field: str) -> None:
+    """A naive time cannot be ordered against the ledger's times: refused at the wire
+    boundary (the command type demands a zone) and by the service when built in Python,
+    so the slot keeps working for the next writer."""
     body = {
         "content": "Dana sits in room 1",
         "subject": "dana",
@@ -311,33 +312,38 @@ def test_a_time_without_a_timezone_does_not_break_its_slot(
         "value": "room 1",
         field: "2024-01-01T00:00:00",
     }
-    command = msgspec.json.decode(json.dumps(body), type=WriteMemory)
-    assert getattr(command, field).tzinfo is None
-    try:
-        first = core.memory.write(AGENT, command)
-    except DomainError:
-        return  # refused up front: fine
-    if first.outcome == "rejected":
-        return
-    assert first.id is not None
-    # the slot must still work for the next writer
+    with pytest.raises(msgspec.ValidationError, match="timezone"):
+        msgspec.json.decode(json.dumps(body), type=WriteMemory)
+    before = core.ledger.head_position()
+    naive = {**body, field: datetime(2024, 1, 1)}  # a naive time: the point of the test
+    with pytest.raises(DomainError, match="timezone"):
+        core.memory.write(AGENT, WriteMemory(**naive))  # type: ignore[arg-type]
+    assert_only_a_denial_was_recorded(core, before, AGENT)
+    first = core.memory.write(
+        AGENT, WriteMemory(content="Dana sits in room 1", subject="dana", attribute="desk", value="room 1")
+    )
     second = core.memory.write(
         AGENT,
         WriteMemory(content="Dana sits in room 2", subject="dana", attribute="desk", value="room 2"),
     )
     assert second.outcome == "superseded"
     assert second.supersedes == (first.id,)
-    with Core(settings) as fresh:
-        state = fresh.memory.memory(first.id)
-        assert state is not None
-        assert state.superseded_by == (second.id,)
+
+
+def test_a_provenance_given_as_its_wire_form_is_read_as_that_form(core: Core) -> None:
+    """A dict for provenance is exactly what the wire carries: it is validated into a
+    ProvenanceClaim (not stored raw), so the event decodes again."""
+    result = core.memory.write(AGENT, WriteMemory(**WRONG_TYPES_ACCEPTED["provenance_dict"]))
+    assert result.outcome == "stored"
+    assert result.id is not None
+    state = core.memory.memory(result.id)
+    assert state is not None
+    assert [p.source for p in state.provenance] == ["document"]
 
 
 def test_wrong_types_are_refused_at_the_decoding_boundary() -> None:
     """What the API and clients decode with: msgspec validates types there."""
-    for case, fields in WRONG_TYPES.items():
-        if case == "provenance_dict":
-            continue  # a JSON object is exactly how provenance arrives over the wire
+    for fields in WRONG_TYPES.values():
         with pytest.raises(msgspec.ValidationError):
             msgspec.json.decode(json.dumps(fields), type=WriteMemory)
     with pytest.raises(msgspec.ValidationError):
