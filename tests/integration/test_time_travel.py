@@ -327,3 +327,25 @@ def test_evolve_standing_follows_evolve_memory(runtime: Runtime) -> None:
         standing = evolve_standing(standing_of(before) if before else None, recorded.event)
         assert standing == standing_of(after)
         states[memory_id] = after
+
+
+def test_an_erased_memory_is_a_tombstone_at_every_instant(runtime: Runtime) -> None:
+    from domain.model.erasure import Forget  # noqa: PLC0415 - erasure is its own feature
+
+    clock = FakeClock(BASE)
+    memory = service(runtime, clock)
+    agent = Identity("acme/eng", "agent-1", "agent")
+    kept = memory.write(agent, WriteMemory(content="The office opens at nine"))
+    gone = memory.write(agent, WriteMemory(content="Dana's home phone is 555 0100 9999"))
+    assert gone.id is not None
+    believed_at = clock.advance(10)
+    runtime.core.erasure.clock = clock
+    runtime.core.erasure.forget(
+        Identity("acme/eng", "hr", "admin"), Forget(ids=(gone.id,), reason="subject request"), now=clock.advance(10)
+    )
+    scope = ancestors("acme/eng")
+    before = both(runtime, AsOfQuestion(scope=scope, as_of=believed_at))
+    assert {m.id: m.content for m in before.memories} == {kept.id: "The office opens at nine", gone.id: None}
+    after = both(runtime, AsOfQuestion(scope=scope, as_of=clock.advance(1)))
+    assert ids(after) == [kept.id]
+    assert both(runtime, AsOfQuestion(scope=scope, as_of=believed_at, query="phone")).memories == []
