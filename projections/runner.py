@@ -74,8 +74,12 @@ class ProjectionRunner:
         return self.tracking.max_tracking_id(name) or 0
 
     def position(self) -> int:
-        """The position every projection has reached."""
-        return min((self.position_of(p.name) for p in self.projections), default=0)
+        """The position every projection has reached (one query)."""
+        if not self.projections:
+            return 0
+        with self.ledger.datastore.get_connection() as conn:
+            positions = self._positions_in(conn, [p.name for p in self.projections])
+        return min(positions.values())
 
     def status(self) -> list[ProjectionStatus]:
         head = self.ledger.head_position()
@@ -104,13 +108,22 @@ class ProjectionRunner:
                 return reached
 
     def _apply_next_batch(self) -> tuple[int, int]:
+        """Apply the next batch: all projections in one transaction, no savepoints, one
+        tracking upsert. If anything fails, that transaction rolls back and the batch is
+        applied again projection by projection, each in a savepoint (the careful path)."""
+        try:
+            return self._apply_batch(careful=False)
+        except _FastPathFailed:
+            return self._apply_batch(careful=True)
+
+    def _apply_batch(self, *, careful: bool) -> tuple[int, int]:
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
             if not self._try_lock(conn):
                 return self.position(), 0
             live = [p for p in self.projections if p.name not in self.errors]
-            positions = {p.name: self.position_of_in(conn, p.name) for p in live}
             if not live:
                 return self.position(), 0
+            positions = self._positions_in(conn, [p.name for p in live])
             start = min(positions.values())
             events = self.ledger.read(start, BATCH_SIZE)
             if not events:
@@ -118,11 +131,39 @@ class ProjectionRunner:
             last = events[-1].position
             assert last is not None
             with conn.cursor() as curs:
-                for projection in live:
-                    pending = [e for e in events if (e.position or 0) > positions[projection.name]]
-                    if pending:
-                        self._apply(curs, projection, pending, last)
+                if careful:
+                    for projection in live:
+                        pending = [e for e in events if (e.position or 0) > positions[projection.name]]
+                        if pending:
+                            self._apply(curs, projection, pending, last)
+                else:
+                    self._apply_all(curs, live, positions, events, last)
             return last, len(events)
+
+    def _apply_all(
+        self,
+        curs: Any,
+        live: list[Projection],
+        positions: dict[str, int],
+        events: list[Recorded],
+        last: int,
+    ) -> None:
+        try:
+            for projection in live:
+                pending = [e for e in events if (e.position or 0) > positions[projection.name]]
+                if pending:
+                    projection.apply(curs, self.schema, pending)
+            curs.execute(
+                SQL(
+                    "INSERT INTO {t} (application_name, notification_id)"
+                    " SELECT name, %s FROM unnest(%s::text[]) AS name"
+                    " ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id"
+                    " WHERE {t}.notification_id < EXCLUDED.notification_id"
+                ).format(t=SQL("{}.{}").format(Identifier(self.schema), Identifier(TRACKING_TABLE))),
+                (last, [p.name for p in live]),
+            )
+        except Exception as error:
+            raise _FastPathFailed from error
 
     def _apply(self, curs: Any, projection: Projection, pending: list[Recorded], last: int) -> None:
         """Apply a batch in a savepoint; on failure, find the poison event one by one.
@@ -151,6 +192,16 @@ class ProjectionRunner:
 
     def _track(self, curs: Any, name: str, position: int) -> None:
         self.tracking._insert_tracking(curs, Tracking(name, position))
+
+    def _positions_in(self, conn: Connection[Any], names: list[str]) -> dict[str, int]:
+        rows = conn.execute(
+            SQL("SELECT application_name, notification_id FROM {}.{} WHERE application_name = ANY(%s)").format(
+                Identifier(self.schema), Identifier(TRACKING_TABLE)
+            ),
+            (names,),
+        ).fetchall()
+        found = {row["application_name"]: int(row["notification_id"]) for row in rows}
+        return {name: found.get(name, 0) for name in names}
 
     def position_of_in(self, conn: Connection[Any], name: str) -> int:
         query = SQL("SELECT notification_id FROM {}.{} WHERE application_name = %s").format(
@@ -414,3 +465,7 @@ def compare_tables(conn: Connection[Any], live: str, shadow: str, table: str, sa
             found.append(f"{table}: {rows[0]['n']} rows {label}")
             found += [f"  {r['row'][:300]}" for r in rows]
     return found
+
+
+class _FastPathFailed(Exception):
+    """A batch failed somewhere on the fast path; redo it on the careful path."""
