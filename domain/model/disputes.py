@@ -74,7 +74,11 @@ def decide_resolve(
     reason = f"dispute:{command.decision}"
     if command.decision == "keep_old":
         retired = MemoryRetired(
-            memory_id=new.id, reason=command.reason or "rejected in review", dispute_id=dispute.id, at=now
+            memory_id=new.id,
+            reason=command.reason or "rejected in review",
+            dispute_id=dispute.id,
+            kept=incumbent.id,
+            at=now,
         )
         return (retired, resolved)
     if command.decision == "both_valid":
@@ -152,7 +156,8 @@ def _edit(
         valid_from=new.valid_from,
         status="active",
         trust_tier="canonical",
-        supersedes=tuple(m.id for m in displaced),
+        # the quarantined memory is an earlier version of what the reviewer wrote
+        supersedes=(new.id, *(m.id for m in displaced)),
         classification=classification,
         reason="dispute:edit",
         at=now,
@@ -160,7 +165,11 @@ def _edit(
     events: list[Event] = [
         written,
         MemoryRetired(
-            memory_id=new.id, reason="replaced by a reviewer's edit", dispute_id=resolved.dispute_id, at=now
+            memory_id=new.id,
+            reason="replaced by a reviewer's edit",
+            dispute_id=resolved.dispute_id,
+            replaced_by=replacement_id,
+            at=now,
         ),
     ]
     supersessions = [supersede(m, replacement_id, new.valid_from, "dispute:edit", now) for m in displaced]

@@ -92,10 +92,16 @@ class MemoryReleased(MemoryEvent, frozen=True, kw_only=True):
 
 
 class MemoryRetired(MemoryEvent, frozen=True, kw_only=True):
-    """The system stopped believing the memory (e.g. rejected in review)."""
+    """The system stopped believing the memory (e.g. rejected in review).
+
+    A review names the memory it kept (``kept``, keep_old) or the reviewer's corrected
+    memory that replaces it (``replaced_by``, edit), so history can link the step.
+    """
 
     reason: str
     dispute_id: UUID | None = None
+    kept: UUID | None = None
+    replaced_by: UUID | None = None
 
 
 class MemoryReaffirmed(MemoryEvent, frozen=True, kw_only=True):

@@ -151,7 +151,12 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
             version=version,
         )
     if isinstance(event, MemoryRetired):
-        return replace(state, status="retired", retired_at=event.at, version=version)
+        superseded_by = state.superseded_by
+        if event.replaced_by is not None:
+            superseded_by = (*superseded_by, event.replaced_by)
+        return replace(
+            state, status="retired", retired_at=event.at, superseded_by=superseded_by, version=version
+        )
     if isinstance(event, MemoryReaffirmed):
         provenance = state.provenance
         if event.provenance is not None and event.provenance not in provenance:

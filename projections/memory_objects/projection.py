@@ -199,10 +199,23 @@ def _retired(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
     curs.execute(
         SQL(
             "UPDATE {s}.memory_objects SET status = 'retired', retired_at = %s, dispute_id ="
-            " coalesce(%s, dispute_id), position = %s WHERE id = %s"
+            " coalesce(%s, dispute_id), superseded_by = superseded_by || %s::uuid[], position = %s"
+            " WHERE id = %s"
         ).format(s=s),
-        (e.at, e.dispute_id, r.position, e.memory_id),
+        (e.at, e.dispute_id, [e.replaced_by] if e.replaced_by else [], r.position, e.memory_id),
     )
+    # A review's step joins the history: the rejected memory points at the one kept, an
+    # edited one at its replacement. Fixed reasons only: the reviewer's words may name people.
+    linked = e.replaced_by or e.kept
+    if linked is not None:
+        kind, reason = ("correction", "dispute:edit") if e.replaced_by else ("rejected", "dispute:keep_old")
+        curs.execute(
+            SQL(
+                "INSERT INTO {s}.memory_supersedence (old_id, new_id, kind, reason, at, valid_to, position)"
+                " VALUES (%s, %s, %s, %s, %s, NULL, %s) ON CONFLICT DO NOTHING"
+            ).format(s=s),
+            (e.memory_id, linked, kind, reason, e.at, r.position),
+        )
 
 
 def _reaffirmed(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:

@@ -33,7 +33,7 @@ def test_demo_tells_the_whole_story(settings: Settings) -> None:
     assert facts["verified"] == "verified"
     assert facts["self_verify"].startswith("refused (forbidden")
     assert facts["report"].ok
-    assert facts["history"] == 2
+    assert facts["history"] == 3  # both addresses and the rejected challenger
     assert not facts["tampered"].ok
     assert facts["tampered"].first_bad_position == facts["tampered_position"]
     text = "\n".join(lines)

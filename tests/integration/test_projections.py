@@ -179,3 +179,26 @@ def test_poison_event_stops_the_projection_at_its_position(settings: Settings) -
         assert status["disputes"].position == after.position
         with pytest.raises(Exception, match="waiting for"):
             reads.wait_for(after.position)
+
+
+def test_history_links_review_decisions(runtime: Runtime) -> None:
+    """keep_old and edit are steps of the fact's history, with the decision as reason."""
+    kept = runtime.memory.write(HR, slot_write("Dana lives in Oslo", "Oslo", "manual"))
+    rejected = runtime.memory.write(AGENT, slot_write("Dana lives in Rome", "Rome"))
+    assert rejected.dispute_id is not None
+    runtime.memory.resolve_dispute(ADMIN, ResolveDispute(dispute_id=rejected.dispute_id, decision="keep_old"))
+    edited = runtime.memory.write(AGENT, slot_write("Dana lives in Pisa", "Pisa"))
+    assert edited.dispute_id is not None
+    done = runtime.memory.resolve_dispute(
+        ADMIN, ResolveDispute(dispute_id=edited.dispute_id, decision="edit", content="Dana lives in Bergen")
+    )
+    replacement = done.dispute.replacement_id
+    steps = runtime.reads.history(AGENT, kept.id, after=done.position) or []  # type: ignore[arg-type]
+    by_id = {s.id: s for s in steps}
+    assert by_id[rejected.id].kind == "rejected"  # type: ignore[index]
+    assert by_id[rejected.id].reason == "dispute:keep_old"  # type: ignore[index]
+    assert by_id[rejected.id].superseded_by == kept.id  # type: ignore[index]
+    assert by_id[edited.id].reason == "dispute:edit"  # type: ignore[index]
+    assert by_id[edited.id].superseded_by == replacement  # type: ignore[index]
+    assert replacement in by_id
+    assert by_id[kept.id].reason == "dispute:edit"  # type: ignore[index]

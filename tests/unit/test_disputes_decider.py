@@ -253,7 +253,11 @@ def test_keep_old_retires_the_new_memory_with_the_reason() -> None:
 
     retired, resolved = events
     assert retired == MemoryRetired(
-        memory_id=s.new_id, reason="Dana still lives in Porto", dispute_id=s.dispute_id, at=NOW
+        memory_id=s.new_id,
+        reason="Dana still lives in Porto",
+        dispute_id=s.dispute_id,
+        kept=s.incumbent_id,
+        at=NOW,
     )
     assert isinstance(resolved, DisputeResolved)
     assert resolved.decision == "keep_old"
@@ -295,12 +299,13 @@ def test_edit_writes_a_manual_replacement_and_retires_the_quarantined_memory() -
     )
     assert written.status == "active"
     assert written.trust_tier == "canonical"
-    assert written.supersedes == (s.incumbent_id,)
+    assert written.supersedes == (s.new_id, s.incumbent_id)  # the quarantined draft, then the incumbent
     assert written.valid_from == at(-10)  # the quarantined fact's valid time
     assert written.reason == "dispute:edit"
     assert isinstance(retired, MemoryRetired)
     assert retired.memory_id == s.new_id
     assert retired.dispute_id == s.dispute_id
+    assert retired.replaced_by == REPLACEMENT
     assert isinstance(superseded, MemorySuperseded)
     assert (superseded.memory_id, superseded.by) == (s.incumbent_id, REPLACEMENT)
     assert superseded.reason == "dispute:edit"
