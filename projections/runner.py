@@ -56,6 +56,8 @@ class ProjectionRunner:
         self.schema = ledger.schema
         self.tracking = PostgresTrackingRecorder(ledger.datastore, tracking_table_name=TRACKING_TABLE)
         self.errors: dict[str, tuple[int, str]] = {}
+        self.reached_hint = 0
+        """A position every projection is known (by this process) to have committed."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -69,6 +71,10 @@ class ProjectionRunner:
                 projection.create(curs, self.schema)
 
     # -- positions --------------------------------------------------------------------------
+
+    def forget_reached(self) -> None:
+        """Tracking records were reset outside this runner: stop trusting what it saw."""
+        self.reached_hint = 0
 
     def position_of(self, name: str) -> int:
         return self.tracking.max_tracking_id(name) or 0
@@ -112,9 +118,12 @@ class ProjectionRunner:
         tracking upsert. If anything fails, that transaction rolls back and the batch is
         applied again projection by projection, each in a savepoint (the careful path)."""
         try:
-            return self._apply_batch(careful=False)
+            reached, applied = self._apply_batch(careful=False)
         except _FastPathFailed:
             return self._apply_batch(careful=True)
+        if applied and not self.errors:
+            self.reached_hint = max(self.reached_hint, reached)
+        return reached, applied
 
     def _apply_batch(self, *, careful: bool) -> tuple[int, int]:
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
