@@ -6,7 +6,6 @@ sealed fields of that memory's events unrecoverable while the ledger stays intac
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -15,6 +14,7 @@ from uuid import UUID
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from domain.ledger.entropy import random_bytes
 from domain.ledger.keys import KeyEncryptionKey
 
 NONCE_BYTES = 12
@@ -27,7 +27,7 @@ class SealingError(Exception):
 
 
 def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
-    nonce = os.urandom(NONCE_BYTES)
+    nonce = random_bytes(NONCE_BYTES)
     return nonce + AESGCM(key).encrypt(nonce, plaintext, aad)
 
 
@@ -61,7 +61,7 @@ class DataKeys:
 
     def create(self, owner: UUID) -> tuple[bytes, bytes]:
         """A new data key and its wrapped form; cached so encoding can use it at once."""
-        data_key = os.urandom(DATA_KEY_BYTES)
+        data_key = random_bytes(DATA_KEY_BYTES)
         self._remember(owner, data_key)
         return data_key, wrap_key(self.kek, owner, data_key)
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Literal, Protocol
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import msgspec
 
 from domain.ledger.app import Ledger, StreamConflict
+from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.certificates import DeletionCertificate
 from domain.model.erasure import (
@@ -63,7 +64,7 @@ class ErasureService:
         members_forget_own: Callable[[str], bool],
         lookup: ErasureLookup | None = None,
         clock: Callable[[], datetime] = utcnow,
-        new_id: Callable[[], UUID] = uuid4,
+        new_id: Callable[[], UUID] = new_uuid,
     ) -> None:
         self.ledger = ledger
         self.streams = streams

@@ -20,6 +20,7 @@ from typing import Literal, TypeVar
 from uuid import UUID, uuid4
 
 from domain.ledger.app import Ledger, StreamConflict
+from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.commands import WritePolicy
 from domain.model.errors import DomainError, InvalidState, NotFound
@@ -98,7 +99,7 @@ class GovernanceService:
         ledger: Ledger,
         max_content_bytes: int = 16_384,
         clock: Callable[[], datetime] = utcnow,
-        new_id: Callable[[], UUID] = uuid4,
+        new_id: Callable[[], UUID] = new_uuid,
         cache_seconds: float = CACHE_SECONDS,
     ) -> None:
         self.ledger = ledger

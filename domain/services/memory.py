@@ -12,11 +12,12 @@ import hmac
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import msgspec
 
 from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
+from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.classification import Classification
 from domain.model.commands import ResolveDispute, VerifyMemory, WriteMemory, WritePolicy
@@ -121,7 +122,7 @@ class MemoryService:
         claim_ids: ClaimIds,
         policy_for: Callable[[str], WritePolicy] | None = None,
         clock: Callable[[], datetime] = utcnow,
-        new_id: Callable[[], UUID] = uuid4,
+        new_id: Callable[[], UUID] = new_uuid,
     ) -> None:
         self.ledger = ledger
         self.streams = Streams(ledger)
