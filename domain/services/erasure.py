@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Protocol
 from uuid import UUID
 
 import msgspec
@@ -26,15 +26,15 @@ from domain.model.erasure import (
     subject_keys,
     target_kind,
 )
-from domain.model.errors import DomainError, InvalidState, NotFound
+from domain.model.errors import DomainError, InvalidState
 from domain.model.events import AuditRecorded, ErasureCertified
 from domain.model.identity import Identity
 from domain.model.memory import MemoryState
+from domain.services.audit import Audit, AuditOutcome
 from domain.services.memory import utcnow, version_events
 from domain.services.streams import Streams
 
 MAX_ATTEMPTS = 8
-AuditOutcome = Literal["ok", "denied", "miss", "error"]
 
 
 class ErasureLookup(Protocol):
@@ -72,14 +72,11 @@ class ErasureService:
         self.lookup = lookup
         self.clock = clock
         self.new_id = new_id
+        # late-bound: a caller may swap the clock or id source after construction
+        self.audit = Audit(ledger, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
 
     def forget(self, identity: Identity, command: Forget, now: datetime | None = None) -> ForgetResult:
-        try:
-            return self._forget(identity, command, now)
-        except DomainError as error:
-            outcome: AuditOutcome = "miss" if isinstance(error, NotFound) else "denied"
-            self._record(identity, outcome, f"{error.code}: {error.detail}")
-            raise
+        return self.audit.audited(identity, "forget", lambda: self._forget(identity, command, now))
 
     def certificate(self, certificate_id: UUID) -> DeletionCertificate | None:
         return self.ledger.certificate(certificate_id)
@@ -110,7 +107,10 @@ class ErasureService:
             recorded = version_events(decision.events, {m.id: m.version for m in decision.erased})
             certified = ErasureCertified(certificate=certificate, at=at)
             audit = self._audit(
-                identity, "ok", f"erased {certificate.count} by {kind}; certificate {certificate.id}", at,
+                identity,
+                "ok",
+                f"erased {certificate.count} by {kind}; certificate {certificate.id}",
+                at,
                 certificate.id,
             )
             try:
@@ -152,20 +152,11 @@ class ErasureService:
     # -- audit ----------------------------------------------------------------------------
 
     def _audit(
-        self, identity: Identity, outcome: AuditOutcome, detail: str, now: datetime, subject: UUID | None = None
+        self,
+        identity: Identity,
+        outcome: AuditOutcome,
+        detail: str,
+        now: datetime,
+        subject: UUID | None = None,
     ) -> AuditRecorded:
-        return AuditRecorded(
-            record_id=self.new_id(),
-            actor=identity.actor,
-            namespace=identity.namespace,
-            role=identity.role,
-            op="forget",
-            outcome=outcome,
-            detail=detail[:200],
-            subject_ids=(subject,) if subject is not None else (),
-            at=now,
-        )
-
-    def _record(self, identity: Identity, outcome: AuditOutcome, detail: str) -> int:
-        audit = self._audit(identity, outcome, detail, self.clock())
-        return self.ledger.append([Recorded(audit.record_id, 1, audit)])
+        return self.audit.event(identity, "forget", outcome, detail, now, subject)

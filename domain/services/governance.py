@@ -16,14 +16,14 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal, TypeVar
+from typing import TypeVar
 from uuid import UUID, uuid4
 
 from domain.ledger.app import Ledger, StreamConflict
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.commands import WritePolicy
-from domain.model.errors import DomainError, InvalidState, NotFound
+from domain.model.errors import InvalidState
 from domain.model.events import AuditRecorded, DirectiveAcknowledged, Event, PinSet, PolicySet
 from domain.model.identity import Identity
 from domain.model.keys import (
@@ -49,12 +49,12 @@ from domain.model.policies import (
     policy_stream,
 )
 from domain.model.shares import decide_pin, decide_share
+from domain.services.audit import Audit, AuditOutcome
 from domain.services.memory import utcnow, version_events
 
 CACHE_SECONDS = 1.0
 MAX_ATTEMPTS = 8
 T = TypeVar("T")
-AuditOutcome = Literal["ok", "denied", "miss", "error"]
 
 
 class IssuedKey:
@@ -106,6 +106,8 @@ class GovernanceService:
         self.max_content_bytes = max_content_bytes
         self.clock = clock
         self.new_id = new_id
+        # late-bound: a caller may swap the clock or id source after construction
+        self.audit = Audit(ledger, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
         self._key_secret = ledger.secret("api-keys")
         self._keys = _TTLCache(cache_seconds)
         self._policies = _TTLCache(cache_seconds)
@@ -182,7 +184,9 @@ class GovernanceService:
         return cached if isinstance(cached, KeyState) else None
 
     def check_cached(self, state: KeyState, secret: str) -> bool:
-        return not state.revoked and hmac.compare_digest(state.key_hash, self.hash_secret(state.key_id, secret))
+        return not state.revoked and hmac.compare_digest(
+            state.key_hash, self.hash_secret(state.key_id, secret)
+        )
 
     def forget_cached_key(self, key_id: str) -> None:
         self._keys.drop(key_id)
@@ -307,32 +311,10 @@ class GovernanceService:
 
     # -- audit --------------------------------------------------------------------------------
 
-    def audit_event(
-        self,
-        identity: Identity,
-        op: str,
-        outcome: AuditOutcome,
-        detail: str,
-        now: datetime,
-        subject_id: UUID | None = None,
-    ) -> AuditRecorded:
-        return AuditRecorded(
-            record_id=self.new_id(),
-            actor=identity.actor,
-            namespace=identity.namespace,
-            role=identity.role,
-            op=op,
-            outcome=outcome,
-            detail=detail[:200],
-            subject_ids=(subject_id,) if subject_id is not None else (),
-            at=now,
-        )
-
     def record_audit(
         self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
     ) -> int:
-        audit = self.audit_event(identity, op, outcome, detail, self.clock(), subject_id)
-        return self.ledger.append([Recorded(audit.record_id, 1, audit)])
+        return self.audit.record(identity, op, outcome, detail, subject_id)
 
     def record_unauthenticated(self, op: str, detail: str) -> int:
         """A request without a valid key: audited under no identity."""
@@ -358,15 +340,9 @@ class GovernanceService:
         now: datetime,
         subject_id: UUID | None = None,
     ) -> int:
-        audit = self.audit_event(caller, op, "ok", detail, now, subject_id)
+        audit = self.audit.event(caller, op, "ok", detail, now, subject_id)
         recorded = version_events(events, versions)
         return self.ledger.append([*recorded, Recorded(audit.record_id, 1, audit)])
 
     def _audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
-        try:
-            return run()
-        except DomainError as error:
-            outcome: AuditOutcome = "miss" if isinstance(error, NotFound) else "denied"
-            self.record_audit(identity, op, outcome, f"{error.code}: {error.detail}")
-            raise
-
+        return self.audit.audited(identity, op, run)

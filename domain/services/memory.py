@@ -6,12 +6,11 @@ command appends the audit record alone.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Literal, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 import msgspec
@@ -22,7 +21,7 @@ from domain.ledger.mapper import Recorded
 from domain.model.classification import Classification
 from domain.model.commands import ResolveDispute, VerifyMemory, WriteMemory, WritePolicy
 from domain.model.disputes import ResolveState, check_reviewer, decide_resolve
-from domain.model.errors import DomainError, InvalidRequest, InvalidState, NotFound
+from domain.model.errors import InvalidRequest, InvalidState
 from domain.model.events import (
     AuditRecorded,
     ClaimKind,
@@ -35,11 +34,11 @@ from domain.model.memory import Claim, DisputeState, MemoryState
 from domain.model.text import normalize
 from domain.model.verification import decide_verify
 from domain.model.write import Outcome, Rejection, WriteState, decide_write
+from domain.services.audit import Audit, AuditOutcome
 from domain.services.streams import Streams
 
 MAX_ATTEMPTS = 12
 T = TypeVar("T")
-AuditOutcome = Literal["ok", "denied", "miss", "error"]
 
 
 class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,6 +129,8 @@ class MemoryService:
         self.policy_for = policy_for or (lambda _namespace: WritePolicy())
         self.clock = clock
         self.new_id = new_id
+        # late-bound: a caller may swap the clock or id source after construction
+        self.audit = Audit(ledger, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
 
     # -- write ----------------------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class MemoryService:
                 new_key = self.ledger.new_data_key(memory_id)
             versions = _versions(claims.values(), holders.values())
             recorded = version_events(decision.events, versions)
-            audit = self._audit(identity, "write", outcome, detail, now, decision.memory_id)
+            audit = self.audit.event(identity, "write", outcome, detail, now, decision.memory_id)
             try:
                 position = self._append(recorded, audit, [new_key] if writes_memory and new_key else [])
             except StreamConflict:
@@ -200,7 +201,9 @@ class MemoryService:
         self, identity: Identity, command: ResolveDispute, now: datetime | None = None
     ) -> ResolveResult:
         return self._audited(
-            identity, "resolve_dispute", lambda: self._resolve(identity, validated(command), now or self.clock())
+            identity,
+            "resolve_dispute",
+            lambda: self._resolve(identity, validated(command), now or self.clock()),
         )
 
     def _resolve(self, identity: Identity, command: ResolveDispute, now: datetime) -> ResolveResult:
@@ -230,7 +233,7 @@ class MemoryService:
                 new_key = self.ledger.new_data_key(replacement_id)
             versions = _versions(claims.values(), memories.values(), [dispute])
             recorded = version_events(events, versions)
-            audit = self._audit(identity, "resolve_dispute", "ok", command.decision, now, dispute.id)
+            audit = self.audit.event(identity, "resolve_dispute", "ok", command.decision, now, dispute.id)
             try:
                 position = self._append(recorded, audit, [new_key] if new_key else [])
             except StreamConflict:
@@ -268,7 +271,7 @@ class MemoryService:
             assert memory is not None
             recorded = version_events([event], {memory.id: memory.version})
             detail = "supports" if command.supports else "refutes"
-            audit = self._audit(identity, "verify", "ok", detail, now, memory.id)
+            audit = self.audit.event(identity, "verify", "ok", detail, now, memory.id)
             try:
                 position = self._append(recorded, audit, [])
             except StreamConflict:
@@ -294,51 +297,14 @@ class MemoryService:
         self.streams.remember(recorded)
         return position
 
-    def _audit(
-        self,
-        identity: Identity,
-        op: str,
-        outcome: AuditOutcome,
-        detail: str,
-        now: datetime,
-        subject_id: UUID | None = None,
-    ) -> AuditRecorded:
-        return AuditRecorded(
-            record_id=self.new_id(),
-            actor=identity.actor,
-            namespace=identity.namespace,
-            role=identity.role,
-            op=op,
-            outcome=outcome,
-            detail=detail[:200],
-            subject_ids=(subject_id,) if subject_id is not None else (),
-            at=now,
-        )
-
     def record_audit(
-        self,
-        identity: Identity,
-        op: str,
-        outcome: AuditOutcome,
-        detail: str,
-        subject_id: UUID | None = None,
+        self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
     ) -> int:
         """Append an audit record on its own (a denial, a miss, a read)."""
-        audit = self._audit(identity, op, outcome, detail, self.clock(), subject_id)
-        return self.ledger.append([Recorded(audit.record_id, 1, audit)])
+        return self.audit.record(identity, op, outcome, detail, subject_id)
 
     def _audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
-        """Run a syscall; a refusal is audited (denied or miss), and so is a failure (error)."""
-        try:
-            return run()
-        except DomainError as error:
-            outcome: AuditOutcome = "miss" if isinstance(error, NotFound) else "denied"
-            self.record_audit(identity, op, outcome, f"{error.code}: {error.detail}")
-            raise
-        except Exception as error:
-            with contextlib.suppress(Exception):  # the ledger itself may be what failed
-                self.record_audit(identity, op, "error", type(error).__name__)
-            raise
+        return self.audit.audited(identity, op, run)
 
 
 def _versions(*groups: Iterable[Claim | MemoryState | DisputeState]) -> dict[UUID, int]:
