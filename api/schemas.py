@@ -147,9 +147,11 @@ class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
     shared_in: int
     pinned: int
     open_disputes: int
-    open_findings: int
-    open_proposals: int
-    unjudged: int
+    # null until the conflict autopilot, consolidation and fault features exist: "none yet"
+    # and "not measured" must not look the same
+    open_findings: int | None
+    open_proposals: int | None
+    unjudged: int | None
     fault_hit_rate: float | None
     projection_lag: int
 

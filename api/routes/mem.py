@@ -112,9 +112,9 @@ class MemController(Controller):
             return StatsResponse(
                 namespace=c.identity.namespace,
                 **{f: getattr(counts, f) for f in counts.__struct_fields__},
-                open_findings=0,
-                open_proposals=0,
-                unjudged=0,
+                open_findings=None,
+                open_proposals=None,
+                unjudged=None,
                 fault_hit_rate=None,
                 projection_lag=lag,
             )
