@@ -84,6 +84,14 @@ class IdBody(Body, frozen=True, kw_only=True):
     id: UUID
 
 
+class ReadBody(Body, frozen=True, kw_only=True):
+    """``as_of``: the memory as the system knew it then; ``valid_at``: only if it held then."""
+
+    id: UUID
+    as_of: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+    valid_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+
+
 class VerifyBody(Body, frozen=True, kw_only=True):
     id: UUID
     supports: bool

@@ -16,6 +16,7 @@ from api.schemas import (
     IdBody,
     PinResponse,
     PolicyResponse,
+    ReadBody,
     ShareBody,
     ShareResponse,
     StatsResponse,
@@ -27,6 +28,7 @@ from api.schemas import (
     WriteBody,
     WriteResponse,
 )
+from domain.model.asof import AsOfMemory
 from domain.model.commands import VerifyMemory
 from domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
 from domain.model.policies import EffectivePolicy
@@ -50,7 +52,9 @@ def policy_view(governance: GovernanceService, call: Call, policy: EffectivePoli
         driver=policy.driver,
         suspended=policy.suspended,
         directives=[
-            DirectiveView(id=d.id, text=d.text, namespace=d.namespace, acknowledged=(d.namespace, d.id) in acked)
+            DirectiveView(
+                id=d.id, text=d.text, namespace=d.namespace, acknowledged=(d.namespace, d.id) in acked
+            )
             for d in policy.directives
         ],
     )
@@ -69,16 +73,31 @@ class MemController(Controller):
         result = command(request, lambda c: state.memory.write(c.identity, data.command()))
         return Response(WriteResponse(**{f: getattr(result, f) for f in WriteResponse.__struct_fields__}))
 
-    @post("/write_status", opt=syscall("write_status", TicketBody, WRITER_ROLES), sync_to_thread=True,
-          status_code=200)
+    @post(
+        "/write_status",
+        opt=syscall("write_status", TicketBody, WRITER_ROLES),
+        sync_to_thread=True,
+        status_code=200,
+    )
     def write_status(self, request: Req, data: TicketBody) -> TicketStatus:
         state = api_state(request)
-        return query(request, lambda c: state.tickets.status(data.ticket, c.identity),
-                     lambda s: f"ticket {data.ticket} {s.state}")
+        return query(
+            request,
+            lambda c: state.tickets.status(data.ticket, c.identity),
+            lambda s: f"ticket {data.ticket} {s.state}",
+        )
 
-    @post("/read", opt=syscall("read", IdBody), sync_to_thread=True, status_code=200)
-    def read(self, request: Req, data: IdBody) -> MemoryView:
+    @post("/read", opt=syscall("read", ReadBody), sync_to_thread=True, status_code=200)
+    def read(self, request: Req, data: ReadBody) -> MemoryView | AsOfMemory:
         state = api_state(request)
+        if data.as_of is not None or data.valid_at is not None:
+            return query(
+                request,
+                lambda c: state.reads.time_travel.read(
+                    state.reads.scope(c.identity), data.id, data.as_of, data.valid_at
+                ),
+                subject=data.id,
+            )
         return query(
             request,
             lambda c: state.reads.read(c.identity, data.id, after=state.last_writes.get(c.key_id)),

@@ -27,7 +27,9 @@ class _Open:
 
     __slots__ = ("closed", "memory_id", "new", "opened", "standing", "sys_from", "sys_to")
 
-    def __init__(self, memory_id: UUID, standing: Standing, opened: int, sys_from: datetime, *, new: bool) -> None:
+    def __init__(
+        self, memory_id: UUID, standing: Standing, opened: int, sys_from: datetime, *, new: bool
+    ) -> None:
         self.memory_id = memory_id
         self.standing = standing
         self.opened = opened
@@ -149,8 +151,18 @@ class TimelineProjection:
         for memory_id, i in created:
             st = i.standing
             values = (
-                memory_id, st.namespace, st.status, st.trust_tier, st.recorded_at, st.valid_from,
-                st.valid_to, st.retired_at, i.opened, i.closed, i.sys_from, i.sys_to,
+                memory_id,
+                st.namespace,
+                st.status,
+                st.trust_tier,
+                st.recorded_at,
+                st.valid_from,
+                st.valid_to,
+                st.retired_at,
+                i.opened,
+                i.closed,
+                i.sys_from,
+                i.sys_to,
             )
             for column, value in zip(columns, values, strict=True):
                 column.append(value)

@@ -16,7 +16,7 @@ from domain.model.errors import InvalidRequest, OutsideSubtree
 from domain.model.identity import Identity
 from domain.model.namespaces import ancestors, is_within, validate_namespace
 from projections.replay import ReplayEngine
-from projections.timeline.views import as_of_memories, position_at
+from projections.timeline.views import as_of_memories, memory_at, position_at
 
 MAX_LIMIT = 1000
 
@@ -115,6 +115,18 @@ class TimeTravel:
             next_cursor=_cursor(memories, question.limit),
             engine="sql",
         )
+
+    def read(
+        self, scope: Sequence[str], memory_id: UUID, as_of: datetime | None, valid_at: datetime | None
+    ) -> AsOfMemory | None:
+        """One memory as known at ``as_of`` (default now), held at ``valid_at`` if given."""
+        when = aware(as_of, "as_of") or self.clock()
+        valid = aware(valid_at, "valid_at")
+        cap = self.ledger.head_position()
+        self.wait_for(cap)
+        with self.ledger.datastore.get_connection() as conn:
+            position = position_at(conn, self.ledger.schema, when, cap)
+            return memory_at(conn, self.ledger.schema, scope, memory_id, position, valid)
 
     def replay(self, question: AsOfQuestion, upto: int | None = None, snapshots: bool = True) -> AsOfAnswer:
         as_of, valid_at = self._times(question)

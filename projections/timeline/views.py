@@ -71,3 +71,29 @@ def as_of_memories(
         params,
     ).fetchall()
     return [msgspec.convert(row, AsOfMemory) for row in rows]
+
+
+def memory_at(
+    conn: Connection[Any],
+    schema: str,
+    scope: Sequence[str],
+    memory_id: UUID,
+    position: int,
+    valid_at: datetime | None,
+) -> AsOfMemory | None:
+    """One memory as the system knew it at ``position`` (any status but quarantined),
+    and, with ``valid_at``, only if it held in the world then. Out of scope = missing."""
+    validity = SQL("")
+    if valid_at is not None:
+        validity = SQL(" AND t.valid_from <= %(v)s AND (t.valid_to IS NULL OR t.valid_to > %(v)s)")
+    row = conn.execute(
+        SQL(
+            "SELECT t.memory_id AS id, t.namespace, m.content, t.status, t.trust_tier, t.recorded_at,"
+            " t.valid_from, t.valid_to, t.retired_at"
+            " FROM {s}.memory_timeline t LEFT JOIN {s}.memory_objects m ON m.id = t.memory_id"
+            " WHERE t.memory_id = %(id)s AND t.namespace = ANY(%(scope)s) AND t.status <> 'disputed'"
+            " AND t.opened <= %(p)s AND (t.closed IS NULL OR t.closed > %(p)s){validity}"
+        ).format(s=Identifier(schema), validity=validity),
+        {"id": memory_id, "scope": list(scope), "p": position, "v": valid_at},
+    ).fetchone()
+    return None if row is None else msgspec.convert(row, AsOfMemory)

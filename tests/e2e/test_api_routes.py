@@ -16,7 +16,15 @@ def test_write_read_history_verify_and_provenance(api: Api) -> None:
     written = api.mem(agent, "write", {"content": FACT, "tags": ["infra"]})
     assert written.status_code == 200
     body = written.json()
-    assert set(body) == {"outcome", "id", "supersedes", "dispute_id", "position", "classification", "rejected"}
+    assert set(body) == {
+        "outcome",
+        "id",
+        "supersedes",
+        "dispute_id",
+        "position",
+        "classification",
+        "rejected",
+    }
     assert body["outcome"] == "stored"
     read = api.mem(agent, "read", {"id": body["id"]}).json()  # read-your-writes: no sleep
     assert read["content"] == FACT
@@ -28,10 +36,14 @@ def test_write_read_history_verify_and_provenance(api: Api) -> None:
     verified = api.mem(other, "verify", {"id": body["id"], "supports": True, "note": "checked"})
     assert verified.status_code == 200
     assert verified.json()["trust_tier"] == "verified"
-    manual = api.mem(agent, "write", {"content": "Dana manages the platform team", "provenance": {"source": "manual"}})
+    manual = api.mem(
+        agent, "write", {"content": "Dana manages the platform team", "provenance": {"source": "manual"}}
+    )
     assert manual.status_code == 400
     assert manual.json()["error"] == "provenance_not_allowed"
-    ok = api.mem(member, "write", {"content": "Dana manages the platform team", "provenance": {"source": "manual"}})
+    ok = api.mem(
+        member, "write", {"content": "Dana manages the platform team", "provenance": {"source": "manual"}}
+    )
     assert ok.json()["outcome"] == "stored"
     secret = api.mem(agent, "write", {"content": "the prod password is hunter2-Xy9#kkq AKIAIOSFODNN7EXAMPLE"})
     assert secret.json()["outcome"] == "rejected"
@@ -40,28 +52,48 @@ def test_write_read_history_verify_and_provenance(api: Api) -> None:
 def test_policy_directives_ack_and_forbid_secrets(api: Api) -> None:
     admin = api.key("acme", "boss", "admin")
     agent = api.key("acme/eng", "bot", "agent")
-    put = api.call(admin, "/v1/admin/policies/acme", {
-        "directives": [{"id": "no-pii", "text": "Never store customer PII"}], "conflict_review": "all",
-    }, method="PUT")
+    put = api.call(
+        admin,
+        "/v1/admin/policies/acme",
+        {
+            "directives": [{"id": "no-pii", "text": "Never store customer PII"}],
+            "conflict_review": "all",
+        },
+        method="PUT",
+    )
     assert put.status_code == 200, put.text
     assert put.json()["version"] == 1
-    eng = api.call(admin, "/v1/admin/policies/acme/eng", {"forbid_secrets": False, "conflict_review": "auto"}, method="PUT")
+    eng = api.call(
+        admin,
+        "/v1/admin/policies/acme/eng",
+        {"forbid_secrets": False, "conflict_review": "auto"},
+        method="PUT",
+    )
     assert eng.json()["effective"]["conflict_review"] == "auto"  # nearest wins
     policy = api.mem(agent, "policy").json()
     assert policy["forbid_secrets"] is False
-    assert policy["directives"] == [{"id": "no-pii", "text": "Never store customer PII", "namespace": "acme", "acknowledged": False}]
+    assert policy["directives"] == [
+        {"id": "no-pii", "text": "Never store customer PII", "namespace": "acme", "acknowledged": False}
+    ]
     assert api.mem(agent, "policy_ack", {"directive_id": "nope"}).status_code == 404
     assert api.mem(agent, "policy_ack", {"directive_id": "no-pii"}).json() == {"acknowledged": True}
     assert api.mem(agent, "policy").json()["directives"][0]["acknowledged"] is True
     secret = api.mem(agent, "write", {"content": "deploy key AKIAIOSFODNN7EXAMPLE for the staging bucket"})
     assert secret.json()["outcome"] != "rejected"  # the namespace's policy allows secrets
-    stale = api.call(admin, "/v1/admin/policies/acme", {"suspended": False}, method="PUT", headers={"If-Match": "0"})
+    stale = api.call(
+        admin, "/v1/admin/policies/acme", {"suspended": False}, method="PUT", headers={"If-Match": "0"}
+    )
     assert stale.status_code == 409
     assert stale.json()["error"] == "version_conflict"
-    assert api.call(admin, "/v1/admin/policies/acme", {"expected_version": 1}, method="PUT").status_code == 200
+    assert (
+        api.call(admin, "/v1/admin/policies/acme", {"expected_version": 1}, method="PUT").status_code == 200
+    )
     eng_admin = api.key("acme/eng", "e", "admin")
     assert api.call(eng_admin, "/v1/admin/policies/acme", method="GET").json()["error"] == "outside_subtree"
-    assert api.call(eng_admin, "/v1/admin/policies/acme/engineering", {}, method="PUT").json()["error"] == "outside_subtree"
+    assert (
+        api.call(eng_admin, "/v1/admin/policies/acme/engineering", {}, method="PUT").json()["error"]
+        == "outside_subtree"
+    )
     assert api.call(eng_admin, "/v1/admin/policies/acme/eng/platform", method="GET").status_code == 200
     assert api.call(agent, "/v1/admin/policies/acme/eng", method="GET").status_code == 403
     bad = api.call(admin, "/v1/admin/policies/acme", {"rate_limit_per_minute": 0}, method="PUT")
@@ -82,11 +114,19 @@ def test_disputes_listed_and_resolved_by_reviewers(api: Api) -> None:
     member = api.key("acme/eng", "mia", "member")
     agent = api.key("acme/eng", "bot", "agent")
     admin = api.key("acme", "boss", "admin")
-    first = {"content": "Dana lives in Oslo", "subject": "dana", "attribute": "city", "value": "Oslo",
-             "provenance": {"source": "manual"}}
+    first = {
+        "content": "Dana lives in Oslo",
+        "subject": "dana",
+        "attribute": "city",
+        "value": "Oslo",
+        "provenance": {"source": "manual"},
+    }
     api.mem(member, "write", first)
-    contra = api.mem(agent, "write", {"content": "Dana lives in Bergen", "subject": "dana", "attribute": "city",
-                                       "value": "Bergen"}).json()
+    contra = api.mem(
+        agent,
+        "write",
+        {"content": "Dana lives in Bergen", "subject": "dana", "attribute": "city", "value": "Bergen"},
+    ).json()
     assert contra["outcome"] == "disputed"
     assert api.mem(agent, "read", {"id": contra["id"]}).status_code == 404  # quarantined
     api.settle()
@@ -100,7 +140,9 @@ def test_disputes_listed_and_resolved_by_reviewers(api: Api) -> None:
     assert resolved.status_code == 200, resolved.text
     assert resolved.json()["status"] == "resolved"
     assert api.call(admin, path, {"decision": "keep_old"}).status_code == 409
-    missing = api.call(admin, "/v1/admin/disputes/00000000-0000-4000-8000-000000000000/resolve", {"decision": "keep_old"})
+    missing = api.call(
+        admin, "/v1/admin/disputes/00000000-0000-4000-8000-000000000000/resolve", {"decision": "keep_old"}
+    )
     assert missing.status_code == 404
 
 
@@ -133,7 +175,9 @@ def test_compliance_routes(api: Api) -> None:
     page = api.call(auditor, "/v1/compliance/audit?op=write&limit=3", method="GET").json()
     assert len(page["records"]) == 3
     assert page["next_cursor"] is not None
-    rest = api.call(auditor, f"/v1/compliance/audit?op=write&limit=3&cursor={page['next_cursor']}", method="GET").json()
+    rest = api.call(
+        auditor, f"/v1/compliance/audit?op=write&limit=3&cursor={page['next_cursor']}", method="GET"
+    ).json()
     assert len(rest["records"]) == 2
     positions = [r["position"] for r in page["records"] + rest["records"]]
     assert positions == sorted(positions)
@@ -165,3 +209,49 @@ def test_health_ready_metrics_and_openapi(api: Api) -> None:
     schema = api.client.get("/schema/openapi.json").json()
     assert "/v1/mem/write" in schema["paths"]
     assert "/v1/admin/keys" in schema["paths"]
+
+
+def test_read_as_of_and_valid_at(api: Api) -> None:
+    """read with as_of shows the memory as the system knew it then; valid_at filters to
+    what held in the world at that time; before it was written it is missing (404)."""
+    agent = api.key("acme/eng", "bot", "agent")
+    member = api.key("acme/eng", "mia", "member")
+    slot = {"subject": "dana", "attribute": "city"}
+    old = api.mem(
+        agent,
+        "write",
+        {"content": "Dana lives in Lyon", **slot, "value": "Lyon", "event_time": "2026-01-01T00:00:00Z"},
+    ).json()
+    api.settle()
+    between = api.runtime.core.memory.clock().isoformat()
+    time.sleep(0.01)
+    new = api.mem(
+        member,
+        "write",
+        {
+            "content": "Dana lives in Lisbon",
+            **slot,
+            "value": "Lisbon",
+            "provenance": {"source": "manual"},
+            "event_time": "2026-01-01T00:00:00Z",
+        },
+    ).json()
+    assert new["outcome"] == "superseded"  # a correction: Lyon is retired in system time
+    api.settle()
+    then = api.mem(agent, "read", {"id": old["id"], "as_of": between}).json()
+    assert then["status"] == "active"
+    assert then["retired_at"] is None
+    assert then["content"] == "Dana lives in Lyon"
+    now = api.mem(agent, "read", {"id": old["id"]}).json()
+    assert now["status"] == "retired"
+    missing = api.mem(agent, "read", {"id": new["id"], "as_of": between})
+    assert missing.status_code == 404
+    assert api.mem(agent, "read", {"id": new["id"], "valid_at": "2025-06-01T00:00:00Z"}).status_code == 404
+    assert (
+        api.mem(agent, "read", {"id": new["id"], "valid_at": "2026-06-01T00:00:00Z"}).json()["id"]
+        == new["id"]
+    )
+    naive = api.mem(agent, "read", {"id": old["id"], "as_of": "2026-01-01T00:00:00"})
+    assert naive.status_code == 400
+    outsider = api.key("acme/sales", "eve", "agent")
+    assert api.mem(outsider, "read", {"id": old["id"], "as_of": between}).status_code == 404
