@@ -10,8 +10,8 @@ import msgspec
 
 from domain.ledger.checkpoints import Checkpoint
 from domain.model.classification import Classification
-from domain.model.commands import ProvenanceClaim, WriteMemory
-from domain.model.events import ConflictReview, Directive, DisputeDecision, MemoryScope, MemoryType
+from domain.model.commands import WriteMemory
+from domain.model.events import ConflictReview, Directive, DisputeDecision
 from domain.model.write import Rejection
 
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -26,35 +26,14 @@ class Empty(Body, frozen=True, kw_only=True):
     pass
 
 
-class WriteBody(Body, frozen=True, kw_only=True):
-    content: str
-    type: MemoryType = "fact"
-    scope: MemoryScope = "team"
-    subject: str | None = None
-    attribute: str | None = None
-    value: str | None = None
-    tags: tuple[str, ...] = ()
-    selectors: tuple[str, ...] = ()
-    provenance: ProvenanceClaim = ProvenanceClaim()
-    event_time: AwareTime | None = None
-    valid_from: AwareTime | None = None
+class WriteBody(WriteMemory, Body, frozen=True, kw_only=True):
+    """The write command's fields, plus how the API should run it."""
+
     verbatim: bool = True
     run_async: bool = msgspec.field(default=False, name="async")
 
     def command(self) -> WriteMemory:
-        return WriteMemory(
-            content=self.content,
-            type=self.type,
-            scope=self.scope,
-            subject=self.subject,
-            attribute=self.attribute,
-            value=self.value,
-            tags=self.tags,
-            selectors=self.selectors,
-            provenance=self.provenance,
-            event_time=self.event_time,
-            valid_from=self.valid_from,
-        )
+        return WriteMemory(**{name: getattr(self, name) for name in WriteMemory.__struct_fields__})
 
 
 class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
