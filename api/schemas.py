@@ -12,7 +12,9 @@ from domain.ledger.checkpoints import Checkpoint
 from domain.model.classification import Classification
 from domain.model.commands import WriteMemory
 from domain.model.events import ConflictReview, Directive, DisputeDecision
+from domain.model.policies import PolicyBody
 from domain.model.write import Rejection
+from projections.governance.views import AuditView
 
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time on the wire must carry its zone (API.md): a naive time is refused (400)."""
@@ -162,14 +164,9 @@ class RevokeResponse(msgspec.Struct, frozen=True):
     revoked: bool
 
 
-class PolicyPutBody(Body, frozen=True, kw_only=True):
-    conflict_review: ConflictReview | None = None
-    forbid_secrets: bool | None = None
-    rate_limit_per_minute: int | None = None
-    directives: tuple[Directive, ...] = ()
-    driver: str | None = None
-    suspended: bool | None = None
-    members_forget_own: bool | None = None
+class PolicyPutBody(PolicyBody, Body, frozen=True, kw_only=True):
+    """A namespace's own policy; ``expected_version`` (or If-Match) guards a concurrent change."""
+
     expected_version: int | None = None
 
 
@@ -209,18 +206,6 @@ class VerifyLedgerResponse(msgspec.Struct, frozen=True, kw_only=True):
     problem: str | None = None
 
 
-class AuditRecordView(msgspec.Struct, frozen=True, kw_only=True):
-    position: int
-    time: datetime
-    actor: str
-    namespace: str
-    role: str
-    op: str
-    outcome: str
-    detail: str
-    subject_ids: list[UUID]
-
-
 class AuditResponse(msgspec.Struct, frozen=True, kw_only=True):
-    records: list[AuditRecordView]
+    records: list[AuditView]
     next_cursor: str | None

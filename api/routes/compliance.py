@@ -9,7 +9,7 @@ import msgspec
 from litestar import Controller, Request, get, post
 
 from api.gate import Call, api_state, query
-from api.schemas import AuditRecordView, AuditResponse, Head, VerifyLedgerBody, VerifyLedgerResponse
+from api.schemas import AuditResponse, Head, VerifyLedgerBody, VerifyLedgerResponse
 from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from domain.model.errors import InvalidRequest
 from projections.governance.views import AuditFilter
@@ -86,8 +86,7 @@ class ComplianceController(Controller):
                 after=after, limit=asked.limit,
             )
             records = state.reads.audit(c.identity.namespace, where)
-            views = [AuditRecordView(**msgspec.structs.asdict(r)) for r in records]
-            cursor = str(views[-1].position) if len(views) == asked.limit else None
-            return AuditResponse(records=views, next_cursor=cursor)
+            cursor = str(records[-1].position) if len(records) == asked.limit else None
+            return AuditResponse(records=list(records), next_cursor=cursor)
 
         return query(request, run, lambda r: f"{len(r.records)} records; {request.url.query}"[:200])
