@@ -6,6 +6,7 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Controller, Request, get, post, put
+from litestar.params import FromPath, JSONBody
 
 from api.gate import Call, api_state, command, query
 from api.routes.mem import policy_view
@@ -43,14 +44,14 @@ class AdminController(Controller):
 
     @post("/keys", opt=admin("admin.keys.create", NewKeyBody, allow=frozenset({"actor", "role"})),
           sync_to_thread=True, status_code=200)
-    def create_key(self, request: Req, data: NewKeyBody) -> NewKeyResponse:
+    def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
         state = api_state(request)
         cmd = IssueKey(target=data.target, actor=data.actor, role=data.role)
         issued = command(request, lambda c: state.governance.issue_key(c.identity, cmd))
         return NewKeyResponse(issued.key_id, issued.key)
 
     @post("/keys/revoke", opt=admin("admin.keys.revoke", RevokeBody), sync_to_thread=True, status_code=200)
-    def revoke_key(self, request: Req, data: RevokeBody) -> RevokeResponse:
+    def revoke_key(self, request: Req, data: JSONBody[RevokeBody]) -> RevokeResponse:
         state = api_state(request)
         command(request, lambda c: state.governance.revoke_key(c.identity, data.key_id))
         return RevokeResponse(revoked=True)
@@ -68,7 +69,7 @@ class AdminController(Controller):
 
     @get("/policies/{namespace:path}", opt=admin("admin.policies.get", None, tenant_gate=False),
          sync_to_thread=True)
-    def get_policy(self, request: Req, namespace: str) -> OwnPolicyResponse:
+    def get_policy(self, request: Req, namespace: FromPath[str]) -> OwnPolicyResponse:
         state = api_state(request)
         target = _target(namespace)
 
@@ -80,7 +81,7 @@ class AdminController(Controller):
 
     @put("/policies/{namespace:path}", opt=admin("admin.policies.put", PolicyPutBody, tenant_gate=False),
          sync_to_thread=True, status_code=200)
-    def put_policy(self, request: Req, namespace: str, data: PolicyPutBody) -> OwnPolicyResponse:
+    def put_policy(self, request: Req, namespace: FromPath[str], data: JSONBody[PolicyPutBody]) -> OwnPolicyResponse:
         state = api_state(request)
         target = _target(namespace)
         expected = data.expected_version
@@ -113,7 +114,7 @@ class AdminController(Controller):
 
     @post("/disputes/{dispute_id:uuid}/resolve", opt=admin("resolve_dispute", ResolveBody),
           sync_to_thread=True, status_code=200)
-    def resolve(self, request: Req, dispute_id: UUID, data: ResolveBody) -> DisputeState:
+    def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
         state = api_state(request)
         cmd = ResolveDispute(
             dispute_id=dispute_id, decision=data.decision, content=data.content, value=data.value,

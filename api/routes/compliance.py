@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request, get, post
+from litestar.params import JSONBody
 
 from api.gate import Call, api_state, query
 from api.schemas import AuditResponse, Head, VerifyLedgerBody, VerifyLedgerResponse
@@ -38,7 +39,7 @@ class ComplianceController(Controller):
 
     @post("/ledger/verify", opt=compliance("compliance.ledger.verify", VerifyLedgerBody), sync_to_thread=True,
           status_code=200)
-    def verify(self, request: Req, data: VerifyLedgerBody | None = None) -> VerifyLedgerResponse:
+    def verify(self, request: Req, data: JSONBody[VerifyLedgerBody | None] = None) -> VerifyLedgerResponse:
         state = api_state(request)
         checkpoint = data.checkpoint if data is not None else None
 

@@ -12,6 +12,7 @@ from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, get, post
+from litestar.params import FromPath, JSONBody
 
 from api.gate import Call, api_state, command, query
 from api.schemas import Body
@@ -44,7 +45,7 @@ class ErasureController(Controller):
 
     @post("/mem/forget", opt={"op": "forget", "body": ForgetBody, "roles": FORGET_ROLES}, sync_to_thread=True,
           status_code=200)
-    def forget(self, request: Req, data: ForgetBody) -> ForgetResponse:
+    def forget(self, request: Req, data: JSONBody[ForgetBody]) -> ForgetResponse:
         state = api_state(request)
         cmd = Forget(ids=data.ids, subject=data.subject, subtree=data.subtree, reason=data.reason)
         result = command(request, lambda c: state.runtime.core.erasure.forget(c.identity, cmd))
@@ -57,7 +58,7 @@ class ErasureController(Controller):
     @get("/compliance/certificates/{certificate_id:uuid}",
          opt={"op": "compliance.certificates.get", "body": None, "roles": COMPLIANCE_ROLES, "tenant_gate": False},
          sync_to_thread=True)
-    def certificate(self, request: Req, certificate_id: UUID) -> DeletionCertificate:
+    def certificate(self, request: Req, certificate_id: FromPath[UUID]) -> DeletionCertificate:
         state = api_state(request)
 
         def run(c: Call) -> DeletionCertificate | None:
@@ -75,7 +76,7 @@ class ErasureController(Controller):
           opt={"op": "compliance.certificates.verify", "body": DeletionCertificate, "roles": COMPLIANCE_ROLES,
                "tenant_gate": False},
           sync_to_thread=True, status_code=200)
-    def verify(self, request: Req, data: DeletionCertificate) -> CertificateCheck:
+    def verify(self, request: Req, data: JSONBody[DeletionCertificate]) -> CertificateCheck:
         state = api_state(request)
         return query(
             request,

@@ -12,7 +12,7 @@ Req = Request[Any, Any, Any]
 READY_MAX_LAG = 10_000
 
 
-@get("/healthz", sync_to_thread=False)
+@get("/healthz")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 

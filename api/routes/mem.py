@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, Request, Response, post
+from litestar.params import JSONBody
 
 from api.gate import ALL_ROLES, Call, api_state, command, query
 from api.schemas import (
@@ -64,7 +65,7 @@ class MemController(Controller):
     path = "/v1/mem"
 
     @post("/write", opt=syscall("write", WriteBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
-    def write(self, request: Req, data: WriteBody) -> Response[WriteResponse | TicketResponse]:
+    def write(self, request: Req, data: JSONBody[WriteBody]) -> Response[WriteResponse | TicketResponse]:
         state = api_state(request)
         if data.run_async:
             ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data))
@@ -79,7 +80,7 @@ class MemController(Controller):
         sync_to_thread=True,
         status_code=200,
     )
-    def write_status(self, request: Req, data: TicketBody) -> TicketStatus:
+    def write_status(self, request: Req, data: JSONBody[TicketBody]) -> TicketStatus:
         state = api_state(request)
         return query(
             request,
@@ -88,7 +89,7 @@ class MemController(Controller):
         )
 
     @post("/read", opt=syscall("read", ReadBody), sync_to_thread=True, status_code=200)
-    def read(self, request: Req, data: ReadBody) -> MemoryView | AsOfMemory:
+    def read(self, request: Req, data: JSONBody[ReadBody]) -> MemoryView | AsOfMemory:
         state = api_state(request)
         if data.as_of is not None or data.valid_at is not None:
             return query(
@@ -105,7 +106,7 @@ class MemController(Controller):
         )
 
     @post("/history", opt=syscall("history", IdBody), sync_to_thread=True, status_code=200)
-    def history(self, request: Req, data: IdBody) -> HistoryResponse:
+    def history(self, request: Req, data: JSONBody[IdBody]) -> HistoryResponse:
         state = api_state(request)
 
         def run(c: Call) -> HistoryResponse | None:
@@ -115,7 +116,7 @@ class MemController(Controller):
         return query(request, run, lambda h: f"{len(h.versions)} versions", subject=data.id)
 
     @post("/verify", opt=syscall("verify", VerifyBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
-    def verify(self, request: Req, data: VerifyBody) -> VerifyResponse:
+    def verify(self, request: Req, data: JSONBody[VerifyBody]) -> VerifyResponse:
         state = api_state(request)
         cmd = VerifyMemory(memory_id=data.id, supports=data.supports, note=data.note)
         result = command(request, lambda c: state.memory.verify(c.identity, cmd))
@@ -151,21 +152,21 @@ class MemController(Controller):
         return query(request, run)
 
     @post("/policy_ack", opt=syscall("policy_ack", AckBody), sync_to_thread=True, status_code=200)
-    def policy_ack(self, request: Req, data: AckBody) -> AckResponse:
+    def policy_ack(self, request: Req, data: JSONBody[AckBody]) -> AckResponse:
         state = api_state(request)
         command(request, lambda c: state.governance.acknowledge(c.identity, data.directive_id))
         return AckResponse(acknowledged=True)
 
     @post("/pin", opt=syscall("pin", IdBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
-    def pin(self, request: Req, data: IdBody) -> PinResponse:
+    def pin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
         return _pin(request, data, pinned=True)
 
     @post("/unpin", opt=syscall("unpin", IdBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
-    def unpin(self, request: Req, data: IdBody) -> PinResponse:
+    def unpin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
         return _pin(request, data, pinned=False)
 
     @post("/share", opt=syscall("share", ShareBody, REVIEWER_ROLES), sync_to_thread=True, status_code=200)
-    def share(self, request: Req, data: ShareBody) -> ShareResponse:
+    def share(self, request: Req, data: JSONBody[ShareBody]) -> ShareResponse:
         state = api_state(request)
         share_id, _ = command(
             request,

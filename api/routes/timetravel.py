@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request, get, post
+from litestar.params import FromPath, JSONBody
 
 from api.errors import Unavailable
 from api.gate import api_state, query
@@ -63,7 +64,7 @@ class AsOfController(Controller):
         sync_to_thread=True,
         status_code=200,
     )
-    def asof(self, request: Req, data: AsOfBody) -> AsOfResponse:
+    def asof(self, request: Req, data: JSONBody[AsOfBody]) -> AsOfResponse:
         state = api_state(request)
 
         def run(c: Any) -> AsOfResponse:
@@ -111,7 +112,7 @@ class OpsController(Controller):
         sync_to_thread=True,
         status_code=200,
     )
-    def rebuild(self, request: Req, name: str, data: RebuildBody | None = None) -> RebuildReport:
+    def rebuild(self, request: Req, name: FromPath[str], data: JSONBody[RebuildBody | None] = None) -> RebuildReport:
         state = api_state(request)
         verify = data.verify if data is not None else False
 
