@@ -54,15 +54,10 @@ class PolicyBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """Members may erase (``forget``) memories they wrote themselves (default: no)."""
 
 
-class NamespacePolicy(msgspec.Struct, frozen=True, kw_only=True):
+class NamespacePolicy(PolicyBody, frozen=True, kw_only=True):
+    """A namespace's own policy as it stands (the body last set, and its stream version)."""
+
     namespace: str
-    conflict_review: ConflictReview | None = None
-    forbid_secrets: bool | None = None
-    rate_limit_per_minute: int | None = None
-    directives: tuple[Directive, ...] = ()
-    driver: str | None = None
-    suspended: bool | None = None
-    members_forget_own: bool | None = None
     version: int = 0
 
 
@@ -88,17 +83,8 @@ class EffectivePolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def policy_from_event(event: PolicySet, version: int) -> NamespacePolicy:
-    return NamespacePolicy(
-        namespace=event.namespace,
-        conflict_review=event.conflict_review,
-        forbid_secrets=event.forbid_secrets,
-        rate_limit_per_minute=event.rate_limit_per_minute,
-        directives=event.directives,
-        driver=event.driver,
-        suspended=event.suspended,
-        members_forget_own=event.members_forget_own,
-        version=version,
-    )
+    fields = {name: getattr(event, name) for name in PolicyBody.__struct_fields__}
+    return NamespacePolicy(namespace=event.namespace, version=version, **fields)
 
 
 def effective_policy(namespace: str, own: Mapping[str, NamespacePolicy]) -> EffectivePolicy:
