@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
-from eventsourcing.persistence import Tracking
 from eventsourcing.postgres import PostgresTrackingRecorder
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
@@ -76,22 +75,21 @@ class ProjectionRunner:
         """Tracking records were reset outside this runner: stop trusting what it saw."""
         self.reached_hint = 0
 
-    def position_of(self, name: str) -> int:
-        return self.tracking.max_tracking_id(name) or 0
+    def positions(self) -> dict[str, int]:
+        """Each projection's tracked position (one query)."""
+        with self.ledger.datastore.get_connection() as conn:
+            return self._positions_in(conn, [p.name for p in self.projections])
 
     def position(self) -> int:
-        """The position every projection has reached (one query)."""
-        if not self.projections:
-            return 0
-        with self.ledger.datastore.get_connection() as conn:
-            positions = self._positions_in(conn, [p.name for p in self.projections])
-        return min(positions.values())
+        """The position every projection has reached."""
+        return min(self.positions().values(), default=0)
 
     def status(self) -> list[ProjectionStatus]:
         head = self.ledger.head_position()
+        positions = self.positions()
         result = []
         for projection in self.projections:
-            position = self.position_of(projection.name)
+            position = positions[projection.name]
             error = self.errors.get(projection.name)
             result.append(
                 ProjectionStatus(
@@ -162,15 +160,7 @@ class ProjectionRunner:
                 pending = [e for e in events if (e.position or 0) > positions[projection.name]]
                 if pending:
                     projection.apply(curs, self.schema, pending)
-            curs.execute(
-                SQL(
-                    "INSERT INTO {t} (application_name, notification_id)"
-                    " SELECT name, %s FROM unnest(%s::text[]) AS name"
-                    " ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id"
-                    " WHERE {t}.notification_id < EXCLUDED.notification_id"
-                ).format(t=SQL("{}.{}").format(Identifier(self.schema), Identifier(TRACKING_TABLE))),
-                (last, [p.name for p in live]),
-            )
+            self._track(curs, [p.name for p in live], last)
         except Exception as error:
             raise _FastPathFailed from error
 
@@ -183,7 +173,7 @@ class ProjectionRunner:
         try:
             with curs.connection.transaction():
                 projection.apply(curs, self.schema, pending)
-                self._track(curs, projection.name, last)
+                self._track(curs, [projection.name], last)
         except Exception:  # noqa: BLE001 - any failure is narrowed down below
             self._apply_one_by_one(curs, projection, pending)
 
@@ -193,14 +183,23 @@ class ProjectionRunner:
             try:
                 with curs.connection.transaction():
                     projection.apply(curs, self.schema, [recorded])
-                    self._track(curs, projection.name, position)
+                    self._track(curs, [projection.name], position)
             except Exception as error:
                 self.errors[projection.name] = (position, f"{type(error).__name__}: {error}")
                 log.exception("projection %s stopped at position %s", projection.name, position)
                 return
 
-    def _track(self, curs: Any, name: str, position: int) -> None:
-        self.tracking._insert_tracking(curs, Tracking(name, position))
+    def _track(self, curs: Any, names: list[str], position: int) -> None:
+        """Record that these projections reflect ``position`` (never moves a record back)."""
+        curs.execute(
+            SQL(
+                "INSERT INTO {t} (application_name, notification_id)"
+                " SELECT name, %s FROM unnest(%s::text[]) AS name"
+                " ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id"
+                " WHERE {t}.notification_id < EXCLUDED.notification_id"
+            ).format(t=SQL("{}.{}").format(Identifier(self.schema), Identifier(TRACKING_TABLE))),
+            (position, names),
+        )
 
     def _positions_in(self, conn: Connection[Any], names: list[str]) -> dict[str, int]:
         rows = conn.execute(
@@ -213,11 +212,7 @@ class ProjectionRunner:
         return {name: found.get(name, 0) for name in names}
 
     def position_of_in(self, conn: Connection[Any], name: str) -> int:
-        query = SQL("SELECT notification_id FROM {}.{} WHERE application_name = %s").format(
-            Identifier(self.schema), Identifier(TRACKING_TABLE)
-        )
-        row = conn.execute(query, (name,)).fetchone()
-        return int(row["notification_id"]) if row else 0
+        return self._positions_in(conn, [name])[name]
 
     def _try_lock(self, conn: Connection[Any]) -> bool:
         row = conn.execute(
@@ -427,7 +422,7 @@ class Rebuilder:
             except RebuildFailed as failed:
                 return [f"the live model cannot reach position {position}: {failed}"]
             with conn.cursor() as curs:
-                self.runner._track(curs, projection.name, reached)
+                self.runner._track(curs, [projection.name], reached)
         found: list[str] = []
         for table in projection.tables:
             found += compare_tables(conn, self.schema, shadow, table)
