@@ -113,16 +113,18 @@ def run_demo(runtime: Runtime, say: Say = print) -> dict[str, Any]:
         f"   -> dispute {resolved.dispute.status}: {resolved.dispute.decision} by {resolved.dispute.reviewer}"
     )
 
-    return _second_half(runtime, say, locals())
+    facts = _prove(runtime, say, (agent, agent2, hr), newer, resolved.position)
+    return {"outcomes": [first.outcome, dup.outcome, newer.outcome, contra.outcome], **facts}
 
 
-def _second_half(runtime: Runtime, say: Say, seen: dict[str, Any]) -> dict[str, Any]:
+def _prove(
+    runtime: Runtime, say: Say, cast: tuple[Identity, Identity, Identity], newer: WriteResult, after: int
+) -> dict[str, Any]:
     """Steps 6-9: history, verification, and proving the ledger (and catching a tamper)."""
     memory, reads = runtime.memory, runtime.reads
-    agent, agent2, hr = seen["agent"], seen["agent2"], seen["hr"]
-    first, dup, newer, contra, resolved = (seen[k] for k in ("first", "dup", "newer", "contra", "resolved"))
+    agent, agent2, hr = cast
     _step(say, 6, "The fact's history, both directions, both time axes.")
-    steps = reads.history(agent, newer.id or uuid.UUID(int=0), after=resolved.position) or []
+    steps = reads.history(agent, newer.id or uuid.UUID(int=0), after=after) or []
     for s in steps:
         valid = (
             f"valid {s.valid_from:%Y-%m-%d}..{s.valid_to:%Y-%m-%d}"
@@ -152,7 +154,6 @@ def _second_half(runtime: Runtime, say: Say, seen: dict[str, Any]) -> dict[str, 
     say(f"   (changed the event at position {tampered_position})")
     _report(say, tampered)
     return {
-        "outcomes": [first.outcome, dup.outcome, newer.outcome, contra.outcome],
         "verified": verified.trust_tier,
         "self_verify": self_verify,
         "report": report,
