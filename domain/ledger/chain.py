@@ -45,11 +45,17 @@ def link(previous: bytes, record: bytes) -> bytes:
     return hashlib.sha256(previous + record).digest()
 
 
-def verify_rows(rows: Iterable[tuple[Any, ...]], stop_at: int | None = None) -> ChainReport:
+ANCHOR_PROBLEM = "the ledger does not reach the checkpoint's head with its hash"
+
+
+def verify_rows(
+    rows: Iterable[tuple[Any, ...]], stop_at: int | None = None, anchor: tuple[int, str] | None = None
+) -> ChainReport:
     """Check rows of (event position, id, version, topic, state, chain position, chain hash).
 
     Rows come from a full outer join of events and chain ordered by position, so a row
-    missing on either side shows up as nulls on that side.
+    missing on either side shows up as nulls on that side. ``anchor`` is a checkpoint's
+    (position, hex hash): the recomputed chain must pass through it, in the same pass.
     """
     previous = GENESIS
     expected = 1
@@ -70,6 +76,8 @@ def verify_rows(rows: Iterable[tuple[Any, ...]], stop_at: int | None = None) -> 
             computed = link(previous, canonical(position, originator_id, version, topic, bytes(state)))
             if computed != bytes(chain_hash):
                 problem = "hash mismatch"
+            elif anchor is not None and position == anchor[0] and computed.hex() != anchor[1]:
+                problem = ANCHOR_PROBLEM
             previous = computed
         if problem is not None:
             return ChainReport(
@@ -82,4 +90,13 @@ def verify_rows(rows: Iterable[tuple[Any, ...]], stop_at: int | None = None) -> 
             )
         checked += 1
         expected += 1
+    if anchor is not None and expected - 1 < anchor[0]:
+        return ChainReport(
+            ok=False,
+            checked=checked,
+            head_position=expected - 1,
+            head_hash=previous.hex(),
+            first_bad_position=expected,
+            problem=ANCHOR_PROBLEM,
+        )
     return ChainReport(ok=True, checked=checked, head_position=expected - 1, head_hash=previous.hex())

@@ -253,15 +253,22 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
             return 0, bytes(32)
         return int(row["position"]), bytes(row["hash"])
 
-    def verify_chain(self, stop_at: int | None = None, cursor: Cursor[Any] | None = None) -> ChainReport:
+    def verify_chain(
+        self,
+        stop_at: int | None = None,
+        cursor: Cursor[Any] | None = None,
+        anchor: tuple[int, str] | None = None,
+    ) -> ChainReport:
         """Recompute the chain from the first event; name the first bad position."""
         if cursor is not None:
-            return verify_tables(cursor, self.schema, stop_at)
+            return verify_tables(cursor, self.schema, stop_at, anchor)
         with self.datastore.get_connection() as conn, conn.transaction():
-            return verify_tables(conn.cursor(name="mw_verify"), self.schema, stop_at)
+            return verify_tables(conn.cursor(name="mw_verify"), self.schema, stop_at, anchor)
 
 
-def verify_tables(cursor: Cursor[Any], schema: str, stop_at: int | None = None) -> ChainReport:
+def verify_tables(
+    cursor: Cursor[Any], schema: str, stop_at: int | None = None, anchor: tuple[int, str] | None = None
+) -> ChainReport:
     """Verify the events and chain tables of ``schema`` (any copy of them, too)."""
     query = SQL(
         "SELECT e.notification_id, e.originator_id, e.originator_version, e.topic, e.state,"
@@ -272,7 +279,7 @@ def verify_tables(cursor: Cursor[Any], schema: str, stop_at: int | None = None) 
     if isinstance(cursor, ServerCursor):
         cursor.itersize = 5000
     cursor.execute(query)
-    return verify_rows(_as_tuples(cursor), stop_at)
+    return verify_rows(_as_tuples(cursor), stop_at, anchor)
 
 
 def _array(items: Iterable[str]) -> str:
