@@ -18,7 +18,10 @@ class Runtime:
         self.core = Core(self.settings)
         try:
             self.reads = ReadModels(
-                self.core.ledger, self.core.params.conninfo(), wait_seconds=self.settings.read_wait_seconds
+                self.core.ledger,
+                self.core.params.conninfo(),
+                wait_seconds=self.settings.read_wait_seconds,
+                embedder=self.core.embedder,
             )
             self.core.erasure.lookup = ProjectionErasureLookup(self.reads)
             if follow:

@@ -8,6 +8,7 @@ from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
 
+from domain.embedding import Embedder
 from domain.ledger.app import Ledger
 from domain.model.identity import Identity
 from domain.model.namespaces import ancestors
@@ -28,11 +29,14 @@ from projections.governance.views import (
 from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.memory_objects.views import HistoryStep, MemoryView, history, read_memory
 from projections.runner import TRACKING_TABLE, ProjectionRunner
+from projections.search.projection import SearchIndexProjection
+from projections.search.service import SearchService
 from projections.timeline.projection import TimelineProjection
 from projections.timeline.service import TimeTravel
 
 
-def default_projections() -> list[Projection]:
+def default_projections(embedder: Embedder | None = None) -> list[Projection]:
+    vector_model = None if embedder is None else (embedder.model_id, embedder.dimensions)
     return [
         MemoryObjectsProjection(),
         DisputesProjection(),
@@ -40,6 +44,7 @@ def default_projections() -> list[Projection]:
         AuditProjection(),
         SharesProjection(),
         TimelineProjection(),
+        SearchIndexProjection(vector_model),
     ]
 
 
@@ -50,13 +55,15 @@ class ReadModels:
         conninfo: str,
         projections: Sequence[Projection] | None = None,
         wait_seconds: float = 5.0,
+        embedder: Embedder | None = None,
     ) -> None:
         self.ledger = ledger
-        self.runner = ProjectionRunner(ledger, projections or default_projections(), conninfo)
+        self.runner = ProjectionRunner(ledger, projections or default_projections(embedder), conninfo)
         self.runner.create_tables()
         self.wait_seconds = wait_seconds
         self._names = [p.name for p in self.runner.projections]
         self.time_travel = TimeTravel(ledger, self.wait_for)
+        self.search = SearchService(ledger, embedder, self.wait_for)
 
     def wait_for(self, position: int | None) -> None:
         """Read-your-writes: no query at all when this process saw the models pass ``position``."""

@@ -52,8 +52,10 @@ class MemoryEvent(Event, frozen=True, kw_only=True):
 class MemoryWritten(MemoryEvent, frozen=True, kw_only=True):
     # Everything that can name a person is sealed: erasure (destroying the data key)
     # leaves none of it readable. Older records sealed only content and value.
+    # ``embedding`` (appended last: older records sealed fewer fields) is computed once at
+    # write time, so a replay never re-embeds; ``embedding_model`` says which model made it.
     SEALED: ClassVar[tuple[str, ...]] = (
-        "content", "value", "subject", "attribute", "tags", "selectors", "provenance"
+        "content", "value", "subject", "attribute", "tags", "selectors", "provenance", "embedding"
     )
     namespace: str
     actor: str
@@ -73,6 +75,8 @@ class MemoryWritten(MemoryEvent, frozen=True, kw_only=True):
     supersedes: tuple[UUID, ...] = ()
     classification: Classification
     reason: str | None = None
+    embedding: bytes | None = None
+    embedding_model: str | None = None
 
 
 class MemorySuperseded(MemoryEvent, frozen=True, kw_only=True):
@@ -291,6 +295,78 @@ class PinSet(Event, frozen=True, kw_only=True):
         return self.pin_id
 
 
+# -- reads: capsules, faults, knowledge (L3) ---------------------------------------------------
+
+FaultTier = Literal["L2", "L3", "miss"]
+
+
+class CapsuleIssued(Event, frozen=True, kw_only=True):
+    """A working set handed to an agent: what it saw (``refs``), under which signed root,
+    at which ledger position. Access telemetry (last used, use count) is derived from these."""
+
+    capsule_id: UUID
+    namespace: str
+    actor: str
+    refs: tuple[UUID, ...]
+    merkle_root: str
+    read_position: int
+    key_id: str
+    signature: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.capsule_id
+
+
+class ContextFaulted(Event, frozen=True, kw_only=True):
+    """A question the working set could not answer, and which tier answered it. A miss or
+    an L3 answer counts against ``best_candidate`` (the best L2 memory): its fault count."""
+
+    fault_id: UUID
+    namespace: str
+    actor: str
+    tier: FaultTier
+    score: float
+    best_candidate: UUID | None = None
+    refs: tuple[UUID, ...] = ()
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.fault_id
+
+
+class KnowledgeChunk(msgspec.Struct, frozen=True, kw_only=True):
+    """One searchable section of a knowledge document; its embedding made at publication."""
+
+    chunk_id: UUID
+    heading: str
+    text: str
+    embedding: bytes | None = None
+
+
+class KnowledgePublished(Event, frozen=True, kw_only=True):
+    """An immutable version of an L3 knowledge document (markdown with YAML front matter).
+
+    One stream per (namespace, slug); each version is a new event, never an edit."""
+
+    document_id: UUID
+    namespace: str
+    slug: str
+    version: int
+    title: str
+    body: str
+    tags: tuple[str, ...] = ()
+    content_hash: str
+    source: str
+    published_by: str
+    chunks: tuple[KnowledgeChunk, ...]
+    embedding_model: str | None = None
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.document_id
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -312,5 +388,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DirectiveAcknowledged,
         MemoryShared,
         PinSet,
+        CapsuleIssued,
+        ContextFaulted,
+        KnowledgePublished,
     )
 }

@@ -112,3 +112,12 @@ def is_low_information(text: str) -> bool:
     if sum(len(w) for w in words) < MIN_ALNUM_CHARACTERS:
         return True
     return all(w in FILLER_WORDS for w in words)
+
+
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str | None) -> int:
+    """A model-free token estimate (about four characters a token), never below one:
+    what budgets (search, assemble) are counted in."""
+    return max(1, -(-len(text or "") // CHARS_PER_TOKEN))

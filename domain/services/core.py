@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from domain.embedding import Embedder, embedder_from_env
 from domain.ledger.app import Ledger, ledger_env
 from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
@@ -14,8 +15,10 @@ from domain.settings import Settings
 
 
 class Core:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | None | str = "from-env") -> None:
+        """``embedder``: by default the one ``MEMWARDEN_EMBEDDER`` names (offline MiniLM)."""
         self.settings = settings
+        self.embedder: Embedder | None = embedder_from_env() if isinstance(embedder, str) else embedder
         self.params, self.server = resolve_database(settings)
         try:
             self.ledger = Ledger(
@@ -31,6 +34,7 @@ class Core:
             self.ledger,
             ClaimIds(self.ledger.secret("claim-ids")),
             policy_for=self.governance.write_policy,
+            embedder=self.embedder,
         )
         governance = self.governance
         self.erasure = ErasureService(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -15,6 +16,7 @@ from uuid import UUID
 
 import msgspec
 
+from domain.embedding import Embedder, EmbedderUnavailable, embed_one, vector_to_bytes
 from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
@@ -39,6 +41,8 @@ from domain.services.streams import Streams
 
 MAX_ATTEMPTS = 12
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+EMBEDDING_UNAVAILABLE = "embedding unavailable"
 
 
 class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,8 +126,10 @@ class MemoryService:
         policy_for: Callable[[str], WritePolicy] | None = None,
         clock: Callable[[], datetime] = utcnow,
         new_id: Callable[[], UUID] = new_uuid,
+        embedder: Embedder | None = None,
     ) -> None:
         self.ledger = ledger
+        self.embedder = embedder
         self.streams = Streams(ledger)
         self.claim_ids = claim_ids
         self.policy_for = policy_for or (lambda _namespace: WritePolicy())
@@ -146,6 +152,7 @@ class MemoryService:
         text_claim_id = wanted[0][0]
         assume_absent = frozenset({text_claim_id})
         new_key: NewMemoryKey | None = None
+        vectors: dict[str, bytes | None] = {}  # embedded once, whatever the retries
         for _ in range(MAX_ATTEMPTS):
             claims = self.streams.claims(wanted, assume_absent)
             holders = self.streams.memories(h for c in claims.values() for h in c.holders)
@@ -162,8 +169,11 @@ class MemoryService:
             writes_memory = any(isinstance(e, MemoryWritten) for e in decision.events)
             if writes_memory and new_key is None:
                 new_key = self.ledger.new_data_key(memory_id)
+            events = self._embedded(decision.events, vectors)
+            if None in vectors.values():
+                detail += "; " + EMBEDDING_UNAVAILABLE
             versions = _versions(claims.values(), holders.values())
-            recorded = version_events(decision.events, versions)
+            recorded = version_events(events, versions)
             audit = self.audit.event(identity, "write", outcome, detail, now, decision.memory_id)
             try:
                 position = self._append(recorded, audit, [new_key] if writes_memory and new_key else [])
@@ -209,6 +219,7 @@ class MemoryService:
     def _resolve(self, identity: Identity, command: ResolveDispute, now: datetime) -> ResolveResult:
         replacement_id = self.new_id()
         new_key: NewMemoryKey | None = None
+        vectors: dict[str, bytes | None] = {}
         for _ in range(MAX_ATTEMPTS):
             dispute = check_reviewer(
                 identity, self.streams.disputes([command.dispute_id]).get(command.dispute_id)
@@ -231,6 +242,7 @@ class MemoryService:
             )
             if command.decision == "edit" and new_key is None:
                 new_key = self.ledger.new_data_key(replacement_id)
+            events = self._embedded(events, vectors)
             versions = _versions(claims.values(), memories.values(), [dispute])
             recorded = version_events(events, versions)
             audit = self.audit.event(identity, "resolve_dispute", "ok", command.decision, now, dispute.id)
@@ -289,6 +301,32 @@ class MemoryService:
         return self.streams.disputes([dispute_id]).get(dispute_id)
 
     # -- plumbing -----------------------------------------------------------------------------
+
+    def _embedded(self, events: Sequence[Event], vectors: dict[str, bytes | None]) -> list[Event]:
+        """New memories get their embedding, computed once here and sealed in the event,
+        so a replay never re-embeds. An embedder failure stores the memory without one
+        (``vectors`` then holds None, and the audit says so): a write is never lost to it."""
+        embedder = self.embedder
+        if embedder is None:
+            return list(events)
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, MemoryWritten) and event.content is not None:
+                if event.content not in vectors:
+                    vectors[event.content] = self._embed(embedder, event.content)
+                vector = vectors[event.content]
+                if vector is not None:
+                    event = msgspec.structs.replace(event, embedding=vector, embedding_model=embedder.model_id)
+            out.append(event)
+        return out
+
+    @staticmethod
+    def _embed(embedder: Embedder, text: str) -> bytes | None:
+        try:
+            return vector_to_bytes(embed_one(embedder, text))
+        except EmbedderUnavailable as error:
+            log.warning("embedder unavailable, memory stored without a vector: %s", error)
+            return None
 
     def _append(
         self, recorded: Sequence[Recorded], audit: AuditRecorded, keys: Sequence[NewMemoryKey]

@@ -1,0 +1,310 @@
+"""The search index: a projection of the ledger into a vector lane and a lexical lane.
+
+- ``search_docs``: one row per searchable thing (a memory, or a chunk of an L3 knowledge
+  document): namespace, the embedding sealed in its event (never re-embedded), length.
+  Vectors are ``halfvec`` of any dimension; each embedding model gets its own partial
+  HNSW index (cosine) on ``embedding::halfvec(d) WHERE model = m``.
+- ``search_postings`` (term, ref, tf), ``search_terms`` (df) and ``search_stats`` (docs,
+  total length), kept per namespace and kind, so BM25 statistics can be summed over the
+  caller's scope alone.
+- ``knowledge_documents`` / ``knowledge_chunks``: the current version of each L3 document.
+
+Current-ness (active, not retired, valid now) is not copied here: queries join
+``memory_objects``, the one place that knows it. Erasure deletes every derived row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+from psycopg import Cursor
+from psycopg.sql import SQL, Composed, Identifier, Literal
+
+from domain.ledger.mapper import Recorded
+from domain.model.events import KnowledgePublished, MemoryErased, MemoryWritten
+from projections.search.lexical import term_frequencies
+
+MEMORY = "memory"
+KNOWLEDGE = "knowledge"
+
+
+def halfvec_text(vector: np.ndarray[Any, Any]) -> str:
+    """pgvector's text form of a vector (what ``::halfvec`` parses)."""
+    return "[" + ",".join(map(str, vector.astype(np.float32).tolist())) + "]"
+
+
+def vector_from_event(data: bytes) -> np.ndarray[Any, Any]:
+    return np.frombuffer(data, dtype="<f2").astype(np.float32)
+
+
+def hnsw_index_name(model: str) -> str:
+    return "search_docs_hnsw_" + hashlib.sha256(model.encode()).hexdigest()[:12]
+
+
+class _Doc:
+    __slots__ = ("embedding", "kind", "length", "model", "namespace", "position", "ref", "tf")
+
+    def __init__(
+        self, ref: UUID, kind: str, namespace: str, text: str, model: str | None, embedding: bytes | None, position: int
+    ) -> None:
+        self.ref, self.kind, self.namespace, self.position = ref, kind, namespace, position
+        self.tf, self.length = term_frequencies(text)
+        self.model = model if embedding is not None else None
+        self.embedding = halfvec_text(vector_from_event(embedding)) if embedding is not None else None
+
+
+class SearchIndexProjection:
+    name = "search_index"
+    tables = ("search_docs", "search_postings", "search_terms", "search_stats", "knowledge_documents", "knowledge_chunks")
+
+    def __init__(self, vector_model: tuple[str, int] | None = None) -> None:
+        """``vector_model``: the configured embedder's (model id, dimensions), whose HNSW index to keep."""
+        self.vector_model = vector_model
+
+    def create(self, curs: Cursor[Any], schema: str) -> None:
+        for statement in _schema_sql(schema):
+            curs.execute(statement)
+        if self.vector_model is not None:
+            model, dims = self.vector_model
+            curs.execute(
+                SQL(
+                    "CREATE INDEX IF NOT EXISTS {i} ON {s}.search_docs USING hnsw"
+                    " ((embedding::halfvec({d})) halfvec_cosine_ops) WHERE model = {m}"
+                ).format(i=Identifier(hnsw_index_name(model)), s=Identifier(schema), d=Literal(dims), m=Literal(model))
+            )
+
+    def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        s = Identifier(schema)
+        pending: list[_Doc] = []
+        for r in events:
+            e = r.event
+            if isinstance(e, MemoryWritten):
+                if e.content is not None:
+                    pending.append(_Doc(e.memory_id, MEMORY, e.namespace, e.content, e.embedding_model, e.embedding, r.position))
+            elif isinstance(e, MemoryErased | KnowledgePublished):
+                _insert(curs, s, pending)
+                pending = []
+                if isinstance(e, MemoryErased):
+                    _delete(curs, s, [e.memory_id])
+                else:
+                    _publish(curs, s, e, r.position)
+        _insert(curs, s, pending)
+
+
+def _schema_sql(schema: str) -> list[Composed]:
+    s = Identifier(schema)
+    return [
+        SQL("CREATE EXTENSION IF NOT EXISTS vector"),
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.search_docs (
+    ref uuid PRIMARY KEY,
+    kind text NOT NULL,
+    namespace text NOT NULL,
+    model text,
+    embedding halfvec,
+    length int NOT NULL,
+    position bigint NOT NULL
+)""").format(s=s),
+        SQL("CREATE INDEX IF NOT EXISTS search_docs_namespace ON {s}.search_docs (namespace, kind)").format(s=s),
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.search_postings (
+    term text NOT NULL,
+    ref uuid NOT NULL,
+    namespace text NOT NULL,
+    kind text NOT NULL,
+    tf int NOT NULL,
+    length int NOT NULL,
+    PRIMARY KEY (ref, term)
+)""").format(s=s),
+        SQL(
+            "CREATE INDEX IF NOT EXISTS search_postings_term ON {s}.search_postings"
+            " (kind, term, namespace) INCLUDE (ref, tf, length)"
+        ).format(s=s),
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.search_terms (
+    namespace text NOT NULL,
+    kind text NOT NULL,
+    term text NOT NULL,
+    df int NOT NULL,
+    PRIMARY KEY (namespace, kind, term)
+)""").format(s=s),
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.search_stats (
+    namespace text NOT NULL,
+    kind text NOT NULL,
+    docs bigint NOT NULL,
+    total_length bigint NOT NULL,
+    PRIMARY KEY (namespace, kind)
+)""").format(s=s),
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.knowledge_documents (
+    document_id uuid PRIMARY KEY,
+    namespace text NOT NULL,
+    slug text NOT NULL,
+    version int NOT NULL,
+    title text NOT NULL,
+    tags text[] NOT NULL,
+    content_hash text NOT NULL,
+    source text NOT NULL,
+    published_by text NOT NULL,
+    published_at timestamptz NOT NULL,
+    position bigint NOT NULL
+)""").format(s=s),
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.knowledge_chunks (
+    ref uuid PRIMARY KEY,
+    document_id uuid NOT NULL,
+    version int NOT NULL,
+    ordinal int NOT NULL,
+    heading text NOT NULL,
+    text text NOT NULL
+)""").format(s=s),
+        SQL("CREATE INDEX IF NOT EXISTS knowledge_chunks_document ON {s}.knowledge_chunks (document_id)").format(s=s),
+    ]
+
+
+def _insert(curs: Cursor[Any], s: Identifier, docs: list[_Doc]) -> None:
+    """Index a batch of documents: a few multi-row statements, whatever the batch size."""
+    docs = list({d.ref: d for d in docs}.values())
+    if not docs:
+        return
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.search_docs (ref, kind, namespace, model, embedding, length, position)"
+            " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::halfvec[], %s::int[],"
+            " %s::bigint[]) ON CONFLICT (ref) DO NOTHING RETURNING ref"
+        ).format(s=s),
+        (
+            [d.ref for d in docs],
+            [d.kind for d in docs],
+            [d.namespace for d in docs],
+            [d.model for d in docs],
+            [d.embedding for d in docs],
+            [d.length for d in docs],
+            [d.position for d in docs],
+        ),
+    )
+    fresh = {row["ref"] for row in curs.fetchall()}
+    docs = [d for d in docs if d.ref in fresh]  # a replayed batch must not count twice
+    postings = [(term, d, tf) for d in docs for term, tf in d.tf.items()]
+    if postings:
+        curs.execute(
+            SQL(
+                "INSERT INTO {s}.search_postings (term, ref, namespace, kind, tf, length)"
+                " SELECT * FROM unnest(%s::text[], %s::uuid[], %s::text[], %s::text[], %s::int[], %s::int[])"
+            ).format(s=s),
+            (
+                [t for t, _, _ in postings],
+                [d.ref for _, d, _ in postings],
+                [d.namespace for _, d, _ in postings],
+                [d.kind for _, d, _ in postings],
+                [tf for _, _, tf in postings],
+                [d.length for _, d, _ in postings],
+            ),
+        )
+    df = Counter((d.namespace, d.kind, term) for d in docs for term in d.tf)
+    _add_terms(curs, s, df, sign=1)
+    stats: dict[tuple[str, str], list[int]] = {}
+    for d in docs:
+        entry = stats.setdefault((d.namespace, d.kind), [0, 0])
+        entry[0] += 1
+        entry[1] += d.length
+    _add_stats(curs, s, {key: (n, total) for key, (n, total) in stats.items()})
+
+
+def _add_terms(curs: Cursor[Any], s: Identifier, df: Counter[tuple[str, str, str]], sign: int) -> None:
+    if not df:
+        return
+    keys = sorted(df)
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.search_terms AS t (namespace, kind, term, df)"
+            " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[])"
+            " ON CONFLICT (namespace, kind, term) DO UPDATE SET df = t.df + excluded.df"
+        ).format(s=s),
+        ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], [sign * df[k] for k in keys]),
+    )
+    if sign < 0:  # a term no document uses any more leaves no trace
+        curs.execute(SQL("DELETE FROM {s}.search_terms WHERE df <= 0").format(s=s))
+
+
+def _add_stats(curs: Cursor[Any], s: Identifier, stats: dict[tuple[str, str], tuple[int, int]]) -> None:
+    keys = sorted(stats)
+    if not keys:
+        return
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.search_stats AS t (namespace, kind, docs, total_length)"
+            " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+            " ON CONFLICT (namespace, kind) DO UPDATE"
+            " SET docs = t.docs + excluded.docs, total_length = t.total_length + excluded.total_length"
+        ).format(s=s),
+        ([k[0] for k in keys], [k[1] for k in keys], [stats[k][0] for k in keys], [stats[k][1] for k in keys]),
+    )
+
+
+def _delete(curs: Cursor[Any], s: Identifier, refs: list[UUID]) -> None:
+    """Drop documents and every row derived from them, statistics included."""
+    curs.execute(
+        SQL("DELETE FROM {s}.search_docs WHERE ref = ANY(%s) RETURNING namespace, kind, length").format(s=s),
+        (refs,),
+    )
+    gone = curs.fetchall()
+    if not gone:
+        return
+    curs.execute(
+        SQL("DELETE FROM {s}.search_postings WHERE ref = ANY(%s) RETURNING namespace, kind, term").format(s=s),
+        (refs,),
+    )
+    _add_terms(curs, s, Counter((r["namespace"], r["kind"], r["term"]) for r in curs.fetchall()), sign=-1)
+    stats: dict[tuple[str, str], tuple[int, int]] = {}
+    for row in gone:
+        n, total = stats.get((row["namespace"], row["kind"]), (0, 0))
+        stats[(row["namespace"], row["kind"])] = (n - 1, total - row["length"])
+    _add_stats(curs, s, stats)
+
+
+def _publish(curs: Cursor[Any], s: Identifier, e: KnowledgePublished, position: int) -> None:
+    """A new version replaces the previous one's chunks; the versions stay on the ledger."""
+    curs.execute(
+        SQL("SELECT version FROM {s}.knowledge_documents WHERE document_id = %s").format(s=s), (e.document_id,)
+    )
+    row = curs.fetchone()
+    if row is not None and row["version"] >= e.version:
+        return
+    curs.execute(
+        SQL("DELETE FROM {s}.knowledge_chunks WHERE document_id = %s RETURNING ref").format(s=s), (e.document_id,)
+    )
+    _delete(curs, s, [r["ref"] for r in curs.fetchall()])
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.knowledge_documents (document_id, namespace, slug, version, title, tags, content_hash,"
+            " source, published_by, published_at, position) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (document_id) DO UPDATE SET version = excluded.version, title = excluded.title,"
+            " tags = excluded.tags, content_hash = excluded.content_hash, source = excluded.source,"
+            " published_by = excluded.published_by, published_at = excluded.published_at, position = excluded.position"
+        ).format(s=s),
+        (
+            e.document_id, e.namespace, e.slug, e.version, e.title, list(e.tags), e.content_hash,
+            e.source, e.published_by, e.at, position,
+        ),
+    )
+    curs.executemany(
+        SQL(
+            "INSERT INTO {s}.knowledge_chunks (ref, document_id, version, ordinal, heading, text)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+        ).format(s=s),
+        [(c.chunk_id, e.document_id, e.version, n, c.heading, c.text) for n, c in enumerate(e.chunks)],
+    )
+    _insert(
+        curs,
+        s,
+        [
+            _Doc(c.chunk_id, KNOWLEDGE, e.namespace, f"{e.title}\n{c.heading}\n{c.text}", e.embedding_model, c.embedding, position)
+            for c in e.chunks
+        ],
+    )

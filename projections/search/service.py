@@ -1,0 +1,229 @@
+"""``search``: open a scoped view, run the namespace's driver, degrade when a part fails.
+
+- The query is embedded on a worker thread while the view opens and the lexical lane
+  runs, so the embedder's time overlaps the database's.
+- Embedder down → the lexical driver, ``degraded`` and ``driver=lexical-degraded``.
+- The policy's driver fails → the baseline driver, and the answer names both.
+- Each attempt runs in its own READ ONLY transaction; results are hydrated inside the
+  caller's scope again, so even a misbehaving driver cannot return what the caller may
+  not see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import numpy as np
+from psycopg import Connection
+from psycopg.sql import SQL, Identifier
+
+from domain.embedding import Embedder, EmbedderUnavailable, embed_one
+from domain.ledger.app import Ledger
+from domain.model.errors import InvalidRequest
+from domain.model.identity import Identity
+from domain.model.namespaces import ancestors
+from projections.memory_objects.views import ProvenanceView
+from projections.search.drivers import BASELINE, Driver, LexicalDriver, SearchRequest, policy_drivers
+from projections.search.view import Hit, ReadFilter, ScopedView
+from projections.timeline.views import position_at
+
+log = logging.getLogger(__name__)
+MAX_K = 100
+MAX_QUERY_CHARS = 2_000
+MAX_TOKEN_BUDGET = 1_000_000
+EMBED_TIMEOUT_SECONDS = 5.0
+DEGRADED = "lexical-degraded"
+
+
+class SearchQuery(msgspec.Struct, frozen=True, kw_only=True):
+    query: str
+    k: int = 10
+    token_budget: int | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+    include_retired: bool = False
+    as_of: datetime | None = None
+    valid_at: datetime | None = None
+
+
+class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    content: str | None
+    score: float
+    type: str
+    status: str
+    trust_tier: str
+    recorded_at: datetime
+    valid_from: datetime
+    valid_to: datetime | None
+    provenance: list[ProvenanceView]
+
+
+class SearchAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    results: list[SearchResult]
+    driver: str
+    degraded: bool = False
+
+
+def check_query(q: SearchQuery) -> None:
+    if not q.query.strip():
+        raise InvalidRequest("query must not be empty")
+    if len(q.query) > MAX_QUERY_CHARS:
+        raise InvalidRequest(f"query longer than {MAX_QUERY_CHARS} characters")
+    if not 1 <= q.k <= MAX_K:
+        raise InvalidRequest(f"k must be between 1 and {MAX_K}")
+    if q.token_budget is not None and not 1 <= q.token_budget <= MAX_TOKEN_BUDGET:
+        raise InvalidRequest(f"token_budget must be between 1 and {MAX_TOKEN_BUDGET}")
+    for name in ("as_of", "valid_at"):
+        moment = getattr(q, name)
+        if moment is not None and moment.tzinfo is None:
+            raise InvalidRequest(f"{name} needs a time zone")
+
+
+class SearchService:
+    def __init__(
+        self,
+        ledger: Ledger,
+        embedder: Embedder | None,
+        wait_for: Callable[[int | None], None],
+        drivers: dict[str, Driver] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.ledger = ledger
+        self.embedder = embedder
+        self.wait_for = wait_for
+        self.drivers = drivers or policy_drivers()
+        self.clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="embed")
+
+    @property
+    def vector_model(self) -> tuple[str, int] | None:
+        return None if self.embedder is None else (self.embedder.model_id, self.embedder.dimensions)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- the syscall ----------------------------------------------------------------------------
+
+    def search(
+        self, identity: Identity, q: SearchQuery, driver_name: str | None = None, after: int | None = None
+    ) -> SearchAnswer:
+        check_query(q)
+        self.wait_for(after)
+        request = SearchRequest(query=q.query, k=q.k, token_budget=q.token_budget)
+        vector = self.embed_later(q.query)
+        name = driver_name or BASELINE
+        driver = self.drivers.get(name, self.drivers[BASELINE])
+        try:
+            return self._answer(identity, q, vector, driver, request, driver.name)
+        except EmbedderUnavailable:
+            log.warning("embedder unavailable; search degrades to lexical")
+            return self._answer(identity, q, None, LexicalDriver(), request, DEGRADED, degraded=True)
+        except Exception:
+            if name == BASELINE:
+                raise
+            log.exception("driver %s failed; falling back to the baseline driver", name)
+            fallback = self.drivers[BASELINE]
+            return self._answer(identity, q, vector, fallback, request, f"{fallback.name} (fallback from {name})")
+
+    def embed_later(self, text: str) -> Callable[[], np.ndarray[Any, Any]] | None:
+        """Start embedding ``text`` now; the returned callable waits for it (or raises
+        ``EmbedderUnavailable``)."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
+        future: Future[np.ndarray[Any, Any]] = self._pool.submit(embed_one, embedder, text)
+
+        def result() -> np.ndarray[Any, Any]:
+            try:
+                return future.result(timeout=EMBED_TIMEOUT_SECONDS)
+            except FutureTimeout as error:
+                raise EmbedderUnavailable("the embedder did not answer in time") from error
+
+        return result
+
+    def _answer(
+        self,
+        identity: Identity,
+        q: SearchQuery,
+        vector: Callable[[], np.ndarray[Any, Any]] | None,
+        driver: Driver,
+        request: SearchRequest,
+        label: str,
+        degraded: bool = False,
+    ) -> SearchAnswer:
+        with self.view(identity, q, vector) as (view, conn, scope, shared):
+            hits = driver.search(view, request)
+            results = hydrate(conn, self.ledger.schema, scope, shared, hits[: request.k])
+        return SearchAnswer(results=results, driver=label, degraded=degraded)
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def read_filter(self, conn: Connection[Any], q: SearchQuery) -> ReadFilter:
+        now = self.clock()
+        position = None
+        if q.as_of is not None:
+            position = position_at(conn, self.ledger.schema, q.as_of, self.ledger.head_position())
+        return ReadFilter(
+            now=now,
+            include_retired=q.include_retired,
+            position=position,
+            valid_at=q.valid_at or q.as_of,
+            tags=q.tags,
+            selectors=q.selectors,
+        )
+
+    @contextlib.contextmanager
+    def view(
+        self,
+        identity: Identity,
+        q: SearchQuery,
+        vector: Callable[[], np.ndarray[Any, Any]] | None,
+    ) -> Iterator[tuple[ScopedView, Connection[Any], tuple[str, ...], list[UUID]]]:
+        """A scoped view in its own READ ONLY transaction."""
+        scope = ancestors(identity.namespace)
+        with self.ledger.datastore.get_connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION READ ONLY")
+            shared = shared_into_scope(conn, self.ledger.schema, scope)
+            where = self.read_filter(conn, q)
+            model = self.vector_model if vector is not None else None
+            yield ScopedView(conn, self.ledger.schema, scope, shared, where, q.query, vector, model), conn, scope, shared
+
+
+def shared_into_scope(conn: Connection[Any], schema: str, scope: Sequence[str]) -> list[UUID]:
+    rows = conn.execute(
+        SQL("SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY(%s)").format(s=Identifier(schema)),
+        (list(scope),),
+    ).fetchall()
+    return [r["memory_id"] for r in rows]
+
+
+def hydrate(
+    conn: Connection[Any], schema: str, scope: Sequence[str], shared: Sequence[UUID], hits: Sequence[Hit]
+) -> list[SearchResult]:
+    """Hits → results, in the driver's order, keeping only what the scope allows."""
+    if not hits:
+        return []
+    rows = conn.execute(
+        SQL(
+            "SELECT id, namespace, content, type, status, trust_tier, recorded_at, valid_from, valid_to, provenance"
+            " FROM {s}.memory_objects WHERE id = ANY(%s) AND (namespace = ANY(%s) OR id = ANY(%s))"
+            " AND status <> 'disputed' AND content IS NOT NULL"
+        ).format(s=Identifier(schema)),
+        ([h.ref for h in hits], list(scope), list(shared)),
+    ).fetchall()
+    by_id = {r["id"]: r for r in rows}
+    return [
+        msgspec.convert({**by_id[h.ref], "score": round(h.score, 6)}, SearchResult)
+        for h in hits
+        if h.ref in by_id
+    ]

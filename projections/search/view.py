@@ -1,0 +1,274 @@
+"""The scoped view: everything a search driver may see, and nothing more.
+
+A driver never gets a connection. It gets a ``ScopedView`` bound to one caller's scope
+(the namespace and its ancestors as an enumerated list, plus memories shared into it),
+to the read filters (current only unless ``include_retired``, as-of/valid-at, tags,
+selectors), and to one READ ONLY transaction. It asks for lane candidates and token
+estimates and returns references; the service turns references into results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import numpy as np
+from psycopg import Connection
+from psycopg.sql import SQL, Composed, Identifier, Literal
+
+from domain.model.text import estimate_tokens
+from projections.search.lexical import B, K1, query_terms
+from projections.search.projection import KNOWLEDGE, MEMORY, halfvec_text
+
+EF_SEARCH = 64
+MAX_SCAN_TUPLES = 50_000
+
+
+class Hit(msgspec.Struct, frozen=True):
+    """A reference a driver returns: what, and how well it matched (driver's own scale)."""
+
+    ref: UUID
+    score: float
+
+
+class ReadFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which memories a search may see, besides the scope."""
+
+    now: datetime
+    include_retired: bool = False
+    position: int | None = None  # as known at this ledger position (as_of)
+    valid_at: datetime | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+
+
+QueryVector = Callable[[], "np.ndarray[Any, Any]"]
+
+
+class ScopedView:
+    """Read-only, scoped access to the search index (see the module docstring)."""
+
+    def __init__(
+        self,
+        conn: Connection[Any],
+        schema: str,
+        scope: Sequence[str],
+        shared: Sequence[UUID],
+        where: ReadFilter,
+        query: str,
+        query_vector: QueryVector | None,
+        vector_model: tuple[str, int] | None,
+    ) -> None:
+        self._conn = conn
+        self._s = Identifier(schema)
+        self._params: dict[str, Any] = {
+            "scope": list(scope),
+            "shared": list(shared),
+            "now": where.now,
+            "p": where.position,
+            "v": where.valid_at or where.now,
+            "tags": list(where.tags),
+            "selectors": list(where.selectors),
+        }
+        self._where = where
+        self.query = query
+        self._query_vector = query_vector
+        self._vector_model = vector_model
+
+    @property
+    def has_vectors(self) -> bool:
+        return self._query_vector is not None and self._vector_model is not None
+
+    def query_vector(self) -> np.ndarray[Any, Any]:
+        """The query's embedding; raises ``EmbedderUnavailable`` when the embedder failed."""
+        if self._query_vector is None:
+            raise LookupError("no embedder configured")
+        return self._query_vector()
+
+    # -- lanes --------------------------------------------------------------------------------
+
+    def vector_lane(self, k: int) -> list[Hit]:
+        """The ``k`` nearest memories by cosine similarity (HNSW), best first."""
+        if self._vector_model is None:
+            return []
+        model, dims = self._vector_model
+        column = SQL("d.embedding::halfvec({})").format(Literal(dims))
+        rows = self._fetch(
+            SQL(
+                "SELECT d.ref, 1 - ({col} <=> %(q)s::halfvec({d})) AS score FROM {s}.search_docs d"
+                " JOIN {s}.memory_objects m ON m.id = d.ref"
+                " WHERE d.model = %(model)s AND d.kind = {kind} AND {scope} AND {visible}"
+                " ORDER BY {col} <=> %(q)s::halfvec({d}) LIMIT %(k)s"
+            ).format(
+                col=column, d=Literal(dims), s=self._s, kind=Literal(MEMORY),
+                scope=self._scope("d.namespace", "d.ref"), visible=self._visible(),
+            ),
+            {"q": halfvec_text(self.query_vector()), "model": model, "k": k},
+            hnsw=True,
+        )
+        hits = [Hit(r["ref"], float(r["score"])) for r in rows]
+        return sorted(hits, key=lambda h: (-h.score, h.ref))  # relaxed order: put it right
+
+    def lexical_lane(self, k: int) -> list[Hit]:
+        """The ``k`` best memories by BM25 over the query's terms, best first."""
+        terms = query_terms(self.query)
+        if not terms:
+            return []
+        rows = self._fetch(
+            SQL(_BM25).format(
+                s=self._s, kind=Literal(MEMORY), k1=Literal(K1), b=Literal(B),
+                scope=self._scope("p.namespace", "p.ref"), visible=self._visible(),
+            ),
+            {"terms": terms, "k": k},
+        )
+        return [Hit(r["ref"], float(r["score"])) for r in rows]
+
+    def scores(self, refs: Sequence[UUID]) -> dict[UUID, tuple[float, float]]:
+        """Absolute (cosine, BM25) of given memories, for ``fault``; refs outside the view are left out."""
+        return self._exact_scores(list(refs), MEMORY)
+
+    def knowledge_scores(self, k: int) -> dict[UUID, tuple[float, float]]:
+        """The best L3 knowledge chunks in scope, with absolute (cosine, BM25)."""
+        candidates: list[UUID] = []
+        terms = query_terms(self.query)
+        if terms:
+            rows = self._fetch(
+                SQL(_BM25_KNOWLEDGE).format(
+                    s=self._s, kind=Literal(KNOWLEDGE), k1=Literal(K1), b=Literal(B)
+                ),
+                {"terms": terms, "k": k},
+            )
+            candidates += [r["ref"] for r in rows]
+        if self.has_vectors and self._vector_model is not None:
+            model, dims = self._vector_model
+            rows = self._fetch(
+                SQL(
+                    "SELECT d.ref FROM {s}.search_docs d WHERE d.model = %(model)s AND d.kind = {kind}"
+                    " AND d.namespace = ANY(%(scope)s)"
+                    " ORDER BY d.embedding::halfvec({d}) <=> %(q)s::halfvec({d}) LIMIT %(k)s"
+                ).format(s=self._s, kind=Literal(KNOWLEDGE), d=Literal(dims)),
+                {"q": halfvec_text(self.query_vector()), "model": model, "k": k},
+            )
+            candidates += [r["ref"] for r in rows]
+        return self._exact_scores(list(dict.fromkeys(candidates)), KNOWLEDGE)
+
+    def token_estimates(self, refs: Sequence[UUID]) -> dict[UUID, int]:
+        rows = self._fetch(
+            SQL("SELECT id, content FROM {s}.memory_objects m WHERE id = ANY(%(refs)s) AND {scope}").format(
+                s=self._s, scope=self._scope("m.namespace", "m.id")
+            ),
+            {"refs": list(refs)},
+        )
+        return {r["id"]: estimate_tokens(r["content"]) for r in rows}
+
+    # -- SQL pieces ---------------------------------------------------------------------------
+
+    def _exact_scores(self, refs: list[UUID], kind: str) -> dict[UUID, tuple[float, float]]:
+        if not refs:
+            return {}
+        memory = kind == MEMORY
+        cosine: Composed | SQL = SQL("NULL::float8")
+        params: dict[str, Any] = {"refs": refs, "terms": query_terms(self.query) or [""]}
+        if self.has_vectors and self._vector_model is not None:
+            model, dims = self._vector_model
+            cosine = SQL(
+                "CASE WHEN d.model = %(model)s THEN 1 - (d.embedding::halfvec({d}) <=> %(q)s::halfvec({d})) END"
+            ).format(d=Literal(dims))
+            params |= {"model": model, "q": halfvec_text(self.query_vector())}
+        rows = self._fetch(
+            SQL(_EXACT).format(
+                s=self._s, cosine=cosine, kind=Literal(kind), k1=Literal(K1), b=Literal(B),
+                join=SQL(" JOIN {s}.memory_objects m ON m.id = d.ref").format(s=self._s) if memory else SQL(""),
+                scope=self._scope("d.namespace", "d.ref") if memory else SQL("d.namespace = ANY(%(scope)s)"),
+                visible=self._visible() if memory else SQL("TRUE"),
+            ),
+            params,
+        )
+        return {r["ref"]: (float(r["cosine"] or 0.0), float(r["bm25"] or 0.0)) for r in rows}
+
+    def _scope(self, namespace: str, ref: str) -> Composed:
+        return SQL("({ns} = ANY(%(scope)s) OR {ref} = ANY(%(shared)s))").format(
+            ns=SQL(namespace), ref=SQL(ref)
+        )
+
+    def _visible(self) -> Composed | SQL:
+        """Which memories count: current (default), also retired, or as known at a position."""
+        w = self._where
+        parts: list[Composed | SQL] = [SQL("m.status <> 'disputed' AND m.content IS NOT NULL")]
+        if w.position is not None:
+            parts.append(
+                SQL(
+                    "EXISTS (SELECT 1 FROM {s}.memory_timeline t WHERE t.memory_id = m.id"
+                    " AND t.status = 'active' AND t.retired_at IS NULL"
+                    " AND t.opened <= %(p)s AND (t.closed IS NULL OR t.closed > %(p)s)"
+                    " AND t.valid_from <= %(v)s AND (t.valid_to IS NULL OR t.valid_to > %(v)s))"
+                ).format(s=self._s)
+            )
+        elif not w.include_retired:
+            parts.append(SQL("m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > %(v)s)"))
+            if w.valid_at is not None:
+                parts.append(SQL("m.valid_from <= %(v)s"))
+        if w.tags:
+            parts.append(SQL("m.tags @> %(tags)s::text[]"))
+        if w.selectors:
+            parts.append(SQL("m.selectors @> %(selectors)s::text[]"))
+        return SQL(" AND ").join(parts)
+
+    def _fetch(self, query: Composed, params: dict[str, Any], hnsw: bool = False) -> list[dict[str, Any]]:
+        if hnsw:
+            # keep walking the graph while the scope filter drops candidates (pgvector >= 0.8)
+            self._conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            self._conn.execute(SQL("SET LOCAL hnsw.ef_search = {}").format(Literal(EF_SEARCH)))
+            self._conn.execute(SQL("SET LOCAL hnsw.max_scan_tuples = {}").format(Literal(MAX_SCAN_TUPLES)))
+        rows: list[dict[str, Any]] = self._conn.execute(query, self._params | params).fetchall()
+        return rows
+
+
+# BM25 with statistics summed over the caller's scope (never the whole tenant), so a
+# score depends only on documents the caller may see.
+_STATS = """
+WITH q AS (
+    SELECT term, sum(df) AS df FROM {s}.search_terms
+     WHERE namespace = ANY(%(scope)s) AND kind = {kind} AND term = ANY(%(terms)s) GROUP BY term
+), st AS (
+    SELECT coalesce(sum(docs), 0) AS docs, coalesce(sum(total_length), 0) AS total
+      FROM {s}.search_stats WHERE namespace = ANY(%(scope)s) AND kind = {kind}
+), w AS (
+    SELECT q.term, ln(1 + (greatest(st.docs, q.df) - q.df + 0.5) / (q.df + 0.5)) AS idf,
+           greatest(st.total::float8 / greatest(st.docs, 1), 1) AS avgdl
+      FROM q, st
+)"""
+_BM25_SUM = "sum(w.idf * p.tf * ({k1} + 1) / (p.tf + {k1} * (1 - {b} + {b} * p.length / w.avgdl)))"
+_BM25 = (
+    _STATS
+    + """
+SELECT p.ref, """
+    + _BM25_SUM
+    + """ AS score
+  FROM {s}.search_postings p JOIN w ON w.term = p.term JOIN {s}.memory_objects m ON m.id = p.ref
+ WHERE p.kind = {kind} AND p.term = ANY(%(terms)s) AND {scope} AND {visible}
+ GROUP BY p.ref ORDER BY score DESC, p.ref LIMIT %(k)s"""
+)
+_BM25_KNOWLEDGE = (
+    _STATS
+    + """
+SELECT p.ref, """
+    + _BM25_SUM
+    + """ AS score
+  FROM {s}.search_postings p JOIN w ON w.term = p.term
+ WHERE p.kind = {kind} AND p.term = ANY(%(terms)s) AND p.namespace = ANY(%(scope)s)
+ GROUP BY p.ref ORDER BY score DESC, p.ref LIMIT %(k)s"""
+)
+_EXACT = (
+    _STATS
+    + """
+SELECT d.ref, {cosine} AS cosine,
+       (SELECT """
+    + _BM25_SUM
+    + """ FROM {s}.search_postings p JOIN w ON w.term = p.term WHERE p.ref = d.ref) AS bm25
+  FROM {s}.search_docs d{join}
+ WHERE d.ref = ANY(%(refs)s) AND d.kind = {kind} AND {scope} AND {visible}"""
+)
