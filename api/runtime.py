@@ -10,6 +10,7 @@ from domain.services.memory import MemoryService
 from domain.settings import Settings
 from projections.erasure.lookup import ProjectionErasureLookup
 from projections.reads import ReadModels
+from projections.search.assemble import ReadsService
 
 
 class Runtime:
@@ -24,6 +25,15 @@ class Runtime:
                 embedder=self.core.embedder,
             )
             self.core.erasure.lookup = ProjectionErasureLookup(self.reads)
+            memory = self.core.memory
+            self.working_sets = ReadsService(
+                self.core.ledger,
+                self.reads.search,
+                self.reads.runner.position,
+                self.core.governance.effective_policy,
+                clock=lambda: memory.clock(),
+                new_id=lambda: memory.new_id(),
+            )
             if follow:
                 self.reads.runner.start()
         except BaseException:
@@ -40,6 +50,7 @@ class Runtime:
 
     def close(self) -> None:
         self.reads.runner.stop()
+        self.reads.search.close()
         self.core.close()
 
     def __enter__(self) -> Runtime:

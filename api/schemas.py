@@ -209,3 +209,23 @@ class VerifyLedgerResponse(msgspec.Struct, frozen=True, kw_only=True):
 class AuditResponse(msgspec.Struct, frozen=True, kw_only=True):
     records: list[AuditView]
     next_cursor: str | None
+
+
+class SearchBody(Body, frozen=True, kw_only=True):
+    query: str
+    k: int = 10
+    token_budget: int | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+    include_retired: bool = False
+    as_of: AwareTime | None = None
+    valid_at: AwareTime | None = None
+
+
+class AssembleBody(Body, frozen=True, kw_only=True):
+    budget_tokens: int
+    task_hint: str | None = None
+
+
+class FaultBody(Body, frozen=True, kw_only=True):
+    question: str

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from litestar import Controller, Request, Response, post
 from litestar.params import JSONBody
 
 from api.gate import ALL_ROLES, Call, api_state, command, query
 from api.schemas import (
     AckBody,
+    AssembleBody,
+    FaultBody,
+    SearchBody,
     AckResponse,
     DirectiveView,
     HistoryResponse,
@@ -35,6 +39,8 @@ from domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
 from domain.model.policies import EffectivePolicy
 from domain.services.governance import GovernanceService
 from projections.memory_objects.views import MemoryView
+from projections.search.assemble import Capsule, FaultAnswer
+from projections.search.service import SearchAnswer, SearchQuery
 
 Req = Request[Any, Any, Any]
 
@@ -104,6 +110,32 @@ class MemController(Controller):
             lambda c: state.reads.read(c.identity, data.id, after=state.last_writes.get(c.key_id)),
             subject=data.id,
         )
+
+    @post("/search", opt=syscall("search", SearchBody), sync_to_thread=True, status_code=200)
+    def search(self, request: Req, data: JSONBody[SearchBody]) -> SearchAnswer:
+        state = api_state(request)
+        q = msgspec.convert(msgspec.to_builtins(data), SearchQuery)
+        return query(
+            request,
+            lambda c: state.reads.search.search(
+                c.identity, q, c.policy.driver if c.policy else None, after=state.last_writes.get(c.key_id)
+            ),
+            lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
+        )
+
+    @post("/assemble", opt=syscall("assemble", AssembleBody), sync_to_thread=True, status_code=200)
+    def assemble(self, request: Req, data: JSONBody[AssembleBody]) -> Capsule:
+        sets = api_state(request).runtime.working_sets
+        last = api_state(request).last_writes
+        return command(
+            request, lambda c: sets.assemble(c.identity, data.budget_tokens, data.task_hint, last.get(c.key_id))
+        )
+
+    @post("/fault", opt=syscall("fault", FaultBody), sync_to_thread=True, status_code=200)
+    def fault(self, request: Req, data: JSONBody[FaultBody]) -> FaultAnswer:
+        sets = api_state(request).runtime.working_sets
+        last = api_state(request).last_writes
+        return command(request, lambda c: sets.fault(c.identity, data.question, last.get(c.key_id)))
 
     @post("/history", opt=syscall("history", IdBody), sync_to_thread=True, status_code=200)
     def history(self, request: Req, data: JSONBody[IdBody]) -> HistoryResponse:

@@ -65,10 +65,3 @@ def idf(docs: int, df: int) -> float:
     """BM25's idf, the non-negative form: ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
     return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
 
-
-def saturate(score: float, half: float = 2.0) -> float:
-    """Map a BM25 score into [0, 1): ``s / (s + half)`` (``half`` scores 0.5).
-
-    BM25 is unbounded and depends on the corpus; an absolute threshold (``fault``) needs
-    a bounded value that grows with evidence and flattens out."""
-    return score / (score + half) if score > 0 else 0.0

@@ -245,6 +245,8 @@ def _add_stats(curs: Cursor[Any], s: Identifier, stats: dict[tuple[str, str], tu
         ).format(s=s),
         ([k[0] for k in keys], [k[1] for k in keys], [stats[k][0] for k in keys], [stats[k][1] for k in keys]),
     )
+    if any(n < 0 for n, _ in stats.values()):  # as if the erased documents had never been indexed
+        curs.execute(SQL("DELETE FROM {s}.search_stats WHERE docs <= 0").format(s=s))
 
 
 def _delete(curs: Cursor[Any], s: Identifier, refs: list[UUID]) -> None:
