@@ -136,8 +136,8 @@ class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
     shared_in: int
     pinned: int
     open_disputes: int
-    # null until the conflict autopilot, consolidation and fault features exist: "none yet"
-    # and "not measured" must not look the same
+    # null until the conflict autopilot and consolidation exist, and fault_hit_rate before
+    # the first fault: "none yet" and "not measured" must not look the same
     open_findings: int | None
     open_proposals: int | None
     unjudged: int | None

@@ -167,7 +167,6 @@ class MemController(Controller):
                 open_findings=None,
                 open_proposals=None,
                 unjudged=None,
-                fault_hit_rate=None,
                 projection_lag=lag,
             )
 

@@ -60,6 +60,8 @@ class ScopeCounts(msgspec.Struct, frozen=True, kw_only=True):
     shared_in: int
     pinned: int
     open_disputes: int
+    fault_hit_rate: float | None = None
+    """Share of the namespace's faults answered (L2 or L3); None before the first fault."""
 
 
 _SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
@@ -137,7 +139,9 @@ def scope_counts(conn: Connection[Any], schema: str, scope: Sequence[str], names
             " AS shared_in,"
             " (SELECT count(*) FROM {s}.pins WHERE namespace = %(ns)s) AS pinned,"
             " (SELECT count(*) FROM {s}.disputes WHERE status = 'open' AND"
-            "   (namespace = %(ns)s OR namespace LIKE %(pattern)s ESCAPE '\\')) AS open_disputes"
+            "   (namespace = %(ns)s OR namespace LIKE %(pattern)s ESCAPE '\\')) AS open_disputes,"
+            " (SELECT avg(CASE WHEN tier = 'miss' THEN 0.0 ELSE 1.0 END) FROM {s}.context_faults"
+            "   WHERE namespace = %(ns)s)::float8 AS fault_hit_rate"
         ).format(s=s),
         {"scope": list(scope), "ns": namespace, "pattern": subtree_like_pattern(namespace)},
     ).fetchone()
