@@ -41,8 +41,15 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     return Litestar(
         route_handlers=[
-            MemController, AdminController, ComplianceController, ErasureController, AsOfController, OpsController,
-            healthz, readyz, metrics,
+            MemController,
+            AdminController,
+            ComplianceController,
+            ErasureController,
+            AsOfController,
+            OpsController,
+            healthz,
+            readyz,
+            metrics,
         ],
         on_startup=[startup],
         on_shutdown=[shutdown],

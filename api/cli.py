@@ -12,6 +12,7 @@ import msgspec
 from psycopg.sql import SQL, Identifier
 
 from api.erasure_cli import register as register_erasure_commands
+from api.knowledge_cli import register as register_knowledge_commands
 from api.runtime import Runtime
 from api.timecli import register as register_time_commands
 from api.timecli import register_time_bench
@@ -109,7 +110,9 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     if args.json:
         _emit(args, {"key_id": issued.key_id, "key": issued.key}, "")
     else:
-        sys.stdout.write(f"key {issued.key_id} for {args.actor} ({args.role}) in {args.namespace}; shown once:\n")
+        sys.stdout.write(
+            f"key {issued.key_id} for {args.actor} ({args.role}) in {args.namespace}; shown once:\n"
+        )
         sys.stdout.write(issued.key + "\n")
     return 0
 
@@ -135,7 +138,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
         runtime.reads.runner.catch_up()
         keys = list(runtime.reads.keys(args.namespace)) if args.namespace else _all_keys(runtime)
     lines = [
-        f"{k.key_id}  {k.role:8} {k.actor:24} {k.namespace}" + ("  REVOKED" if k.revoked else "") for k in keys
+        f"{k.key_id}  {k.role:8} {k.actor:24} {k.namespace}" + ("  REVOKED" if k.revoked else "")
+        for k in keys
     ]
     _emit(args, keys, "\n".join(lines) or "no keys")
     return 0
@@ -178,6 +182,18 @@ def cmd_bench_api(args: argparse.Namespace) -> int:
     return run_api_bench(args)
 
 
+def cmd_bench_search(args: argparse.Namespace) -> int:
+    from api.bench.search import run_search_bench  # noqa: PLC0415
+
+    return run_search_bench(args)
+
+
+def cmd_bench_locomo(args: argparse.Namespace) -> int:
+    from api.bench.locomo import run_locomo_bench  # noqa: PLC0415
+
+    return run_locomo_bench(args)
+
+
 def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place lists every command
     parser = argparse.ArgumentParser(prog="memwarden", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,6 +234,17 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
     api.add_argument("--json", action="store_true")
     api.set_defaults(handler=cmd_bench_api)
+    search = bench.add_parser("search", help="search syscall vs raw pgvector top-k, at several sizes")
+    search.add_argument("--sizes", default="10000,100000", help="comma-separated memory counts")
+    search.add_argument("--queries", type=int, default=300, help="measured queries per size")
+    search.add_argument("--writers", type=int, default=4, help="writer threads for the ingest")
+    search.add_argument("--seed", type=int, default=7)
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(handler=cmd_bench_search)
+    locomo = bench.add_parser("locomo", help="evidence recall on LoCoMo: lexical, vector, hybrid")
+    locomo.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
+    locomo.add_argument("--json", action="store_true")
+    locomo.set_defaults(handler=cmd_bench_locomo)
     register_time_bench(bench, cmd_bench_time)
 
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
@@ -243,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     serve.add_argument("--log-level", default="warning")
     serve.set_defaults(handler=cmd_serve)
     register_erasure_commands(sub, keys, bench)
+    register_knowledge_commands(sub)
     return parser
 
 

@@ -36,8 +36,11 @@ def cmd_certificates_verify(args: argparse.Namespace) -> int:
     try:
         certificate = read_certificate(args.file)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as error:
-        _emit(args, {"valid": False, "problem": f"unreadable certificate: {error}"},
-              f"INVALID: unreadable certificate {args.file}: {error}")
+        _emit(
+            args,
+            {"valid": False, "problem": f"unreadable certificate: {error}"},
+            f"INVALID: unreadable certificate {args.file}: {error}",
+        )
         return 1
     with Runtime(follow=False) as runtime:
         check = runtime.ledger.verify_certificate(certificate)

@@ -55,9 +55,17 @@ STATUS: dict[str, int] = {
     "projection_lag": 503,
     "unavailable": 503,
 }
-_HTTP_CODES = {400: "invalid_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
-               405: "invalid_request", 409: "version_conflict", 413: "too_large", 415: "invalid_request",
-               429: "rate_limited"}
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "invalid_request",
+    409: "version_conflict",
+    413: "too_large",
+    415: "invalid_request",
+    429: "rate_limited",
+}
 
 
 def audit_outcome(error: BaseException) -> Literal["ok", "denied", "miss", "error"]:

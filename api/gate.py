@@ -67,7 +67,9 @@ def api_state(request: ASGIConnection[Any, Any, Any, Any]) -> ApiState:
 class KeyAuthentication(AbstractAuthenticationMiddleware):
     """Identity comes from ``Authorization: Bearer mw_…`` and nothing else."""
 
-    async def authenticate_request(self, connection: ASGIConnection[Any, Any, Any, Any]) -> AuthenticationResult:
+    async def authenticate_request(
+        self, connection: ASGIConnection[Any, Any, Any, Any]
+    ) -> AuthenticationResult:
         state = api_state(connection)
         governance: GovernanceService = state.governance
         header = connection.headers.get("authorization", "")
@@ -153,7 +155,9 @@ def _check(
         check_not_suspended(policy)
     wait = state.buckets.take(call.key_id, policy.rate_limit_per_minute)
     if wait > 0.0:
-        raise RateLimited(f"more than {policy.rate_limit_per_minute} requests per minute", max(1, math.ceil(wait)))
+        raise RateLimited(
+            f"more than {policy.rate_limit_per_minute} requests per minute", max(1, math.ceil(wait))
+        )
     if too_large is not None or (raw is not None and len(raw) > state.max_body_bytes):
         raise TooLarge(f"request body larger than {state.max_body_bytes} bytes")
     allowed: frozenset[str] = opt.get("allow", frozenset())

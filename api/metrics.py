@@ -35,7 +35,9 @@ class Metrics:
                 )
             lines.append("# TYPE memwarden_http_request_seconds_sum counter")
             for (method, route), s in sorted(self.seconds.items()):
-                lines.append(f'memwarden_http_request_seconds_sum{{method="{method}",route="{route}"}} {s:.6f}')
+                lines.append(
+                    f'memwarden_http_request_seconds_sum{{method="{method}",route="{route}"}} {s:.6f}'
+                )
             lines.append("# TYPE memwarden_events_total counter")
             for name, n in sorted(self.counters.items()):
                 lines.append(f'memwarden_events_total{{event="{name}"}} {n}')
@@ -64,6 +66,8 @@ def metrics_middleware(app: ASGIApp) -> ASGIApp:
             handler: Any = scope.get("route_handler")
             route = (handler.opt.get("op") or handler.handler_name) if handler is not None else "unmatched"
             metrics: Metrics = scope["app"].state["memwarden"].metrics
-            metrics.observe(str(scope.get("method", "GET")), str(route), status[0], time.perf_counter() - began)
+            metrics.observe(
+                str(scope.get("method", "GET")), str(route), status[0], time.perf_counter() - began
+            )
 
     return middleware

@@ -31,8 +31,8 @@ class Runtime:
                 self.reads.search,
                 self.reads.runner.position,
                 self.core.governance.effective_policy,
-                clock=lambda: memory.clock(),
-                new_id=lambda: memory.new_id(),
+                clock=lambda: memory.clock(),  # noqa: PLW0108 - late-bound: tests swap the clock
+                new_id=lambda: memory.new_id(),  # noqa: PLW0108
             )
             if follow:
                 self.reads.runner.start()

@@ -55,17 +55,28 @@ CREATE TABLE IF NOT EXISTS {t} (
 )""").format(t=self.table)
             )
             curs.execute(
-                SQL("CREATE INDEX IF NOT EXISTS write_tickets_open ON {t} (created_at)"
-                    " WHERE state IN ('pending', 'running')").format(t=self.table)
+                SQL(
+                    "CREATE INDEX IF NOT EXISTS write_tickets_open ON {t} (created_at)"
+                    " WHERE state IN ('pending', 'running')"
+                ).format(t=self.table)
             )
 
     def submit(self, identity: Identity, key_id: str, body: WriteBody) -> UUID:
         ticket = uuid4()
         with self.datastore.transaction(commit=True) as curs:
             curs.execute(
-                SQL("INSERT INTO {t} (ticket, key_id, namespace, actor, role, body)"
-                    " VALUES (%s, %s, %s, %s, %s, %s)").format(t=self.table),
-                (ticket, key_id, identity.namespace, identity.actor, identity.role, msgspec.json.encode(body)),
+                SQL(
+                    "INSERT INTO {t} (ticket, key_id, namespace, actor, role, body)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)"
+                ).format(t=self.table),
+                (
+                    ticket,
+                    key_id,
+                    identity.namespace,
+                    identity.actor,
+                    identity.role,
+                    msgspec.json.encode(body),
+                ),
             )
         return ticket
 
@@ -91,8 +102,10 @@ CREATE TABLE IF NOT EXISTS {t} (
             curs.execute(
                 # the body (the content, in the clear) is not kept once the write ran:
                 # the ledger holds it sealed, where erasure can shred it
-                SQL("UPDATE {t} SET state = %s, result = %s::jsonb, finished_at = now(), body = ''::bytea"
-                    " WHERE ticket = %s").format(t=self.table),
+                SQL(
+                    "UPDATE {t} SET state = %s, result = %s::jsonb, finished_at = now(), body = ''::bytea"
+                    " WHERE ticket = %s"
+                ).format(t=self.table),
                 (state, msgspec.json.encode(result).decode(), ticket),
             )
 
@@ -100,9 +113,9 @@ CREATE TABLE IF NOT EXISTS {t} (
         """The ticket's state, only for the identity that submitted it."""
         with self.datastore.get_connection() as conn:
             row = conn.execute(
-                SQL("SELECT state, result FROM {t} WHERE ticket = %s AND namespace = %s AND actor = %s").format(
-                    t=self.table
-                ),
+                SQL(
+                    "SELECT state, result FROM {t} WHERE ticket = %s AND namespace = %s AND actor = %s"
+                ).format(t=self.table),
                 (ticket, identity.namespace, identity.actor),
             ).fetchone()
         return None if row is None else TicketStatus(state=row["state"], result=row["result"])
@@ -112,7 +125,10 @@ class TicketWorker:
     """Runs pending tickets in a background thread of this process."""
 
     def __init__(
-        self, store: TicketStore, write: Callable[[Identity, WriteBody], Any], on_done: Callable[[str, int], None]
+        self,
+        store: TicketStore,
+        write: Callable[[Identity, WriteBody], Any],
+        on_done: Callable[[str, int], None],
     ) -> None:
         self.store = store
         self.write = write

@@ -172,7 +172,9 @@ def cmd_replay_snapshot(args: argparse.Namespace) -> int:
         rows = replayer.snapshots()
     listing = [{"position": p, "high_at": a, "memories": m, "bytes": b} for p, a, m, b in rows]
     if args.json:
-        sys.stdout.write(msgspec.json.encode({"saved": saved, "seconds": seconds, "snapshots": listing}).decode() + "\n")
+        sys.stdout.write(
+            msgspec.json.encode({"saved": saved, "seconds": seconds, "snapshots": listing}).decode() + "\n"
+        )
     else:
         sys.stdout.write(f"saved {len(saved)} snapshots in {seconds:.1f}s\n")
         for p, a, m, b in rows:
@@ -188,7 +190,9 @@ def register(sub: Subcommands, projections: Subcommands) -> None:
     asof = sub.add_parser("asof", help="what the system believed at TIME (by SQL, by replay, or both)")
     asof.add_argument("time", type=parse_time, help="as known at (ISO-8601 with zone, a date, or 'now')")
     asof.add_argument("--valid-at", type=parse_time, help="true in the world at (default: TIME)")
-    asof.add_argument("--namespace", help="the caller: this namespace and its ancestors (default: every namespace)")
+    asof.add_argument(
+        "--namespace", help="the caller: this namespace and its ancestors (default: every namespace)"
+    )
     asof.add_argument("--query", help="only memories whose content has every term")
     asof.add_argument("--limit", type=int)
     asof.add_argument("--replay", action="store_true", help="answer by replaying the ledger")
@@ -199,12 +203,18 @@ def register(sub: Subcommands, projections: Subcommands) -> None:
 
     rebuild = projections.add_parser("rebuild", help="rebuild from position zero, then switch atomically")
     rebuild.add_argument("name", nargs="?", help="one projection (default: all)")
-    rebuild.add_argument("--verify", action="store_true", help="compare with the live model, report differences")
-    rebuild.add_argument("--no-switch", action="store_true", help="build (and verify) only; keep the live model")
+    rebuild.add_argument(
+        "--verify", action="store_true", help="compare with the live model, report differences"
+    )
+    rebuild.add_argument(
+        "--no-switch", action="store_true", help="build (and verify) only; keep the live model"
+    )
     rebuild.add_argument("--json", action="store_true")
     rebuild.set_defaults(handler=cmd_projections_rebuild)
 
-    replay = sub.add_parser("replay", help="replay snapshots").add_subparsers(dest="replay_command", required=True)
+    replay = sub.add_parser("replay", help="replay snapshots").add_subparsers(
+        dest="replay_command", required=True
+    )
     snapshot = replay.add_parser("snapshot", help="save state snapshots every N events for as-of replays")
     snapshot.add_argument("--every", type=int, default=100_000)
     snapshot.add_argument("--drop", action="store_true", help="drop existing snapshots first")
@@ -213,7 +223,9 @@ def register(sub: Subcommands, projections: Subcommands) -> None:
 
 
 def register_time_bench(bench: Subcommands, handler: Callable[[argparse.Namespace], int]) -> None:
-    time_bench = bench.add_parser("time", help="as-of by SQL and by replay, rebuild vs raw read, on a big ledger")
+    time_bench = bench.add_parser(
+        "time", help="as-of by SQL and by replay, rebuild vs raw read, on a big ledger"
+    )
     time_bench.add_argument("--events", type=int, default=1_000_000, help="size of the generated ledger")
     time_bench.add_argument("--queries", type=int, default=300, help="as-of queries timed by SQL")
     time_bench.add_argument("--snapshot-every", type=int, default=100_000)

@@ -30,8 +30,8 @@ from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.memory_objects.views import HistoryStep, MemoryView, history, read_memory
 from projections.runner import TRACKING_TABLE, ProjectionRunner
 from projections.search.projection import SearchIndexProjection
-from projections.search.telemetry import AccessProjection
 from projections.search.service import SearchService
+from projections.search.telemetry import AccessProjection
 from projections.timeline.projection import TimelineProjection
 from projections.timeline.service import TimeTravel
 

@@ -57,15 +57,15 @@ def fold_memory(state: MemoryState | None, event: Any) -> MemoryState | None:
             return None
         with contextlib.suppress(TypeError):  # an evolve that predates erasure
             state = evolve_memory(state, event)
-        return replace(state, status="erased", content=None, value=None, retired_at=state.retired_at or event.at)
+        return replace(
+            state, status="erased", content=None, value=None, retired_at=state.retired_at or event.at
+        )
     return evolve_memory(state, event)
 
 
 def strip(state: MemoryState) -> MemoryState:
     """What a snapshot keeps: no sealed content, nothing an as-of answer does not read."""
-    return replace(
-        state, content=None, value=None, tags=(), selectors=(), provenance=(), verifications=()
-    )
+    return replace(state, content=None, value=None, tags=(), selectors=(), provenance=(), verifications=())
 
 
 class ReplayStats(msgspec.Struct, kw_only=True):
@@ -134,7 +134,12 @@ class ReplayEngine:
         )
 
     def _fold(
-        self, states: dict[UUID, MemoryState], start: int, cap: int, as_of: datetime, scope: frozenset[str] | None
+        self,
+        states: dict[UUID, MemoryState],
+        start: int,
+        cap: int,
+        as_of: datetime,
+        scope: frozenset[str] | None,
     ) -> tuple[int, int]:
         """Fold events after ``start`` until the first one later than ``as_of`` (or ``cap``);
         return ``position(T)`` and the number of events read. ``scope`` None = every namespace."""
@@ -254,7 +259,9 @@ class ReplayEngine:
     def drop_snapshots(self) -> None:
         self._ensure_table()
         with self.ledger.datastore.transaction(commit=True) as curs:
-            curs.execute(SQL("TRUNCATE {s}.{t}").format(s=Identifier(self.schema), t=Identifier(SNAPSHOT_TABLE)))
+            curs.execute(
+                SQL("TRUNCATE {s}.{t}").format(s=Identifier(self.schema), t=Identifier(SNAPSHOT_TABLE))
+            )
 
 
 def _apply(states: dict[UUID, MemoryState], recorded: Recorded, scope: frozenset[str] | None) -> None:

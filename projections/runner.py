@@ -203,9 +203,9 @@ class ProjectionRunner:
 
     def _positions_in(self, conn: Connection[Any], names: list[str]) -> dict[str, int]:
         rows = conn.execute(
-            SQL("SELECT application_name, notification_id FROM {}.{} WHERE application_name = ANY(%s)").format(
-                Identifier(self.schema), Identifier(TRACKING_TABLE)
-            ),
+            SQL(
+                "SELECT application_name, notification_id FROM {}.{} WHERE application_name = ANY(%s)"
+            ).format(Identifier(self.schema), Identifier(TRACKING_TABLE)),
             (names,),
         ).fetchall()
         found = {row["application_name"]: int(row["notification_id"]) for row in rows}
@@ -398,7 +398,9 @@ class Rebuilder:
                 progress(projection.name, position, head)
         return position, count
 
-    def _apply_batch(self, conn: Connection[Any], projection: Projection, schema: str, events: list[Recorded]) -> None:
+    def _apply_batch(
+        self, conn: Connection[Any], projection: Projection, schema: str, events: list[Recorded]
+    ) -> None:
         try:
             with conn.transaction(), conn.cursor() as curs, conn.pipeline():
                 projection.apply(curs, schema, events)
@@ -431,12 +433,12 @@ class Rebuilder:
     def _switch(self, conn: Connection[Any], projection: Projection, shadow: str, position: int) -> None:
         live = Identifier(self.schema)
         for table in projection.tables:
-            conn.execute(
-                SQL("LOCK TABLE {}.{} IN ACCESS EXCLUSIVE MODE").format(live, Identifier(table))
-            )
+            conn.execute(SQL("LOCK TABLE {}.{} IN ACCESS EXCLUSIVE MODE").format(live, Identifier(table)))
         for table in projection.tables:
             conn.execute(SQL("DROP TABLE IF EXISTS {}.{}").format(live, Identifier(table)))
-            conn.execute(SQL("ALTER TABLE {}.{} SET SCHEMA {}").format(Identifier(shadow), Identifier(table), live))
+            conn.execute(
+                SQL("ALTER TABLE {}.{} SET SCHEMA {}").format(Identifier(shadow), Identifier(table), live)
+            )
         tracking = SQL("{}.{}").format(live, Identifier(TRACKING_TABLE))
         conn.execute(SQL("DELETE FROM {} WHERE application_name = %s").format(tracking), (projection.name,))
         conn.execute(

@@ -44,8 +44,7 @@ def database(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
 
 def url_of(params: ConnectionParams) -> str:
     return (
-        f"postgresql://{params.user}:{params.password}@/{params.dbname}"
-        f"?host={params.host}&port={params.port}"
+        f"postgresql://{params.user}:{params.password}@/{params.dbname}?host={params.host}&port={params.port}"
     )
 
 

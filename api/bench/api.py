@@ -76,10 +76,16 @@ def run_api_bench(args: argparse.Namespace) -> int:
             identities: dict[int, Identity] = {}
             for i in range(max(counts) * 2):
                 namespace = f"{TENANT}/c{i}"
-                keys[i] = governance.issue_key(operator, IssueKey(target=namespace, actor=f"bot{i}", role="agent")).key
+                keys[i] = governance.issue_key(
+                    operator, IssueKey(target=namespace, actor=f"bot{i}", role="agent")
+                ).key
                 identities[i] = Identity(namespace, f"bot{i}", "agent")
-            env = {**os.environ, "DATABASE_URL": settings.database_url or "", "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-                   "MEMWARDEN_POOL_SIZE": str(max(counts) + 4)}
+            env = {
+                **os.environ,
+                "DATABASE_URL": settings.database_url or "",
+                "MEMWARDEN_DATA_DIR": str(settings.data_dir),
+                "MEMWARDEN_POOL_SIZE": str(max(counts) + 4),
+            }
             port = _free_port()
             server = _serve(env, port, args.server_workers)
             try:
@@ -92,7 +98,9 @@ def run_api_bench(args: argparse.Namespace) -> int:
                 server.wait(timeout=30)
             report = runtime.ledger.verify()
     if args.json:
-        sys.stdout.write(msgspec.json.encode({"rows": rows, "http_floor": floor, "chain_ok": report.ok}).decode() + "\n")
+        sys.stdout.write(
+            msgspec.json.encode({"rows": rows, "http_floor": floor, "chain_ok": report.ok}).decode() + "\n"
+        )
     else:
         _print(rows, report.ok, report.checked)
         sys.stdout.write(
@@ -118,11 +126,18 @@ def _http_floor(base: str, seconds: float) -> RunStats:
 
 
 def _measure(
-    runtime: Runtime, base: str, keys: dict[int, str], identities: dict[int, Identity], clients: int, seconds: float
+    runtime: Runtime,
+    base: str,
+    keys: dict[int, str],
+    identities: dict[int, Identity],
+    clients: int,
+    seconds: float,
 ) -> list[ApiBenchRow]:
     # HTTP clients use keys [0, clients), in-process callers use [clients, 2*clients): separate namespaces.
-    http_clients = {i: httpx.Client(base_url=base, headers={"Authorization": f"Bearer {keys[i]}"}, timeout=30)
-                    for i in range(clients)}
+    http_clients = {
+        i: httpx.Client(base_url=base, headers={"Authorization": f"Bearer {keys[i]}"}, timeout=30)
+        for i in range(clients)
+    }
     written: dict[int, list[UUID]] = {i: [] for i in range(clients * 2)}
     tag = f"{clients}-{time.monotonic_ns()}"
 
@@ -144,8 +159,12 @@ def _measure(
 
         def work(n: int) -> None:
             cmd = sentence(index, n)
-            result = runtime.memory.write(identity, msgspec.structs.replace(cmd, content=f"{cmd.content} [{tag}]",
-                                                                            subject=None, attribute=None, value=None))
+            result = runtime.memory.write(
+                identity,
+                msgspec.structs.replace(
+                    cmd, content=f"{cmd.content} [{tag}]", subject=None, attribute=None, value=None
+                ),
+            )
             assert result.id is not None
             written[clients + index].append(result.id)
 
@@ -194,14 +213,18 @@ def _measure(
 
 def _print(rows: list[ApiBenchRow], chain_ok: bool, events: int) -> None:
     out = sys.stdout.write
-    out("memwarden bench api — over HTTP (memwarden serve, loopback) vs in-process, same database, same run\n")
-    out(f"{'op':>5} {'clients':>7} | {'HTTP req/s':>10} {'p50 ms':>8} {'p95 ms':>8} | "
-        f"{'in-proc op/s':>12} {'p50 ms':>8} {'p95 ms':>8} | {'+p50 ms':>8} {'target':>7}\n")
+    out(
+        "memwarden bench api — over HTTP (memwarden serve, loopback) vs in-process, same database, same run\n"
+    )
+    out(
+        f"{'op':>5} {'clients':>7} | {'HTTP req/s':>10} {'p50 ms':>8} {'p95 ms':>8} | "
+        f"{'in-proc op/s':>12} {'p50 ms':>8} {'p95 ms':>8} | {'+p50 ms':>8} {'target':>7}\n"
+    )
     for r in rows:
         verdict = "ok" if r.overhead_p50_ms <= r.target_ms else "MISSED"
-        out(f"{r.op:>5} {r.clients:>7} | {r.http.per_second:>10.1f} {r.http.p50_ms:>8.3f} {r.http.p95_ms:>8.3f} | "
+        out(
+            f"{r.op:>5} {r.clients:>7} | {r.http.per_second:>10.1f} {r.http.p50_ms:>8.3f} {r.http.p95_ms:>8.3f} | "
             f"{r.in_process.per_second:>12.1f} {r.in_process.p50_ms:>8.3f} {r.in_process.p95_ms:>8.3f} | "
-            f"{r.overhead_p50_ms:>8.3f} {'<=' + str(r.target_ms):>7} {verdict}\n")
+            f"{r.overhead_p50_ms:>8.3f} {'<=' + str(r.target_ms):>7} {verdict}\n"
+        )
     out(f"ledger after the run: {events} events, chain {'verifies' if chain_ok else 'BROKEN'}\n")
-
-

@@ -88,8 +88,14 @@ def _generate(runtime: Runtime, store: int) -> dict[str, list[UUID]]:
             events.append(Recorded(memory_id, 1, written))
             groups[group].append(memory_id)
         audit = AuditRecorded(
-            record_id=uuid4(), actor="bench", namespace=NAMESPACE, role="owner", op="bench.seed",
-            outcome="ok", detail=f"{len(events)} memories", at=now,
+            record_id=uuid4(),
+            actor="bench",
+            namespace=NAMESPACE,
+            role="owner",
+            op="bench.seed",
+            outcome="ok",
+            detail=f"{len(events)} memories",
+            at=now,
         )
         ledger.append([*events, Recorded(audit.record_id, 1, audit)], keys)
     return groups
@@ -175,7 +181,10 @@ def run_erase_bench(args: argparse.Namespace) -> int:
     samples = writer.samples
     baseline = [s for s in samples if s[1] <= baseline_end]
     during = [s for s in samples if any(s[0] < w_end and s[1] > w_start for w_start, w_end in windows)]
-    latency = [_latency("writes without erasure", baseline), _latency("writes overlapping an erasure", during)]
+    latency = [
+        _latency("writes without erasure", baseline),
+        _latency("writes overlapping an erasure", during),
+    ]
     ok = chain.ok and all(r.certificate_valid and r.erased == r.size for r in rows)
     _report(args, rows, latency, chain.ok, chain.checked, generated, projected)
     return 0 if ok else 1
@@ -193,22 +202,35 @@ def _report(
     if args.json:
         sys.stdout.write(
             msgspec.json.encode(
-                {"store": args.store, "generate_s": round(generated, 1), "project_s": round(projected, 1),
-                 "erase": rows, "latency": latency, "chain_ok": chain_ok}
-            ).decode() + "\n"
+                {
+                    "store": args.store,
+                    "generate_s": round(generated, 1),
+                    "project_s": round(projected, 1),
+                    "erase": rows,
+                    "latency": latency,
+                    "chain_ok": chain_ok,
+                }
+            ).decode()
+            + "\n"
         )
     else:
         out = sys.stdout.write
-        out(f"memwarden bench erase — store of {args.store:,} memories (generated in {generated:.1f} s,"
-            f" projected in {projected:.1f} s)\n")
+        out(
+            f"memwarden bench erase — store of {args.store:,} memories (generated in {generated:.1f} s,"
+            f" projected in {projected:.1f} s)\n"
+        )
         out("reference: erasure is one ledger append; its cost grows with the number of erased memories\n")
         out(f"{'by':>8} {'size':>7} {'erased':>7} {'seconds':>9} {'per memory ms':>14}  certificate\n")
         for r in rows:
             per = r.seconds / max(1, r.erased) * 1000
-            out(f"{r.by:>8} {r.size:>7} {r.erased:>7} {r.seconds:>9.3f} {per:>14.3f}  "
-                f"{'verifies' if r.certificate_valid else 'INVALID'}\n")
+            out(
+                f"{r.by:>8} {r.size:>7} {r.erased:>7} {r.seconds:>9.3f} {per:>14.3f}  "
+                f"{'verifies' if r.certificate_valid else 'INVALID'}\n"
+            )
         out("concurrent writer (bench/writer, one thread):\n")
         for row in latency:
-            out(f"  {row.label:32} n={row.writes:>6}  p50 {row.p50_ms:8.3f} ms  p95 {row.p95_ms:8.3f} ms"
-                f"  max {row.max_ms:9.3f} ms\n")
+            out(
+                f"  {row.label:32} n={row.writes:>6}  p50 {row.p50_ms:8.3f} ms  p95 {row.p95_ms:8.3f} ms"
+                f"  max {row.max_ms:9.3f} ms\n"
+            )
         out(f"ledger after the run: {checked} events, chain {'verifies' if chain_ok else 'BROKEN'}\n")

@@ -128,7 +128,11 @@ class Generator:
         elif pool and roll < 0.35:
             events.append(
                 MemoryVerified(
-                    memory_id=rng.choice(pool), actor="verifier", supports=True, trust_tier="verified", at=self.at
+                    memory_id=rng.choice(pool),
+                    actor="verifier",
+                    supports=True,
+                    trust_tier="verified",
+                    at=self.at,
                 )
             )
         pool.append(memory_id)
@@ -188,7 +192,9 @@ def _sql_latencies(
     for _ in range(queries):
         as_of = START + (end - START) * rng.random()
         valid_at = as_of - timedelta(days=rng.randint(0, 200)) if rng.random() < 0.5 else None
-        question = AsOfQuestion(scope=ancestors(rng.choice(NAMESPACES)), as_of=as_of, valid_at=valid_at, limit=100)
+        question = AsOfQuestion(
+            scope=ancestors(rng.choice(NAMESPACES)), as_of=as_of, valid_at=valid_at, limit=100
+        )
         t0 = time.perf_counter()
         answer = travel.sql(question)
         latencies.append(time.perf_counter() - t0)
@@ -198,7 +204,10 @@ def _sql_latencies(
 
 def run_time_bench(args: argparse.Namespace) -> int:
     total = int(args.events)
-    with scratch_database("memwarden_bench_time") as (settings, _params), Runtime(settings, follow=False) as runtime:
+    with (
+        scratch_database("memwarden_bench_time") as (settings, _params),
+        Runtime(settings, follow=False) as runtime,
+    ):
         generator = Generator(runtime)
         began = time.perf_counter()
         generator.run(total)

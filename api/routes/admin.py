@@ -42,8 +42,12 @@ def _target(namespace: str) -> str:
 class AdminController(Controller):
     path = "/v1/admin"
 
-    @post("/keys", opt=admin("admin.keys.create", NewKeyBody, allow=frozenset({"actor", "role"})),
-          sync_to_thread=True, status_code=200)
+    @post(
+        "/keys",
+        opt=admin("admin.keys.create", NewKeyBody, allow=frozenset({"actor", "role"})),
+        sync_to_thread=True,
+        status_code=200,
+    )
     def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
         state = api_state(request)
         cmd = IssueKey(target=data.target, actor=data.actor, role=data.role)
@@ -67,8 +71,11 @@ class AdminController(Controller):
 
         return query(request, run, lambda keys: f"{len(keys)} keys")
 
-    @get("/policies/{namespace:path}", opt=admin("admin.policies.get", None, tenant_gate=False),
-         sync_to_thread=True)
+    @get(
+        "/policies/{namespace:path}",
+        opt=admin("admin.policies.get", None, tenant_gate=False),
+        sync_to_thread=True,
+    )
     def get_policy(self, request: Req, namespace: FromPath[str]) -> OwnPolicyResponse:
         state = api_state(request)
         target = _target(namespace)
@@ -79,9 +86,15 @@ class AdminController(Controller):
 
         return query(request, run, lambda _p: target)
 
-    @put("/policies/{namespace:path}", opt=admin("admin.policies.put", PolicyPutBody, tenant_gate=False),
-         sync_to_thread=True, status_code=200)
-    def put_policy(self, request: Req, namespace: FromPath[str], data: JSONBody[PolicyPutBody]) -> OwnPolicyResponse:
+    @put(
+        "/policies/{namespace:path}",
+        opt=admin("admin.policies.put", PolicyPutBody, tenant_gate=False),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def put_policy(
+        self, request: Req, namespace: FromPath[str], data: JSONBody[PolicyPutBody]
+    ) -> OwnPolicyResponse:
         state = api_state(request)
         target = _target(namespace)
         expected = data.expected_version
@@ -97,7 +110,9 @@ class AdminController(Controller):
         call: Call = request.state.call
         return _own_policy(state, call, target)
 
-    @get("/disputes", opt=admin("admin.disputes.list", None, query=frozenset({"status"})), sync_to_thread=True)
+    @get(
+        "/disputes", opt=admin("admin.disputes.list", None, query=frozenset({"status"})), sync_to_thread=True
+    )
     def list_disputes(self, request: Req) -> list[DisputeView]:
         state = api_state(request)
         status = request.query_params.get("status", "open")
@@ -112,12 +127,19 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} disputes")
 
-    @post("/disputes/{dispute_id:uuid}/resolve", opt=admin("resolve_dispute", ResolveBody),
-          sync_to_thread=True, status_code=200)
+    @post(
+        "/disputes/{dispute_id:uuid}/resolve",
+        opt=admin("resolve_dispute", ResolveBody),
+        sync_to_thread=True,
+        status_code=200,
+    )
     def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
         state = api_state(request)
         cmd = ResolveDispute(
-            dispute_id=dispute_id, decision=data.decision, content=data.content, value=data.value,
+            dispute_id=dispute_id,
+            decision=data.decision,
+            content=data.content,
+            value=data.value,
             reason=data.reason,
         )
         result = command(request, lambda c: state.memory.resolve_dispute(c.identity, cmd))

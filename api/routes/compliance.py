@@ -37,8 +37,12 @@ class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 class ComplianceController(Controller):
     path = "/v1/compliance"
 
-    @post("/ledger/verify", opt=compliance("compliance.ledger.verify", VerifyLedgerBody), sync_to_thread=True,
-          status_code=200)
+    @post(
+        "/ledger/verify",
+        opt=compliance("compliance.ledger.verify", VerifyLedgerBody),
+        sync_to_thread=True,
+        status_code=200,
+    )
     def verify(self, request: Req, data: JSONBody[VerifyLedgerBody | None] = None) -> VerifyLedgerResponse:
         state = api_state(request)
         checkpoint = data.checkpoint if data is not None else None
@@ -58,14 +62,28 @@ class ComplianceController(Controller):
 
         return query(request, run, lambda r: "ok" if r.ok else f"broken at {r.first_bad_position}")
 
-    @post("/ledger/checkpoint", opt=compliance("compliance.ledger.checkpoint", None), sync_to_thread=True,
-          status_code=200)
+    @post(
+        "/ledger/checkpoint",
+        opt=compliance("compliance.ledger.checkpoint", None),
+        sync_to_thread=True,
+        status_code=200,
+    )
     def checkpoint(self, request: Req) -> Checkpoint:
         state = api_state(request)
-        return query(request, lambda _c: state.runtime.ledger.checkpoint(), lambda c: f"position {c.position}")
+        return query(
+            request, lambda _c: state.runtime.ledger.checkpoint(), lambda c: f"position {c.position}"
+        )
 
-    @get("/audit", opt=compliance("compliance.audit", None, query=frozenset(AuditQuery.__struct_fields__),
-                                  allow=frozenset({"actor"})), sync_to_thread=True)
+    @get(
+        "/audit",
+        opt=compliance(
+            "compliance.audit",
+            None,
+            query=frozenset(AuditQuery.__struct_fields__),
+            allow=frozenset({"actor"}),
+        ),
+        sync_to_thread=True,
+    )
     def audit(self, request: Req) -> AuditResponse:
         state = api_state(request)
         params = dict(request.query_params.items())
@@ -83,8 +101,13 @@ class ComplianceController(Controller):
                     raise InvalidRequest("malformed cursor")
                 after = int(asked.cursor)
             where = AuditFilter(
-                since=asked.since, until=asked.until, actor=asked.actor, op=asked.op, outcome=asked.outcome,
-                after=after, limit=asked.limit,
+                since=asked.since,
+                until=asked.until,
+                actor=asked.actor,
+                op=asked.op,
+                outcome=asked.outcome,
+                after=after,
+                limit=asked.limit,
             )
             records = state.reads.audit(c.identity.namespace, where)
             cursor = str(records[-1].position) if len(records) == asked.limit else None

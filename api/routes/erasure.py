@@ -43,8 +43,12 @@ class ForgetResponse(msgspec.Struct, frozen=True, kw_only=True):
 class ErasureController(Controller):
     path = "/v1"
 
-    @post("/mem/forget", opt={"op": "forget", "body": ForgetBody, "roles": FORGET_ROLES}, sync_to_thread=True,
-          status_code=200)
+    @post(
+        "/mem/forget",
+        opt={"op": "forget", "body": ForgetBody, "roles": FORGET_ROLES},
+        sync_to_thread=True,
+        status_code=200,
+    )
     def forget(self, request: Req, data: JSONBody[ForgetBody]) -> ForgetResponse:
         state = api_state(request)
         cmd = Forget(ids=data.ids, subject=data.subject, subtree=data.subtree, reason=data.reason)
@@ -55,9 +59,16 @@ class ErasureController(Controller):
             state.reads.wait_for(result.position)
         return ForgetResponse(erased=result.erased, certificate=result.certificate, position=result.position)
 
-    @get("/compliance/certificates/{certificate_id:uuid}",
-         opt={"op": "compliance.certificates.get", "body": None, "roles": COMPLIANCE_ROLES, "tenant_gate": False},
-         sync_to_thread=True)
+    @get(
+        "/compliance/certificates/{certificate_id:uuid}",
+        opt={
+            "op": "compliance.certificates.get",
+            "body": None,
+            "roles": COMPLIANCE_ROLES,
+            "tenant_gate": False,
+        },
+        sync_to_thread=True,
+    )
     def certificate(self, request: Req, certificate_id: FromPath[UUID]) -> DeletionCertificate:
         state = api_state(request)
 
@@ -72,10 +83,17 @@ class ErasureController(Controller):
 
         return query(request, run, lambda f: f"certificate {f.id}", subject=certificate_id)
 
-    @post("/compliance/certificates/verify",
-          opt={"op": "compliance.certificates.verify", "body": DeletionCertificate, "roles": COMPLIANCE_ROLES,
-               "tenant_gate": False},
-          sync_to_thread=True, status_code=200)
+    @post(
+        "/compliance/certificates/verify",
+        opt={
+            "op": "compliance.certificates.verify",
+            "body": DeletionCertificate,
+            "roles": COMPLIANCE_ROLES,
+            "tenant_gate": False,
+        },
+        sync_to_thread=True,
+        status_code=200,
+    )
     def verify(self, request: Req, data: JSONBody[DeletionCertificate]) -> CertificateCheck:
         state = api_state(request)
         return query(

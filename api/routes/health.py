@@ -23,16 +23,25 @@ def readyz(request: Req) -> Response[dict[str, Any]]:
     try:
         statuses = state.reads.runner.status()
     except Exception as error:  # noqa: BLE001 - not ready is the answer, whatever the cause
-        failed: dict[str, Any] = {"error": "unavailable", "detail": f"ledger unreachable: {type(error).__name__}"}
+        failed: dict[str, Any] = {
+            "error": "unavailable",
+            "detail": f"ledger unreachable: {type(error).__name__}",
+        }
         return Response(failed, status_code=503, headers={"Retry-After": "1"})
     problems = [
         f"{s.name} stopped at {s.stopped_at}" if s.error else f"{s.name} lags by {s.lag}"
         for s in statuses
         if s.error or s.lag > READY_MAX_LAG
     ]
-    projections = {s.name: {"position": s.position, "lag": s.lag, "stopped": s.error is not None} for s in statuses}
+    projections = {
+        s.name: {"position": s.position, "lag": s.lag, "stopped": s.error is not None} for s in statuses
+    }
     if problems:
-        body: dict[str, Any] = {"error": "unavailable", "detail": "; ".join(problems), "projections": projections}
+        body: dict[str, Any] = {
+            "error": "unavailable",
+            "detail": "; ".join(problems),
+            "projections": projections,
+        }
         return Response(body, status_code=503, headers={"Retry-After": "1"})
     return Response({"status": "ready", "projections": projections})
 

@@ -12,16 +12,16 @@ from litestar.params import JSONBody
 from api.gate import ALL_ROLES, Call, api_state, command, query
 from api.schemas import (
     AckBody,
-    AssembleBody,
-    FaultBody,
-    SearchBody,
     AckResponse,
+    AssembleBody,
     DirectiveView,
+    FaultBody,
     HistoryResponse,
     IdBody,
     PinResponse,
     PolicyResponse,
     ReadBody,
+    SearchBody,
     ShareBody,
     ShareResponse,
     StatsResponse,
@@ -128,7 +128,8 @@ class MemController(Controller):
         sets = api_state(request).runtime.working_sets
         last = api_state(request).last_writes
         return command(
-            request, lambda c: sets.assemble(c.identity, data.budget_tokens, data.task_hint, last.get(c.key_id))
+            request,
+            lambda c: sets.assemble(c.identity, data.budget_tokens, data.task_hint, last.get(c.key_id)),
         )
 
     @post("/fault", opt=syscall("fault", FaultBody), sync_to_thread=True, status_code=200)

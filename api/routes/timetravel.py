@@ -112,7 +112,9 @@ class OpsController(Controller):
         sync_to_thread=True,
         status_code=200,
     )
-    def rebuild(self, request: Req, name: FromPath[str], data: JSONBody[RebuildBody | None] = None) -> RebuildReport:
+    def rebuild(
+        self, request: Req, name: FromPath[str], data: JSONBody[RebuildBody | None] = None
+    ) -> RebuildReport:
         state = api_state(request)
         verify = data.verify if data is not None else False
 

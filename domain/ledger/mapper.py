@@ -112,7 +112,9 @@ class SealingMapper(Mapper[UUID]):
         originator_id = cast(UUID, stored.originator_id)
         if cls.SEALED and not stored.state.startswith(b'{"e":'):
             # recorded before this event type had sealed fields: stored in the clear
-            return Recorded(originator_id, stored.originator_version, _plain_decoder(cls).decode(stored.state), position)
+            return Recorded(
+                originator_id, stored.originator_version, _plain_decoder(cls).decode(stored.state), position
+            )
         decoded = _decoder(cls).decode(stored.state)
         if cls.SEALED:
             form = cast(_SealedForm[Event], decoded)

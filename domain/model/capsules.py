@@ -74,44 +74,69 @@ def lane_threshold(lane: Lane) -> float:
 
 def plan_capsule(candidates: Sequence[Candidate], budget: int) -> Plan:
     """Admit candidates lane by lane under ``budget`` tokens (see the module docstring)."""
-    directive_cap = int(budget * DIRECTIVE_SHARE)
-    used = directive_used = 0
-    seen: set[str] = set()
+    room = _Room(budget=budget, directive_cap=int(budget * DIRECTIVE_SHARE))
     admitted: list[Candidate] = []
     records: list[Admission] = []
     for lane in LANES:
         in_lane = [c for c in candidates if c.lane == lane]
-        for c in sorted(in_lane, key=lambda c: (-c.score, c.order)) if lane == "relevant" else in_lane:
-            threshold = lane_threshold(lane)
-
-            def record(ok: bool, reason: str, c: Candidate = c, threshold: float = threshold) -> None:
-                records.append(
-                    Admission(ref=c.ref, lane=c.lane, score=c.score, threshold=threshold, admitted=ok, reason=reason)
+        if lane == "relevant":
+            in_lane.sort(key=lambda c: (-c.score, c.order))
+        for c in in_lane:
+            refusal = room.refusal(c)
+            records.append(
+                Admission(
+                    ref=c.ref,
+                    lane=c.lane,
+                    score=c.score,
+                    threshold=lane_threshold(lane),
+                    admitted=refusal is None,
+                    reason=refusal or "admitted",
                 )
-
-            if c.ref in seen:
-                record(False, "already in an earlier lane")
-            elif c.score < threshold:
-                record(False, "below the lane's threshold")
-            elif used + c.token_estimate > budget:
-                record(False, "does not fit the budget (skipped, not cut)")
-            elif lane == "directive" and directive_used + c.token_estimate > directive_cap:
-                record(False, f"directives are capped at {DIRECTIVE_SHARE:.0%} of the budget")
-            else:
-                record(True, "admitted")
+            )
+            if refusal is None:
+                room.take(c)
                 admitted.append(c)
-                seen.add(c.ref)
-                used += c.token_estimate
-                if lane == "directive":
-                    directive_used += c.token_estimate
     ordered = sorted(admitted, key=lambda c: (LANES.index(c.lane), c.order))
     blocks = [
         Block(
-            ref=c.ref, kind=c.kind, lane=c.lane, content=c.content, token_estimate=c.token_estimate, score=c.score
+            ref=c.ref,
+            kind=c.kind,
+            lane=c.lane,
+            content=c.content,
+            token_estimate=c.token_estimate,
+            score=c.score,
         )
         for c in ordered
     ]
-    return Plan(blocks=blocks, admission=records, tokens=used)
+    return Plan(blocks=blocks, admission=records, tokens=room.used)
+
+
+class _Room:
+    """What is left of the budget, and what is already in."""
+
+    def __init__(self, budget: int, directive_cap: int) -> None:
+        self.budget = budget
+        self.directive_cap = directive_cap
+        self.used = 0
+        self.directive_used = 0
+        self.seen: set[str] = set()
+
+    def refusal(self, c: Candidate) -> str | None:
+        if c.ref in self.seen:
+            return "already in an earlier lane"
+        if c.score < lane_threshold(c.lane):
+            return "below the lane's threshold"
+        if self.used + c.token_estimate > self.budget:
+            return "does not fit the budget (skipped, not cut)"
+        if c.lane == "directive" and self.directive_used + c.token_estimate > self.directive_cap:
+            return f"directives are capped at {DIRECTIVE_SHARE:.0%} of the budget"
+        return None
+
+    def take(self, c: Candidate) -> None:
+        self.seen.add(c.ref)
+        self.used += c.token_estimate
+        if c.lane == "directive":
+            self.directive_used += c.token_estimate
 
 
 def block_hash(block: Block) -> bytes:
@@ -125,7 +150,9 @@ def merkle_root(leaves: Sequence[bytes]) -> str:
         return hashlib.sha256(b"").hexdigest()
     level = list(leaves)
     while len(level) > 1:
-        nxt = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest() for i in range(0, len(level) - 1, 2)]
+        nxt = [
+            hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest() for i in range(0, len(level) - 1, 2)
+        ]
         if len(level) % 2:
             nxt.append(level[-1])
         level = nxt

@@ -170,7 +170,9 @@ def _check_visible_target(caller: Identity, memory_id: UUID, memory: MemoryState
         raise NotFound(f"no such memory {memory_id}")
     if not is_within(memory.namespace, caller.namespace):
         if memory.namespace in ancestors(caller.namespace) and memory.status != "disputed":
-            raise OutsideSubtree(f"memory {memory_id} is above {caller.namespace!r}; erasure works downward only")
+            raise OutsideSubtree(
+                f"memory {memory_id} is above {caller.namespace!r}; erasure works downward only"
+            )
         raise NotFound(f"no such memory {memory_id}")
     return memory
 

@@ -55,7 +55,14 @@ class MemoryWritten(MemoryEvent, frozen=True, kw_only=True):
     # ``embedding`` (appended last: older records sealed fewer fields) is computed once at
     # write time, so a replay never re-embeds; ``embedding_model`` says which model made it.
     SEALED: ClassVar[tuple[str, ...]] = (
-        "content", "value", "subject", "attribute", "tags", "selectors", "provenance", "embedding"
+        "content",
+        "value",
+        "subject",
+        "attribute",
+        "tags",
+        "selectors",
+        "provenance",
+        "embedding",
     )
     namespace: str
     actor: str

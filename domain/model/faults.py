@@ -32,7 +32,9 @@ def absolute_score(cosine: float, bm25: float) -> float:
 
 def ranked(scores: Mapping[UUID, tuple[float, float]]) -> list[tuple[UUID, float]]:
     """(ref, absolute score), best first, ties by ref so the order is deterministic."""
-    return sorted(((ref, absolute_score(c, b)) for ref, (c, b) in scores.items()), key=lambda x: (-x[1], x[0]))
+    return sorted(
+        ((ref, absolute_score(c, b)) for ref, (c, b) in scores.items()), key=lambda x: (-x[1], x[0])
+    )
 
 
 def decide_tier(best_l2: float | None, best_l3: float | None) -> Tier:

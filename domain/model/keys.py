@@ -62,9 +62,7 @@ def check_key_admin(caller: Identity) -> None:
         raise Forbidden(f"role {caller.role!r} may not manage keys")
 
 
-def decide_issue(
-    caller: Identity, command: IssueKey, key_id: str, key_hash: str, now: datetime
-) -> KeyIssued:
+def decide_issue(caller: Identity, command: IssueKey, key_id: str, key_hash: str, now: datetime) -> KeyIssued:
     """Mint a key for ``command.target``: only admins and owners, never above their own role,
     never outside their subtree."""
     check_key_admin(caller)

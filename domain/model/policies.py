@@ -38,7 +38,9 @@ def policy_stream(namespace: str) -> UUID:
 
 
 def ack_stream(namespace: str, actor: str, directive_namespace: str, directive_id: str) -> UUID:
-    return uuid5(NAMESPACE_URL, f"memwarden:ack:{namespace}\x00{actor}\x00{directive_namespace}\x00{directive_id}")
+    return uuid5(
+        NAMESPACE_URL, f"memwarden:ack:{namespace}\x00{actor}\x00{directive_namespace}\x00{directive_id}"
+    )
 
 
 class PolicyBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -188,7 +190,9 @@ def decide_set_policy(
     )
 
 
-def decide_ack(caller: Identity, directive_id: str, policy: EffectivePolicy, now: datetime) -> DirectiveAcknowledged:
+def decide_ack(
+    caller: Identity, directive_id: str, policy: EffectivePolicy, now: datetime
+) -> DirectiveAcknowledged:
     """Acknowledge a directive that applies to the caller (its namespace or an ancestor)."""
     directive = next((d for d in policy.directives if d.id == directive_id), None)
     if directive is None:

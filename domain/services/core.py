@@ -15,7 +15,7 @@ from domain.settings import Settings
 
 
 class Core:
-    def __init__(self, settings: Settings, embedder: Embedder | None | str = "from-env") -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | str | None = "from-env") -> None:
         """``embedder``: by default the one ``MEMWARDEN_EMBEDDER`` names (offline MiniLM)."""
         self.settings = settings
         self.embedder: Embedder | None = embedder_from_env() if isinstance(embedder, str) else embedder

@@ -242,9 +242,8 @@ class MemoryService:
             )
             if command.decision == "edit" and new_key is None:
                 new_key = self.ledger.new_data_key(replacement_id)
-            events = self._embedded(events, vectors)
             versions = _versions(claims.values(), memories.values(), [dispute])
-            recorded = version_events(events, versions)
+            recorded = version_events(self._embedded(events, vectors), versions)
             audit = self.audit.event(identity, "resolve_dispute", "ok", command.decision, now, dispute.id)
             try:
                 position = self._append(recorded, audit, [new_key] if new_key else [])
@@ -311,13 +310,17 @@ class MemoryService:
             return list(events)
         out: list[Event] = []
         for event in events:
+            vector = None
             if isinstance(event, MemoryWritten) and event.content is not None:
                 if event.content not in vectors:
                     vectors[event.content] = self._embed(embedder, event.content)
                 vector = vectors[event.content]
-                if vector is not None:
-                    event = msgspec.structs.replace(event, embedding=vector, embedding_model=embedder.model_id)
-            out.append(event)
+            if vector is not None:
+                out.append(
+                    msgspec.structs.replace(event, embedding=vector, embedding_model=embedder.model_id)
+                )
+            else:
+                out.append(event)
         return out
 
     @staticmethod

@@ -91,8 +91,18 @@ CREATE TABLE IF NOT EXISTS {s}.audit_records (
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
         rows = [
-            (r.position, e.record_id, e.at, e.actor, e.namespace, e.role, e.op, e.outcome, e.detail,
-             list(e.subject_ids))
+            (
+                r.position,
+                e.record_id,
+                e.at,
+                e.actor,
+                e.namespace,
+                e.role,
+                e.op,
+                e.outcome,
+                e.detail,
+                list(e.subject_ids),
+            )
             for r in events
             if isinstance((e := r.event), AuditRecorded)
         ]
@@ -126,7 +136,9 @@ CREATE TABLE IF NOT EXISTS {s}.shares (
 )""").format(s=s)
         )
         curs.execute(
-            SQL("CREATE INDEX IF NOT EXISTS shares_namespace ON {s}.shares (namespace, memory_id)").format(s=s)
+            SQL("CREATE INDEX IF NOT EXISTS shares_namespace ON {s}.shares (namespace, memory_id)").format(
+                s=s
+            )
         )
         curs.execute(
             SQL("""

@@ -223,7 +223,8 @@ def _reaffirmed(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
     assert isinstance(e, MemoryReaffirmed)
     if e.provenance is None:  # replayed after erasure: nothing left to join
         curs.execute(
-            SQL("UPDATE {s}.memory_objects SET position = %s WHERE id = %s").format(s=s), (r.position, e.memory_id)
+            SQL("UPDATE {s}.memory_objects SET position = %s WHERE id = %s").format(s=s),
+            (r.position, e.memory_id),
         )
         return
     entry = {"source": e.provenance.source, "actor": e.provenance.actor, "ref": e.provenance.ref}

@@ -33,7 +33,6 @@ from domain.model.errors import InvalidRequest
 from domain.model.events import CapsuleIssued, ContextFaulted, Event
 from domain.model.faults import L2_THRESHOLD, L3_THRESHOLD, Tier, decide_tier, ranked
 from domain.model.identity import Identity
-from domain.model.namespaces import ancestors
 from domain.model.policies import EffectivePolicy
 from domain.model.text import estimate_tokens
 from domain.services.audit import Audit
@@ -98,7 +97,9 @@ class ReadsService:
     def assemble(
         self, identity: Identity, budget_tokens: int, task_hint: str | None = None, after: int | None = None
     ) -> Capsule:
-        return self.audit.audited(identity, "assemble", lambda: self._assemble(identity, budget_tokens, task_hint, after))
+        return self.audit.audited(
+            identity, "assemble", lambda: self._assemble(identity, budget_tokens, task_hint, after)
+        )
 
     def _assemble(self, identity: Identity, budget: int, hint: str | None, after: int | None) -> Capsule:
         if not 1 <= budget <= MAX_BUDGET:
@@ -175,7 +176,11 @@ class ReadsService:
             return str(error)
         recorded = self.ledger.streams([receipt.capsule_id]).get(receipt.capsule_id, [])
         issued = [r.event for r in recorded if isinstance(r.event, CapsuleIssued)]
-        if not issued or issued[0].merkle_root != receipt.merkle_root or issued[0].read_position != receipt.position:
+        if (
+            not issued
+            or issued[0].merkle_root != receipt.merkle_root
+            or issued[0].read_position != receipt.position
+        ):
             return "the ledger holds no such capsule"
         return None
 
@@ -208,7 +213,9 @@ class ReadsService:
             at=now,
         )
         detail = f"tier={tier} score={score:.3f}" + (" driver=lexical-degraded" if degraded else "")
-        position = self._append([event], identity, "fault", "miss" if tier == "miss" else "ok", detail, now, fault_id)
+        position = self._append(
+            [event], identity, "fault", "miss" if tier == "miss" else "ok", detail, now, fault_id
+        )
         return FaultAnswer(
             hit=tier != "miss",
             source=None if tier == "miss" else tier,
@@ -238,7 +245,9 @@ class ReadsService:
             else:
                 blocks = []
         best_l3 = l3[0][1] if l3 else 0.0
-        top = {"L2": best[1] if best else 0.0, "L3": best_l3}.get(tier, max(best[1] if best else 0.0, best_l3))
+        top = {"L2": best[1] if best else 0.0, "L3": best_l3}.get(
+            tier, max(best[1] if best else 0.0, best_l3)
+        )
         return tier, top, best[0] if best else None, blocks
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -266,7 +275,9 @@ def verify_receipt_signature(receipt: Receipt, public_keys: dict[str, bytes]) ->
     if raw is None:
         raise InvalidCheckpoint(f"unknown signing key {receipt.key_id!r}")
     try:
-        Ed25519PublicKey.from_public_bytes(raw).verify(base64.b64decode(receipt.signature), receipt_message(receipt))
+        Ed25519PublicKey.from_public_bytes(raw).verify(
+            base64.b64decode(receipt.signature), receipt_message(receipt)
+        )
     except (InvalidSignature, ValueError) as error:
         raise InvalidCheckpoint("the receipt's signature does not verify") from error
 
@@ -310,7 +321,9 @@ def _memory_candidate(row: dict[str, Any], lane: Any, score: float) -> Candidate
     )
 
 
-def pinned(conn: Connection[Any], schema: str, namespace: str, scope: Sequence[str], shared: Sequence[UUID]) -> list[Candidate]:
+def pinned(
+    conn: Connection[Any], schema: str, namespace: str, scope: Sequence[str], shared: Sequence[UUID]
+) -> list[Candidate]:
     rows = conn.execute(
         SQL(
             "SELECT m.id, m.content, m.recorded_at FROM {s}.pins p JOIN {s}.memory_objects m ON m.id = p.memory_id"
@@ -321,7 +334,9 @@ def pinned(conn: Connection[Any], schema: str, namespace: str, scope: Sequence[s
     return [_memory_candidate(r, "pinned", 1.0) for r in rows]
 
 
-def recent(conn: Connection[Any], schema: str, scope: Sequence[str], shared: Sequence[UUID]) -> list[Candidate]:
+def recent(
+    conn: Connection[Any], schema: str, scope: Sequence[str], shared: Sequence[UUID]
+) -> list[Candidate]:
     """The memories most recently handed out in capsules (from the ledger's capsule records)."""
     rows = conn.execute(
         SQL(
@@ -337,14 +352,18 @@ def recent(conn: Connection[Any], schema: str, scope: Sequence[str], shared: Seq
 
 
 def relevant_rows(
-    conn: Connection[Any], schema: str, scope: Sequence[str], shared: Sequence[UUID], scores: dict[UUID, float]
+    conn: Connection[Any],
+    schema: str,
+    scope: Sequence[str],
+    shared: Sequence[UUID],
+    scores: dict[UUID, float],
 ) -> list[Candidate]:
     if not scores:
         return []
     rows = conn.execute(
-        SQL(f"SELECT m.id, m.content, m.recorded_at FROM {{s}}.memory_objects m WHERE m.id = ANY(%(ids)s) AND {_IN_SCOPE}").format(
-            s=Identifier(schema)
-        ),
+        SQL(
+            f"SELECT m.id, m.content, m.recorded_at FROM {{s}}.memory_objects m WHERE m.id = ANY(%(ids)s) AND {_IN_SCOPE}"
+        ).format(s=Identifier(schema)),
         {"ids": list(scores), "scope": list(scope), "shared": list(shared)},
     ).fetchall()
     return [_memory_candidate(r, "relevant", scores[r["id"]]) for r in rows if r["content"] is not None]
@@ -363,7 +382,9 @@ def memory_blocks(conn: Connection[Any], schema: str, chosen: list[tuple[UUID, f
     ]
 
 
-def knowledge_blocks(conn: Connection[Any], schema: str, chosen: list[tuple[UUID, float]]) -> list[FaultBlock]:
+def knowledge_blocks(
+    conn: Connection[Any], schema: str, chosen: list[tuple[UUID, float]]
+) -> list[FaultBlock]:
     rows = conn.execute(
         SQL(
             "SELECT c.ref, c.heading, c.text, d.title FROM {s}.knowledge_chunks c"
@@ -373,7 +394,13 @@ def knowledge_blocks(conn: Connection[Any], schema: str, chosen: list[tuple[UUID
     ).fetchall()
     by_ref = {r["ref"]: r for r in rows}
     return [
-        FaultBlock(ref=ref, kind="knowledge", content=by_ref[ref]["text"], score=round(sc, 6), title=by_ref[ref]["title"])
+        FaultBlock(
+            ref=ref,
+            kind="knowledge",
+            content=by_ref[ref]["text"],
+            score=round(sc, 6),
+            title=by_ref[ref]["title"],
+        )
         for ref, sc in chosen
         if ref in by_ref
     ]

@@ -83,11 +83,16 @@ def build_corpus(memory: MemoryService, prefix: str) -> KitCorpus:
             for place in FILLER_PLACES:
                 n += 1
                 memory.write(
-                    who, WriteMemory(content=f"The {topic} notes for the {place} office mention item {n} of the plan.")
+                    who,
+                    WriteMemory(
+                        content=f"The {topic} notes for the {place} office mention item {n} of the plan."
+                    ),
                 )
     last = memory.write(caller, WriteMemory(content="Kit corpus complete."))
     assert planted.id is not None
-    return KitCorpus(caller=caller, planted=planted.id, outside=[i for i in outside if i], position=last.position)
+    return KitCorpus(
+        caller=caller, planted=planted.id, outside=[i for i in outside if i], position=last.position
+    )
 
 
 class ConformanceKit:
@@ -120,15 +125,22 @@ class ConformanceKit:
         try:
             passed, detail = check()
         except Exception as error:  # noqa: BLE001 - a failing driver is a failed check, with its reason
-            return CheckResult(name, False, f"driver failed: {type(error).__name__}: {error}"[:300])
-        return CheckResult(name, passed, detail)
+            return CheckResult(
+                name, passed=False, detail=f"driver failed: {type(error).__name__}: {error}"[:300]
+            )
+        return CheckResult(name, passed=passed, detail=detail)
 
     # -- the checks -----------------------------------------------------------------------------------
 
     def _finds_planted(self, driver: Driver) -> tuple[bool, str]:
         refs = [h.ref for h in self._run(driver, PLANTED_QUERY, k=5)]
         found = self.corpus.planted in refs
-        return found, f"planted fact at rank {refs.index(self.corpus.planted) + 1}" if found else f"not in {len(refs)} results"
+        return (
+            found,
+            f"planted fact at rank {refs.index(self.corpus.planted) + 1}"
+            if found
+            else f"not in {len(refs)} results",
+        )
 
     def _visible(self) -> set[UUID]:
         """What the caller may see, computed independently of any driver."""
@@ -156,10 +168,15 @@ class ConformanceKit:
         timings = []
         for n, topic in enumerate(FILLER_TOPICS * 4):
             began = time.perf_counter()
-            self._run(driver, f"what did the {topic} notes say about {FILLER_PLACES[n % len(FILLER_PLACES)]}", k=10)
+            self._run(
+                driver, f"what did the {topic} notes say about {FILLER_PLACES[n % len(FILLER_PLACES)]}", k=10
+            )
             timings.append((time.perf_counter() - began) * 1000)
         p95 = statistics.quantiles(timings, n=20)[-1]
-        return p95 <= LATENCY_P95_MS, f"p95 {p95:.1f} ms over {len(timings)} queries (envelope {LATENCY_P95_MS:.0f} ms)"
+        return (
+            p95 <= LATENCY_P95_MS,
+            f"p95 {p95:.1f} ms over {len(timings)} queries (envelope {LATENCY_P95_MS:.0f} ms)",
+        )
 
     def _budget(self, driver: Driver) -> tuple[bool, str]:
         contents = self._contents()
@@ -195,21 +212,29 @@ class ConformanceKit:
     def _contents(self) -> dict[UUID, str]:
         with self.search.ledger.datastore.get_connection() as conn:
             rows = conn.execute(
-                SQL("SELECT id, content FROM {s}.memory_objects").format(s=Identifier(self.search.ledger.schema))
+                SQL("SELECT id, content FROM {s}.memory_objects").format(
+                    s=Identifier(self.search.ledger.schema)
+                )
             ).fetchall()
         return {r["id"]: r["content"] for r in rows}
 
     def _fingerprint(self) -> dict[str, Any]:
         s = Identifier(self.search.ledger.schema)
-        tables = ("memory_objects", "search_docs", "search_postings", "search_terms", "search_stats", "memory_access")
+        tables = (
+            "memory_objects",
+            "search_docs",
+            "search_postings",
+            "search_terms",
+            "search_stats",
+            "memory_access",
+        )
         with self.search.ledger.datastore.get_connection() as conn:
             found: dict[str, Any] = {"ledger head": self.search.ledger.head_position()}
             for table in tables:
                 row = conn.execute(
-                    SQL("SELECT count(*) AS n, md5(string_agg(t::text, '|' ORDER BY t::text)) AS h FROM {s}.{t} t").format(
-                        s=s, t=Identifier(table)
-                    )
+                    SQL(
+                        "SELECT count(*) AS n, md5(string_agg(t::text, '|' ORDER BY t::text)) AS h FROM {s}.{t} t"
+                    ).format(s=s, t=Identifier(table))
                 ).fetchone()
                 found[table] = (row["n"], row["h"]) if row else None
         return found
-

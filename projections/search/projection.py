@@ -49,7 +49,14 @@ class _Doc:
     __slots__ = ("embedding", "kind", "length", "model", "namespace", "position", "ref", "tf")
 
     def __init__(
-        self, ref: UUID, kind: str, namespace: str, text: str, model: str | None, embedding: bytes | None, position: int
+        self,
+        ref: UUID,
+        kind: str,
+        namespace: str,
+        text: str,
+        model: str | None,
+        embedding: bytes | None,
+        position: int,
     ) -> None:
         self.ref, self.kind, self.namespace, self.position = ref, kind, namespace, position
         self.tf, self.length = term_frequencies(text)
@@ -59,7 +66,14 @@ class _Doc:
 
 class SearchIndexProjection:
     name = "search_index"
-    tables = ("search_docs", "search_postings", "search_terms", "search_stats", "knowledge_documents", "knowledge_chunks")
+    tables = (
+        "search_docs",
+        "search_postings",
+        "search_terms",
+        "search_stats",
+        "knowledge_documents",
+        "knowledge_chunks",
+    )
 
     def __init__(self, vector_model: tuple[str, int] | None = None) -> None:
         """``vector_model``: the configured embedder's (model id, dimensions), whose HNSW index to keep."""
@@ -74,7 +88,12 @@ class SearchIndexProjection:
                 SQL(
                     "CREATE INDEX IF NOT EXISTS {i} ON {s}.search_docs USING hnsw"
                     " ((embedding::halfvec({d})) halfvec_cosine_ops) WHERE model = {m}"
-                ).format(i=Identifier(hnsw_index_name(model)), s=Identifier(schema), d=Literal(dims), m=Literal(model))
+                ).format(
+                    i=Identifier(hnsw_index_name(model)),
+                    s=Identifier(schema),
+                    d=Literal(dims),
+                    m=Literal(model),
+                )
             )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
@@ -84,18 +103,28 @@ class SearchIndexProjection:
             e = r.event
             if isinstance(e, MemoryWritten):
                 if e.content is not None:
-                    pending.append(_Doc(e.memory_id, MEMORY, e.namespace, e.content, e.embedding_model, e.embedding, r.position))
+                    pending.append(
+                        _Doc(
+                            e.memory_id,
+                            MEMORY,
+                            e.namespace,
+                            e.content,
+                            e.embedding_model,
+                            e.embedding,
+                            int(r.position or 0),
+                        )
+                    )
             elif isinstance(e, MemoryErased | KnowledgePublished):
                 _insert(curs, s, pending)
                 pending = []
                 if isinstance(e, MemoryErased):
                     _delete(curs, s, [e.memory_id])
                 else:
-                    _publish(curs, s, e, r.position)
+                    _publish(curs, s, e, int(r.position or 0))
         _insert(curs, s, pending)
 
 
-def _schema_sql(schema: str) -> list[Composed]:
+def _schema_sql(schema: str) -> list[Composed | SQL]:
     s = Identifier(schema)
     return [
         SQL("CREATE EXTENSION IF NOT EXISTS vector"),
@@ -109,7 +138,9 @@ CREATE TABLE IF NOT EXISTS {s}.search_docs (
     length int NOT NULL,
     position bigint NOT NULL
 )""").format(s=s),
-        SQL("CREATE INDEX IF NOT EXISTS search_docs_namespace ON {s}.search_docs (namespace, kind)").format(s=s),
+        SQL("CREATE INDEX IF NOT EXISTS search_docs_namespace ON {s}.search_docs (namespace, kind)").format(
+            s=s
+        ),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.search_postings (
     term text NOT NULL,
@@ -163,7 +194,9 @@ CREATE TABLE IF NOT EXISTS {s}.knowledge_chunks (
     heading text NOT NULL,
     text text NOT NULL
 )""").format(s=s),
-        SQL("CREATE INDEX IF NOT EXISTS knowledge_chunks_document ON {s}.knowledge_chunks (document_id)").format(s=s),
+        SQL(
+            "CREATE INDEX IF NOT EXISTS knowledge_chunks_document ON {s}.knowledge_chunks (document_id)"
+        ).format(s=s),
     ]
 
 
@@ -243,7 +276,12 @@ def _add_stats(curs: Cursor[Any], s: Identifier, stats: dict[tuple[str, str], tu
             " ON CONFLICT (namespace, kind) DO UPDATE"
             " SET docs = t.docs + excluded.docs, total_length = t.total_length + excluded.total_length"
         ).format(s=s),
-        ([k[0] for k in keys], [k[1] for k in keys], [stats[k][0] for k in keys], [stats[k][1] for k in keys]),
+        (
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+            [stats[k][0] for k in keys],
+            [stats[k][1] for k in keys],
+        ),
     )
     if any(n < 0 for n, _ in stats.values()):  # as if the erased documents had never been indexed
         curs.execute(SQL("DELETE FROM {s}.search_stats WHERE docs <= 0").format(s=s))
@@ -259,7 +297,9 @@ def _delete(curs: Cursor[Any], s: Identifier, refs: list[UUID]) -> None:
     if not gone:
         return
     curs.execute(
-        SQL("DELETE FROM {s}.search_postings WHERE ref = ANY(%s) RETURNING namespace, kind, term").format(s=s),
+        SQL("DELETE FROM {s}.search_postings WHERE ref = ANY(%s) RETURNING namespace, kind, term").format(
+            s=s
+        ),
         (refs,),
     )
     _add_terms(curs, s, Counter((r["namespace"], r["kind"], r["term"]) for r in curs.fetchall()), sign=-1)
@@ -273,13 +313,15 @@ def _delete(curs: Cursor[Any], s: Identifier, refs: list[UUID]) -> None:
 def _publish(curs: Cursor[Any], s: Identifier, e: KnowledgePublished, position: int) -> None:
     """A new version replaces the previous one's chunks; the versions stay on the ledger."""
     curs.execute(
-        SQL("SELECT version FROM {s}.knowledge_documents WHERE document_id = %s").format(s=s), (e.document_id,)
+        SQL("SELECT version FROM {s}.knowledge_documents WHERE document_id = %s").format(s=s),
+        (e.document_id,),
     )
     row = curs.fetchone()
     if row is not None and row["version"] >= e.version:
         return
     curs.execute(
-        SQL("DELETE FROM {s}.knowledge_chunks WHERE document_id = %s RETURNING ref").format(s=s), (e.document_id,)
+        SQL("DELETE FROM {s}.knowledge_chunks WHERE document_id = %s RETURNING ref").format(s=s),
+        (e.document_id,),
     )
     _delete(curs, s, [r["ref"] for r in curs.fetchall()])
     curs.execute(
@@ -291,8 +333,17 @@ def _publish(curs: Cursor[Any], s: Identifier, e: KnowledgePublished, position: 
             " published_by = excluded.published_by, published_at = excluded.published_at, position = excluded.position"
         ).format(s=s),
         (
-            e.document_id, e.namespace, e.slug, e.version, e.title, list(e.tags), e.content_hash,
-            e.source, e.published_by, e.at, position,
+            e.document_id,
+            e.namespace,
+            e.slug,
+            e.version,
+            e.title,
+            list(e.tags),
+            e.content_hash,
+            e.source,
+            e.published_by,
+            e.at,
+            position,
         ),
     )
     curs.executemany(
@@ -306,7 +357,15 @@ def _publish(curs: Cursor[Any], s: Identifier, e: KnowledgePublished, position: 
         curs,
         s,
         [
-            _Doc(c.chunk_id, KNOWLEDGE, e.namespace, f"{e.title}\n{c.heading}\n{c.text}", e.embedding_model, c.embedding, position)
+            _Doc(
+                c.chunk_id,
+                KNOWLEDGE,
+                e.namespace,
+                f"{e.title}\n{c.heading}\n{c.text}",
+                e.embedding_model,
+                c.embedding,
+                position,
+            )
             for c in e.chunks
         ],
     )

@@ -133,7 +133,9 @@ class SearchService:
                 raise
             log.exception("driver %s failed; falling back to the baseline driver", name)
             fallback = self.drivers[BASELINE]
-            return self._answer(identity, q, vector, fallback, request, f"{fallback.name} (fallback from {name})")
+            return self._answer(
+                identity, q, vector, fallback, request, f"{fallback.name} (fallback from {name})"
+            )
 
     def embed_later(self, text: str) -> Callable[[], np.ndarray[Any, Any]] | None:
         """Start embedding ``text`` now; the returned callable waits for it (or raises
@@ -196,12 +198,19 @@ class SearchService:
             shared = shared_into_scope(conn, self.ledger.schema, scope)
             where = self.read_filter(conn, q)
             model = self.vector_model if vector is not None else None
-            yield ScopedView(conn, self.ledger.schema, scope, shared, where, q.query, vector, model), conn, scope, shared
+            yield (
+                ScopedView(conn, self.ledger.schema, scope, shared, where, q.query, vector, model),
+                conn,
+                scope,
+                shared,
+            )
 
 
 def shared_into_scope(conn: Connection[Any], schema: str, scope: Sequence[str]) -> list[UUID]:
     rows = conn.execute(
-        SQL("SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY(%s)").format(s=Identifier(schema)),
+        SQL("SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY(%s)").format(
+            s=Identifier(schema)
+        ),
         (list(scope),),
     ).fetchall()
     return [r["memory_id"] for r in rows]

@@ -29,7 +29,11 @@ CREATE TABLE IF NOT EXISTS {s}.memory_access (
     fault_count int NOT NULL DEFAULT 0
 )""").format(s=s)
         )
-        curs.execute(SQL("CREATE INDEX IF NOT EXISTS memory_access_recent ON {s}.memory_access (last_used)").format(s=s))
+        curs.execute(
+            SQL("CREATE INDEX IF NOT EXISTS memory_access_recent ON {s}.memory_access (last_used)").format(
+                s=s
+            )
+        )
         curs.execute(
             SQL("""
 CREATE TABLE IF NOT EXISTS {s}.context_faults (
@@ -42,7 +46,11 @@ CREATE TABLE IF NOT EXISTS {s}.context_faults (
     position bigint NOT NULL
 )""").format(s=s)
         )
-        curs.execute(SQL("CREATE INDEX IF NOT EXISTS context_faults_namespace ON {s}.context_faults (namespace)").format(s=s))
+        curs.execute(
+            SQL(
+                "CREATE INDEX IF NOT EXISTS context_faults_namespace ON {s}.context_faults (namespace)"
+            ).format(s=s)
+        )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
         s = Identifier(schema)
@@ -77,4 +85,6 @@ CREATE TABLE IF NOT EXISTS {s}.context_faults (
                         (e.best_candidate,),
                     )
             elif isinstance(e, MemoryErased):
-                curs.execute(SQL("DELETE FROM {s}.memory_access WHERE memory_id = %s").format(s=s), (e.memory_id,))
+                curs.execute(
+                    SQL("DELETE FROM {s}.memory_access WHERE memory_id = %s").format(s=s), (e.memory_id,)
+                )

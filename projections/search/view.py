@@ -20,7 +20,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from domain.model.text import estimate_tokens
-from projections.search.lexical import B, K1, query_terms
+from projections.search.lexical import K1, B, query_terms
 from projections.search.projection import KNOWLEDGE, MEMORY, halfvec_text
 
 EF_SEARCH = 64
@@ -103,8 +103,12 @@ class ScopedView:
                 " WHERE d.model = %(model)s AND d.kind = {kind} AND {scope} AND {visible}"
                 " ORDER BY {col} <=> %(q)s::halfvec({d}) LIMIT %(k)s"
             ).format(
-                col=column, d=Literal(dims), s=self._s, kind=Literal(MEMORY),
-                scope=self._scope("d.namespace", "d.ref"), visible=self._visible(),
+                col=column,
+                d=Literal(dims),
+                s=self._s,
+                kind=Literal(MEMORY),
+                scope=self._scope("d.namespace", "d.ref"),
+                visible=self._visible(),
             ),
             {"q": halfvec_text(self.query_vector()), "model": model, "k": k},
             hnsw=True,
@@ -119,8 +123,12 @@ class ScopedView:
             return []
         rows = self._fetch(
             SQL(_BM25).format(
-                s=self._s, kind=Literal(MEMORY), k1=Literal(K1), b=Literal(B),
-                scope=self._scope("p.namespace", "p.ref"), visible=self._visible(),
+                s=self._s,
+                kind=Literal(MEMORY),
+                k1=Literal(K1),
+                b=Literal(B),
+                scope=self._scope("p.namespace", "p.ref"),
+                visible=self._visible(),
             ),
             {"terms": terms, "k": k},
         )
@@ -136,9 +144,7 @@ class ScopedView:
         terms = query_terms(self.query)
         if terms:
             rows = self._fetch(
-                SQL(_BM25_KNOWLEDGE).format(
-                    s=self._s, kind=Literal(KNOWLEDGE), k1=Literal(K1), b=Literal(B)
-                ),
+                SQL(_BM25_KNOWLEDGE).format(s=self._s, kind=Literal(KNOWLEDGE), k1=Literal(K1), b=Literal(B)),
                 {"terms": terms, "k": k},
             )
             candidates += [r["ref"] for r in rows]
@@ -180,8 +186,14 @@ class ScopedView:
             params |= {"model": model, "q": halfvec_text(self.query_vector())}
         rows = self._fetch(
             SQL(_EXACT).format(
-                s=self._s, cosine=cosine, kind=Literal(kind), k1=Literal(K1), b=Literal(B),
-                join=SQL(" JOIN {s}.memory_objects m ON m.id = d.ref").format(s=self._s) if memory else SQL(""),
+                s=self._s,
+                cosine=cosine,
+                kind=Literal(kind),
+                k1=Literal(K1),
+                b=Literal(B),
+                join=SQL(" JOIN {s}.memory_objects m ON m.id = d.ref").format(s=self._s)
+                if memory
+                else SQL(""),
                 scope=self._scope("d.namespace", "d.ref") if memory else SQL("d.namespace = ANY(%(scope)s)"),
                 visible=self._visible() if memory else SQL("TRUE"),
             ),
@@ -208,7 +220,11 @@ class ScopedView:
                 ).format(s=self._s)
             )
         elif not w.include_retired:
-            parts.append(SQL("m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > %(v)s)"))
+            parts.append(
+                SQL(
+                    "m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > %(v)s)"
+                )
+            )
             if w.valid_at is not None:
                 parts.append(SQL("m.valid_from <= %(v)s"))
         if w.tags:

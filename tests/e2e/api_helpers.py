@@ -22,7 +22,9 @@ class Api:
 
     def key(self, namespace: str, actor: str, role: str) -> str:
         operator = Identity(tenant_of(namespace), "operator@test", "owner")
-        issued = self.runtime.core.governance.issue_key(operator, IssueKey(target=namespace, actor=actor, role=role))
+        issued = self.runtime.core.governance.issue_key(
+            operator, IssueKey(target=namespace, actor=actor, role=role)
+        )
         return issued.key
 
     def call(self, key: str | None, path: str, body: Any = None, method: str = "POST", **kw: Any) -> Any:
@@ -51,4 +53,3 @@ class Api:
                 return found
             found.extend(r.event for r in batch if isinstance(r.event, AuditRecorded))
             after = int(batch[-1].position or 0)
-

@@ -19,7 +19,12 @@ def test_missing_unknown_malformed_and_revoked_keys_get_401(api: Api) -> None:
     agent = api.key("acme/eng", "bot", "agent")
     admin = api.key("acme", "boss", "admin")
     assert api.mem(agent, "stats").status_code == 200
-    for key in (None, "mw_nope", "mw_" + "0" * 32 + "_" + "a" * 64, agent[:-1] + ("0" if agent[-1] != "0" else "1")):
+    for key in (
+        None,
+        "mw_nope",
+        "mw_" + "0" * 32 + "_" + "a" * 64,
+        agent[:-1] + ("0" if agent[-1] != "0" else "1"),
+    ):
         response = api.mem(key, "stats")
         assert response.status_code == 401, key
         assert response.json()["error"] == "unauthenticated"
@@ -76,7 +81,9 @@ def test_key_minting_rules(api: Api) -> None:
     outside = api.call(admin, "/v1/admin/keys", {"target": "acme/sales", "actor": "x", "role": "agent"})
     assert outside.status_code == 403
     assert outside.json()["error"] == "outside_subtree"
-    lookalike = api.call(admin, "/v1/admin/keys", {"target": "acme/engineering", "actor": "x", "role": "agent"})
+    lookalike = api.call(
+        admin, "/v1/admin/keys", {"target": "acme/engineering", "actor": "x", "role": "agent"}
+    )
     assert lookalike.json()["error"] == "outside_subtree"
     bad_role = api.call(admin, "/v1/admin/keys", {"target": "acme/eng", "actor": "x", "role": "root"})
     assert bad_role.status_code == 400
@@ -85,7 +92,10 @@ def test_key_minting_rules(api: Api) -> None:
     new_key = made.json()["key"]
     assert new_key.startswith("mw_" + made.json()["key_id"] + "_")
     assert api.mem(new_key, "stats").json()["namespace"] == "acme/eng/platform"
-    assert api.call(owner, "/v1/admin/keys", {"target": "acme", "actor": "o2", "role": "owner"}).status_code == 200
+    assert (
+        api.call(owner, "/v1/admin/keys", {"target": "acme", "actor": "o2", "role": "owner"}).status_code
+        == 200
+    )
     listed = api.call(admin, "/v1/admin/keys", method="GET").json()
     assert {k["namespace"] for k in listed} == {"acme/eng", "acme/eng/platform"}
     assert all("key_hash" not in k and "key" not in k for k in listed)
@@ -105,7 +115,9 @@ def test_identity_in_body_or_query_is_refused_and_audited(api: Api) -> None:
         assert response.json()["error"] == "identity_in_body"
     nested = api.mem(agent, "write", {"content": FACT, "provenance": {"source": "document", "actor": "ceo"}})
     assert nested.json()["error"] == "identity_in_body"
-    query = api.client.post("/v1/mem/stats?namespace=acme", json={}, headers={"Authorization": f"Bearer {agent}"})
+    query = api.client.post(
+        "/v1/mem/stats?namespace=acme", json={}, headers={"Authorization": f"Bearer {agent}"}
+    )
     assert query.status_code == 400
     assert query.json()["error"] == "identity_in_body"
     records = api.audit_records()[before:]
@@ -120,25 +132,42 @@ def test_unknown_fields_wrong_types_malformed_json_huge_bodies_never_500(api: Ap
     auth = {"Authorization": f"Bearer {agent}"}
     admin_auth = {"Authorization": f"Bearer {admin}"}
     routes = [
-        ("POST", "/v1/mem/write", auth), ("POST", "/v1/mem/write_status", auth), ("POST", "/v1/mem/read", auth),
-        ("POST", "/v1/mem/history", auth), ("POST", "/v1/mem/verify", auth), ("POST", "/v1/mem/stats", auth),
-        ("POST", "/v1/mem/policy", auth), ("POST", "/v1/mem/policy_ack", auth), ("POST", "/v1/mem/pin", auth),
-        ("POST", "/v1/mem/unpin", auth), ("POST", "/v1/mem/share", admin_auth),
-        ("POST", "/v1/admin/keys", admin_auth), ("POST", "/v1/admin/keys/revoke", admin_auth),
+        ("POST", "/v1/mem/write", auth),
+        ("POST", "/v1/mem/write_status", auth),
+        ("POST", "/v1/mem/read", auth),
+        ("POST", "/v1/mem/history", auth),
+        ("POST", "/v1/mem/verify", auth),
+        ("POST", "/v1/mem/stats", auth),
+        ("POST", "/v1/mem/policy", auth),
+        ("POST", "/v1/mem/policy_ack", auth),
+        ("POST", "/v1/mem/pin", auth),
+        ("POST", "/v1/mem/unpin", auth),
+        ("POST", "/v1/mem/share", admin_auth),
+        ("POST", "/v1/admin/keys", admin_auth),
+        ("POST", "/v1/admin/keys/revoke", admin_auth),
         ("PUT", "/v1/admin/policies/acme/eng", admin_auth),
         ("POST", "/v1/admin/disputes/8d84b5f2-bf4b-486c-84e3-8a32a4fd1068/resolve", admin_auth),
         ("POST", "/v1/compliance/ledger/verify", admin_auth),
         ("POST", "/v1/compliance/ledger/checkpoint", admin_auth),
     ]
     bodies = [
-        b"{not json", b"[1, 2]", b'"text"', b"null", b'{"typo_field": 1}', b'{"content": 5, "id": [], "supports": "yes"}',
-        b'{"id": "not-a-uuid"}', b"\xff\xfe\x00", b'{"content": "' + b"x" * 2_000_000 + b'"}',
+        b"{not json",
+        b"[1, 2]",
+        b'"text"',
+        b"null",
+        b'{"typo_field": 1}',
+        b'{"content": 5, "id": [], "supports": "yes"}',
+        b'{"id": "not-a-uuid"}',
+        b"\xff\xfe\x00",
+        b'{"content": "' + b"x" * 2_000_000 + b'"}',
     ]
     before = len(api.audit_records())
     sent = 0
     for method, path, headers in routes:
         for body in bodies:
-            response = api.client.request(method, path, content=body, headers={**headers, "Content-Type": "application/json"})
+            response = api.client.request(
+                method, path, content=body, headers={**headers, "Content-Type": "application/json"}
+            )
             sent += 1
             assert response.status_code < 500, (path, body[:30], response.text)
             assert response.status_code in {400, 413}, (path, body[:30], response.status_code, response.text)
@@ -162,9 +191,16 @@ def test_a_suspended_tenant_gets_403_on_every_syscall(api: Api) -> None:
     assert suspend.status_code == 200, suspend.text
     memory = {"id": written["id"]}
     calls = [
-        ("write", {"content": "Another fact about the billing system"}), ("write_status", {"ticket": written["id"]}),
-        ("read", memory), ("history", memory), ("verify", {**memory, "supports": True}), ("stats", {}),
-        ("policy", {}), ("policy_ack", {"directive_id": "d1"}), ("pin", memory), ("unpin", memory),
+        ("write", {"content": "Another fact about the billing system"}),
+        ("write_status", {"ticket": written["id"]}),
+        ("read", memory),
+        ("history", memory),
+        ("verify", {**memory, "supports": True}),
+        ("stats", {}),
+        ("policy", {}),
+        ("policy_ack", {"directive_id": "d1"}),
+        ("pin", memory),
+        ("unpin", memory),
     ]
     for name, body in calls:
         response = api.mem(agent, name, body)
@@ -172,7 +208,10 @@ def test_a_suspended_tenant_gets_403_on_every_syscall(api: Api) -> None:
         assert response.json()["error"] == "tenant_suspended"
     share = api.mem(admin, "share", {"id": written["id"], "with": "acme/ops"})
     assert share.json()["error"] == "tenant_suspended"
-    assert api.call(admin, "/v1/admin/keys", {"target": "acme/eng", "actor": "x", "role": "agent"}).status_code == 403
+    assert (
+        api.call(admin, "/v1/admin/keys", {"target": "acme/eng", "actor": "x", "role": "agent"}).status_code
+        == 403
+    )
     assert api.mem(other, "stats").status_code == 200  # another tenant is untouched
     lifted = api.call(admin, "/v1/admin/policies/acme", {"suspended": False}, method="PUT")
     assert lifted.status_code == 200
@@ -183,7 +222,10 @@ def test_rate_limit_is_a_token_bucket_per_key_with_retry_after(api: Api) -> None
     admin = api.key("acme", "boss", "admin")
     agent = api.key("acme/eng", "bot", "agent")
     agent2 = api.key("acme/eng", "bot2", "agent")
-    assert api.call(admin, "/v1/admin/policies/acme/eng", {"rate_limit_per_minute": 3}, method="PUT").status_code == 200
+    assert (
+        api.call(admin, "/v1/admin/policies/acme/eng", {"rate_limit_per_minute": 3}, method="PUT").status_code
+        == 200
+    )
     statuses = [api.mem(agent, "stats").status_code for _ in range(5)]
     assert statuses == [200, 200, 200, 429, 429]
     limited = api.mem(agent, "stats")
@@ -197,7 +239,12 @@ def test_mixed_workload_yields_exactly_one_audit_record_per_syscall(api: Api) ->
     agent = api.key("acme/eng", "bot", "agent")
     auditor = api.key("acme/eng", "audrey", "auditor")
     limited = api.key("acme/limited", "slow", "agent")
-    assert api.call(admin, "/v1/admin/policies/acme/limited", {"rate_limit_per_minute": 2}, method="PUT").status_code == 200
+    assert (
+        api.call(
+            admin, "/v1/admin/policies/acme/limited", {"rate_limit_per_minute": 2}, method="PUT"
+        ).status_code
+        == 200
+    )
     before = len(api.audit_records())
     statuses: list[int] = []
     ids: list[str] = []
@@ -207,7 +254,10 @@ def test_mixed_workload_yields_exactly_one_audit_record_per_syscall(api: Api) ->
         ids.append(response.json()["id"])
     statuses += [api.mem(agent, "read", {"id": memory_id}).status_code for memory_id in ids]
     missing = "00000000-0000-4000-8000-000000000000"
-    statuses += [api.mem(agent, "read", {"id": missing}).status_code, api.mem(agent, "history", {"id": missing}).status_code]
+    statuses += [
+        api.mem(agent, "read", {"id": missing}).status_code,
+        api.mem(agent, "history", {"id": missing}).status_code,
+    ]
     statuses += [api.mem(auditor, "write", {"content": "auditors cannot write this"}).status_code]
     statuses += [api.mem(agent, "write", {"content": FACT, "namespace": "acme"}).status_code]
     statuses += [api.mem(agent, "write", {"content": 12}).status_code]
@@ -228,7 +278,9 @@ def test_mixed_workload_yields_exactly_one_audit_record_per_syscall(api: Api) ->
 def test_projection_lag_is_503_with_retry_after_and_audited(settings: Settings) -> None:
     from litestar.testing import TestClient  # noqa: PLC0415
 
-    lagging = Settings(**{**{f: getattr(settings, f) for f in settings.__struct_fields__}, "read_wait_seconds": 0.2})
+    lagging = Settings(
+        **{**{f: getattr(settings, f) for f in settings.__struct_fields__}, "read_wait_seconds": 0.2}
+    )
     with Runtime(lagging, follow=False) as runtime:
         runtime.reads.runner.catch_up()
         with TestClient(app=create_app(runtime=runtime)) as client:

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from tests.e2e.api_helpers import Api
 
-SEGMENT = st.sampled_from(["acme", "eng", "engineering", "a_b", "a%b", "a\\b", "ab", "x", "x_", "%", "_", "\\"])
+SEGMENT = st.sampled_from(
+    ["acme", "eng", "engineering", "a_b", "a%b", "a\\b", "ab", "x", "x_", "%", "_", "\\"]
+)
 
 
 def _plant(api: Api, namespace: str, tag: str) -> tuple[str, str]:
@@ -22,12 +24,16 @@ def _plant(api: Api, namespace: str, tag: str) -> tuple[str, str]:
 
 
 def _visible_via_reads(api: Api, key: str, memory_id: str) -> bool:
+    """read, history and search agree on what the key may see."""
     read = api.mem(key, "read", {"id": memory_id})
     history = api.mem(key, "history", {"id": memory_id})
     assert read.status_code in {200, 404}, read.text
     assert (read.status_code == 200) == (history.status_code == 200)
     if read.status_code == 404:
         assert read.json()["error"] == "not_found"
+    found = api.mem(key, "search", {"query": "planted fact lives in namespace", "k": 100})
+    assert found.status_code == 200, found.text
+    assert (memory_id in {r["id"] for r in found.json()["results"]}) == (read.status_code == 200)
     return read.status_code == 200
 
 
@@ -38,8 +44,19 @@ def _ancestors(namespace: str) -> set[str]:
 
 def test_look_alikes_siblings_and_descendants_are_invisible(api: Api) -> None:
     names = [
-        "acme", "acme/eng", "acme/engineering", "acme/eng/platform", "acme/sales",
-        "acme/a_b", "acme/axb", "acme/a%b", "acme/a%bc", "acme/a\\b", "acme/a\\\\b", "acme/_", "acme/%",
+        "acme",
+        "acme/eng",
+        "acme/engineering",
+        "acme/eng/platform",
+        "acme/sales",
+        "acme/a_b",
+        "acme/axb",
+        "acme/a%b",
+        "acme/a%bc",
+        "acme/a\\b",
+        "acme/a\\\\b",
+        "acme/_",
+        "acme/%",
     ]
     planted = {ns: _plant(api, ns, str(i)) for i, ns in enumerate(names)}
     api.settle()
@@ -61,7 +78,9 @@ def test_stats_and_audit_are_scoped(api: Api) -> None:
     assert records, "control: the auditor sees its own subtree's records"
     assert {r["namespace"] for r in records} == {"acme/a_b"}  # never acme/axb: `_` is escaped
     eng_auditor = api.key("acme/eng", "audrey", "auditor")
-    namespaces = {r["namespace"] for r in api.call(eng_auditor, "/v1/compliance/audit", method="GET").json()["records"]}
+    namespaces = {
+        r["namespace"] for r in api.call(eng_auditor, "/v1/compliance/audit", method="GET").json()["records"]
+    }
     assert namespaces == {"acme/eng", "acme/eng/platform"}
 
 
@@ -81,7 +100,9 @@ def test_shares_extend_the_scope_of_the_target_only(api: Api) -> None:
     assert not _visible_via_reads(api, support, memory_id)
     assert api.mem(sales, "stats").json()["shared_in"] == 1
     assert api.mem(admin, "share", {"id": memory_id, "with": "globex/sales"}).status_code == 403
-    assert api.mem(admin, "share", {"id": memory_id, "with": "acme/eng/platform"}).status_code == 400  # sees it already
+    assert (
+        api.mem(admin, "share", {"id": memory_id, "with": "acme/eng/platform"}).status_code == 400
+    )  # sees it already
     other_admin = api.key("acme/sales", "sa", "admin")
     assert api.mem(other_admin, "share", {"id": memory_id, "with": "acme/support"}).status_code == 404
     agent = api.key("acme/eng", "bot", "agent")
@@ -101,7 +122,10 @@ namespace_trees = st.lists(
 @given(tree=namespace_trees)
 def test_every_read_route_sees_exactly_own_namespace_and_ancestors(api: Api, tree: list[str]) -> None:
     run = next(_runs)
-    names = sorted({a.replace("t/", f"t{run}/", 1) if a.startswith("t/") else a for ns in tree for a in _ancestors(ns)} - {"t"})
+    names = sorted(
+        {a.replace("t/", f"t{run}/", 1) if a.startswith("t/") else a for ns in tree for a in _ancestors(ns)}
+        - {"t"}
+    )
     names = sorted({f"t{run}", *names})
     planted = {ns: _plant(api, ns, f"{run}-{i}") for i, ns in enumerate(names)}
     api.settle()

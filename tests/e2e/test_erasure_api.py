@@ -26,15 +26,28 @@ def test_forget_over_http_then_read_and_certificates(api: Api) -> None:
     agent = api.key("acme/eng", "bot", "agent")
     auditor = api.key("acme/eng", "audrey", "auditor")
     outsider = api.key("acme/sales", "sam", "auditor")
-    written = api.mem(agent, "write", {"content": "Dana's phone is on the third floor desk", "subject": "Dana",
-                                       "attribute": "desk", "value": "third floor"}).json()
+    written = api.mem(
+        agent,
+        "write",
+        {
+            "content": "Dana's phone is on the third floor desk",
+            "subject": "Dana",
+            "attribute": "desk",
+            "value": "third floor",
+        },
+    ).json()
     kept = api.mem(agent, "write", {"content": "The release train leaves every Tuesday"}).json()
 
     refused = api.mem(agent, "forget", {"subject": "dana", "reason": "request"})
     assert refused.status_code == 403
-    assert api.mem(admin, "forget", {"subject": "dana", "ids": [written["id"]], "reason": "x"}).status_code == 400
+    assert (
+        api.mem(admin, "forget", {"subject": "dana", "ids": [written["id"]], "reason": "x"}).status_code
+        == 400
+    )
     assert api.mem(admin, "forget", {"subtree": "..", "reason": "x"}).status_code == 403
-    assert api.mem(admin, "forget", {"subject": "dana", "reason": "x", "namespace": "acme"}).status_code == 400
+    assert (
+        api.mem(admin, "forget", {"subject": "dana", "reason": "x", "namespace": "acme"}).status_code == 400
+    )
 
     response = api.mem(admin, "forget", {"subject": "stakeholder:dana", "reason": "GDPR request 7"})
     assert response.status_code == 200, response.text
@@ -54,18 +67,27 @@ def test_forget_over_http_then_read_and_certificates(api: Api) -> None:
     got = api.call(auditor, f"/v1/compliance/certificates/{certificate['id']}", method="GET")
     assert got.status_code == 200
     assert got.json() == certificate
-    assert api.call(outsider, f"/v1/compliance/certificates/{certificate['id']}", method="GET").status_code == 404
-    assert api.call(agent, f"/v1/compliance/certificates/{certificate['id']}", method="GET").status_code == 403
+    assert (
+        api.call(outsider, f"/v1/compliance/certificates/{certificate['id']}", method="GET").status_code
+        == 404
+    )
+    assert (
+        api.call(agent, f"/v1/compliance/certificates/{certificate['id']}", method="GET").status_code == 403
+    )
 
     verified = api.call(auditor, "/v1/compliance/certificates/verify", certificate)
     assert verified.status_code == 200
     assert verified.json()["valid"] is True
-    forged = api.call(auditor, "/v1/compliance/certificates/verify", {**certificate, "count": 0, "erased_ids": []})
+    forged = api.call(
+        auditor, "/v1/compliance/certificates/verify", {**certificate, "count": 0, "erased_ids": []}
+    )
     assert forged.json()["valid"] is False
     altered = api.call(auditor, "/v1/compliance/certificates/verify", {**certificate, "reason": "other"})
     assert altered.json()["valid"] is False
 
-    ops = [(r.op, r.outcome) for r in api.audit_records() if isinstance(r, AuditRecorded) and "forget" in r.op]
+    ops = [
+        (r.op, r.outcome) for r in api.audit_records() if isinstance(r, AuditRecorded) and "forget" in r.op
+    ]
     assert ("forget", "ok") in ops
     assert ("forget", "denied") in ops
     assert api.runtime.ledger.verify().ok

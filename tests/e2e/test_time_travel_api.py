@@ -28,11 +28,15 @@ def test_asof_answers_in_scope_with_position_and_cursor(api: Api) -> None:
     assert body["position"] > 0
     assert body["next_cursor"]
     rest = api.call(
-        auditor, "/v1/compliance/asof", {"as_of": now, "target": "acme/eng", "limit": 2, "cursor": body["next_cursor"]}
+        auditor,
+        "/v1/compliance/asof",
+        {"as_of": now, "target": "acme/eng", "limit": 2, "cursor": body["next_cursor"]},
     ).json()
     assert len(rest["memories"]) == 1
     assert rest["next_cursor"] is None
-    past = api.call(auditor, "/v1/compliance/asof", {"as_of": before.isoformat(), "target": "acme/eng"}).json()
+    past = api.call(
+        auditor, "/v1/compliance/asof", {"as_of": before.isoformat(), "target": "acme/eng"}
+    ).json()
     assert past["memories"] == []
     assert api.call(auditor, "/v1/compliance/asof", {"as_of": now, "target": "other/x"}).status_code == 403
     assert api.call(auditor, "/v1/compliance/asof", {"as_of": "2026-01-01T00:00:00"}).status_code == 400

@@ -46,7 +46,9 @@ def head(rt: Runtime) -> int:
 
 def test_a_capsule_fills_its_lanes_and_its_receipt_verifies(runtime: Runtime) -> None:
     runtime.core.governance.set_policy(
-        ADMIN, "acme", PolicyBody(directives=(Directive(id="tone", text="Answer briefly and cite memory ids."),))
+        ADMIN,
+        "acme",
+        PolicyBody(directives=(Directive(id="tone", text="Answer briefly and cite memory ids."),)),
     )
     pinned = write(runtime, AGENT, "The incident channel is #inc-alpha.")
     runtime.core.governance.pin(AGENT, pinned, visible=True, pinned=True)
@@ -60,7 +62,9 @@ def test_a_capsule_fills_its_lanes_and_its_receipt_verifies(runtime: Runtime) ->
     assert ("pinned", str(pinned)) in lanes
     assert ("relevant", str(relevant)) in lanes
     assert str(hidden) not in {b.ref for b in capsule.blocks}
-    assert [lane for lane, _ in lanes] == sorted((lane for lane, _ in lanes), key=["directive", "pinned", "recent", "relevant"].index)
+    assert [lane for lane, _ in lanes] == sorted(
+        (lane for lane, _ in lanes), key=["directive", "pinned", "recent", "relevant"].index
+    )
     assert sum(b.token_estimate for b in capsule.blocks) <= 200
     assert {a.ref for a in capsule.admission if a.admitted} == {b.ref for b in capsule.blocks}
 
@@ -68,7 +72,9 @@ def test_a_capsule_fills_its_lanes_and_its_receipt_verifies(runtime: Runtime) ->
     receipt = capsule.receipt
     assert merkle_root([block_hash(b) for b in capsule.blocks]) == receipt.merkle_root
     public = runtime.ledger.checkpoints.public_keys()[receipt.key_id]
-    Ed25519PublicKey.from_public_bytes(public).verify(base64.b64decode(receipt.signature), receipt_message(receipt))
+    Ed25519PublicKey.from_public_bytes(public).verify(
+        base64.b64decode(receipt.signature), receipt_message(receipt)
+    )
     assert receipt.position <= head(runtime)
     assert runtime.working_sets.verify_capsule(capsule) is None
 
@@ -83,15 +89,22 @@ def test_a_capsule_fills_its_lanes_and_its_receipt_verifies(runtime: Runtime) ->
         capsule, blocks=[msgspec.structs.replace(capsule.blocks[-1], content="Deploys need no approval.")]
     )
     assert runtime.working_sets.verify_capsule(tampered) is not None
-    forged = msgspec.structs.replace(capsule, receipt=msgspec.structs.replace(receipt, position=receipt.position + 1))
+    forged = msgspec.structs.replace(
+        capsule, receipt=msgspec.structs.replace(receipt, position=receipt.position + 1)
+    )
     assert runtime.working_sets.verify_capsule(forged) is not None
 
 
 def test_output_order_is_stable_and_telemetry_comes_from_capsules(runtime: Runtime) -> None:
-    ids = [write(runtime, AGENT, f"Runbook step {n}: check the deploy dashboard for region {n}.") for n in range(4)]
+    ids = [
+        write(runtime, AGENT, f"Runbook step {n}: check the deploy dashboard for region {n}.")
+        for n in range(4)
+    ]
     first = runtime.working_sets.assemble(AGENT, 500, "deploy dashboard runbook", after=head(runtime))
     second = runtime.working_sets.assemble(AGENT, 500, "deploy dashboard runbook", after=head(runtime))
-    assert [b.ref for b in second.blocks] == sorted((b.ref for b in second.blocks), key=[b.ref for b in second.blocks].index)
+    assert [b.ref for b in second.blocks] == sorted(
+        (b.ref for b in second.blocks), key=[b.ref for b in second.blocks].index
+    )
     assert {b.ref for b in first.blocks} == {b.ref for b in second.blocks}
     assert [b.lane for b in second.blocks] == ["recent"] * len(second.blocks)  # used before → recent lane
     third = runtime.working_sets.assemble(AGENT, 500, "deploy dashboard runbook", after=head(runtime))
@@ -99,7 +112,9 @@ def test_output_order_is_stable_and_telemetry_comes_from_capsules(runtime: Runti
     runtime.reads.wait_for(head(runtime))
     with runtime.ledger.datastore.get_connection() as conn:
         rows = conn.execute(
-            SQL("SELECT memory_id, use_count, last_used FROM {}.memory_access").format(Identifier(runtime.ledger.schema))
+            SQL("SELECT memory_id, use_count, last_used FROM {}.memory_access").format(
+                Identifier(runtime.ledger.schema)
+            )
         ).fetchall()
     counts = {r["memory_id"]: r["use_count"] for r in rows}
     assert {counts.get(i) for i in ids} == {3}
@@ -108,7 +123,9 @@ def test_output_order_is_stable_and_telemetry_comes_from_capsules(runtime: Runti
 def test_directives_take_at_most_35_percent(runtime: Runtime) -> None:
     long_rule = "Always follow the change-management procedure. " * 6
     runtime.core.governance.set_policy(
-        ADMIN, "acme", PolicyBody(directives=(Directive(id="a", text=long_rule), Directive(id="b", text="Be kind.")))
+        ADMIN,
+        "acme",
+        PolicyBody(directives=(Directive(id="a", text=long_rule), Directive(id="b", text="Be kind."))),
     )
     write(runtime, AGENT, "Change freeze starts on December 20.")
     capsule = runtime.working_sets.assemble(AGENT, 100, "change freeze", after=head(runtime))
@@ -156,20 +173,26 @@ def test_fault_tiers_l2_then_l3_then_miss(runtime: Runtime) -> None:
     fact = write(runtime, AGENT, "The staging database is restored from backup every Sunday night.")
     publish(runtime, "acme/eng")
 
-    l2 = runtime.working_sets.fault(AGENT, "When is the staging database restored from backup?", after=head(runtime))
+    l2 = runtime.working_sets.fault(
+        AGENT, "When is the staging database restored from backup?", after=head(runtime)
+    )
     assert l2.hit
     assert l2.source == "L2"
     assert l2.blocks[0].ref == fact
     assert l2.score >= 0.35
 
-    l3 = runtime.working_sets.fault(AGENT, "What is the hotel limit for travel expenses?", after=head(runtime))
+    l3 = runtime.working_sets.fault(
+        AGENT, "What is the hotel limit for travel expenses?", after=head(runtime)
+    )
     assert l3.hit
     assert l3.source == "L3"
     assert l3.blocks[0].kind == "knowledge"
     assert "180 euros" in l3.blocks[0].content
     assert 0.15 <= l3.score < 1
 
-    miss = runtime.working_sets.fault(AGENT, "Who won the chess tournament in Reykjavik?", after=head(runtime))
+    miss = runtime.working_sets.fault(
+        AGENT, "Who won the chess tournament in Reykjavik?", after=head(runtime)
+    )
     assert not miss.hit
     assert miss.source is None
     assert miss.blocks == []
@@ -177,14 +200,24 @@ def test_fault_tiers_l2_then_l3_then_miss(runtime: Runtime) -> None:
 
     tiers = [(e.tier, e.best_candidate) for e in fault_events(runtime)]
     assert [t for t, _ in tiers] == ["L2", "L3", "miss"]
-    audit = [r.event for r in runtime.ledger.read(0, 10_000) if isinstance(r.event, AuditRecorded) and r.event.op == "fault"]
-    assert [(a.outcome, a.detail.split()[0]) for a in audit] == [("ok", "tier=L2"), ("ok", "tier=L3"), ("miss", "tier=miss")]
+    audit = [
+        r.event
+        for r in runtime.ledger.read(0, 10_000)
+        if isinstance(r.event, AuditRecorded) and r.event.op == "fault"
+    ]
+    assert [(a.outcome, a.detail.split()[0]) for a in audit] == [
+        ("ok", "tier=L2"),
+        ("ok", "tier=L3"),
+        ("miss", "tier=miss"),
+    ]
 
     # a miss and an L3 answer count against the best L2 candidate (here the one memory)
     runtime.reads.wait_for(head(runtime))
     with runtime.ledger.datastore.get_connection() as conn:
         row = conn.execute(
-            SQL("SELECT fault_count FROM {}.memory_access WHERE memory_id = %s").format(Identifier(runtime.ledger.schema)),
+            SQL("SELECT fault_count FROM {}.memory_access WHERE memory_id = %s").format(
+                Identifier(runtime.ledger.schema)
+            ),
             (fact,),
         ).fetchone()
     assert row is not None
@@ -194,10 +227,14 @@ def test_fault_tiers_l2_then_l3_then_miss(runtime: Runtime) -> None:
 def test_fault_stays_inside_the_scope(runtime: Runtime) -> None:
     write(runtime, SIBLING, "The staging database is restored from backup every Sunday night.")
     publish(runtime, "acme/sales")
-    answer = runtime.working_sets.fault(AGENT, "When is the staging database restored from backup?", after=head(runtime))
+    answer = runtime.working_sets.fault(
+        AGENT, "When is the staging database restored from backup?", after=head(runtime)
+    )
     assert not answer.hit
     assert answer.blocks == []
-    other = runtime.working_sets.fault(AGENT, "What is the hotel limit for travel expenses?", after=head(runtime))
+    other = runtime.working_sets.fault(
+        AGENT, "What is the hotel limit for travel expenses?", after=head(runtime)
+    )
     assert not other.hit
 
 

@@ -48,7 +48,9 @@ def write(rt: Runtime, who: Identity, content: str, **kw: Any) -> uuid.UUID:
 def plant_marker(rt: Runtime, marker: str) -> list[uuid.UUID]:
     """A memory carrying the marker, superseded twice (each version carries it)."""
     ids = []
-    for n, (source, place) in enumerate((("conversation", "Main St"), ("document", "Elm St"), ("manual", "Oak"))):
+    for n, (source, place) in enumerate(
+        (("conversation", "Main St"), ("document", "Elm St"), ("manual", "Oak"))
+    ):
         ids.append(
             write(
                 rt,
@@ -102,9 +104,7 @@ def tables_holding(rt: Runtime, needle: str) -> list[str]:
                 " WHERE table_schema = %s AND table_name = %s",
                 (schema, table),
             ).fetchall()
-            decoded = [
-                SQL("encode({}, 'escape')").format(Identifier(c)) for c, t in columns if t == "bytea"
-            ]
+            decoded = [SQL("encode({}, 'escape')").format(Identifier(c)) for c, t in columns if t == "bytea"]
             text = SQL("concat_ws(' ', t::text{})").format(SQL("").join(SQL(", ") + d for d in decoded))
             for form in forms:
                 row = conn.execute(
@@ -212,8 +212,12 @@ def test_marker_is_gone_everywhere_after_erasure_and_after_a_rebuild(runtime: Ru
 
 
 def test_erasure_is_one_transaction_with_key_destruction(runtime: Runtime) -> None:
-    memory_id = write(runtime, ADMIN, "Dana prefers tea over coffee in meetings", subject="dana", attribute="drink")
-    other = write(runtime, ADMIN, "Dana's manager is Erin in the platform team", selectors=("stakeholder:dana",))
+    memory_id = write(
+        runtime, ADMIN, "Dana prefers tea over coffee in meetings", subject="dana", attribute="drink"
+    )
+    other = write(
+        runtime, ADMIN, "Dana's manager is Erin in the platform team", selectors=("stakeholder:dana",)
+    )
     keep = write(runtime, ADMIN, "The build server is in Frankfurt region two")
     schema = Identifier(runtime.ledger.schema)
     head = runtime.ledger.head_position()
@@ -221,13 +225,18 @@ def test_erasure_is_one_transaction_with_key_destruction(runtime: Runtime) -> No
     assert result.erased == 2
     assert set(result.certificate.erased_ids) == {memory_id, other}
     with runtime.ledger.datastore.get_connection() as conn:
-        keys = {r["memory_id"] for r in conn.execute(SQL("SELECT memory_id FROM {}.data_keys").format(schema))}
+        keys = {
+            r["memory_id"] for r in conn.execute(SQL("SELECT memory_id FROM {}.data_keys").format(schema))
+        }
     assert memory_id not in keys
     assert other not in keys
     assert keep in keys
     new_events = runtime.ledger.read(head, 100)
     assert [type(r.event).__name__ for r in new_events] == [
-        "MemoryErased", "MemoryErased", "ErasureCertified", "AuditRecorded"
+        "MemoryErased",
+        "MemoryErased",
+        "ErasureCertified",
+        "AuditRecorded",
     ]
     assert all(isinstance(r.event, MemoryErased) for r in new_events[:2])
     assert "dana" not in msgspec.json.encode(new_events[2].event).decode().lower()
@@ -291,7 +300,9 @@ def seed(rt: Runtime) -> dict[str, uuid.UUID]:
     ids = {}
     for ns in NAMESPACES:
         who = Identity(ns, "writer", "admin")
-        ids[ns] = write(rt, who, f"Henrik works in {ns} on the quarterly plan", selectors=("stakeholder:henrik",))
+        ids[ns] = write(
+            rt, who, f"Henrik works in {ns} on the quarterly plan", selectors=("stakeholder:henrik",)
+        )
     rt.reads.runner.catch_up()
     return ids
 
@@ -316,7 +327,9 @@ def test_subtree_erasure_is_downward_only(
     runtime: Runtime, caller: str, subtree: str, expected: set[str]
 ) -> None:
     ids = seed(runtime)
-    result = runtime.core.erasure.forget(Identity(caller, "boss", "admin"), Forget(subtree=subtree, reason="x"))
+    result = runtime.core.erasure.forget(
+        Identity(caller, "boss", "admin"), Forget(subtree=subtree, reason="x")
+    )
     assert erased_set(runtime, ids) == expected
     assert result.erased == len(expected)
 
@@ -334,7 +347,9 @@ def test_subtree_erasure_is_downward_only(
         ("acme/eng/platform", "/acme/eng"),
     ],
 )
-def test_subtree_above_or_beside_erases_nothing_and_is_audited(runtime: Runtime, caller: str, subtree: str) -> None:
+def test_subtree_above_or_beside_erases_nothing_and_is_audited(
+    runtime: Runtime, caller: str, subtree: str
+) -> None:
     ids = seed(runtime)
     head = runtime.ledger.head_position()
     with pytest.raises(OutsideSubtree):
@@ -356,12 +371,16 @@ def test_subject_and_id_erasure_scoping(runtime: Runtime) -> None:
     with pytest.raises(NotFound):
         runtime.core.erasure.forget(eng, Forget(ids=(ids["acme/sales"],), reason="x"))
     with pytest.raises(NotFound):  # all or nothing: one bad id erases nothing
-        runtime.core.erasure.forget(eng, Forget(ids=(ids["acme/eng/platform"], ids["acme/engineering"]), reason="x"))
+        runtime.core.erasure.forget(
+            eng, Forget(ids=(ids["acme/eng/platform"], ids["acme/engineering"]), reason="x")
+        )
     assert erased_set(runtime, ids) == set()
     result = runtime.core.erasure.forget(eng, Forget(subject="stakeholder:Henrik", reason="x"))
     assert erased_set(runtime, ids) == {"acme/eng", "acme/eng/platform", "acme/eng/platform/db"}
     assert result.erased == 3
-    underscore = runtime.core.erasure.forget(Identity("acme/en_", "b", "owner"), Forget(subject="henrik", reason="x"))
+    underscore = runtime.core.erasure.forget(
+        Identity("acme/en_", "b", "owner"), Forget(subject="henrik", reason="x")
+    )
     assert underscore.erased == 1
     assert "acme/enx" not in erased_set(runtime, ids)
 

@@ -133,7 +133,9 @@ def test_verify_reports_a_live_model_that_drifted(runtime: Runtime) -> None:
     assert fixed.differences  # the drift is reported, and the switch repairs it
     assert rebuilder.rebuild("memory_objects", verify=True).differences == []
     with runtime.ledger.datastore.get_connection() as conn:
-        row = conn.execute("SELECT count(*) AS n FROM memwarden.memory_objects WHERE content = 'tampered'").fetchone()
+        row = conn.execute(
+            "SELECT count(*) AS n FROM memwarden.memory_objects WHERE content = 'tampered'"
+        ).fetchone()
     assert row is not None
     assert row["n"] == 0
 

@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from psycopg.sql import SQL, Identifier
 
@@ -48,7 +49,9 @@ def write(rt: Runtime, who: Identity, content: str, **kw: Any) -> uuid.UUID:
 
 
 def search(rt: Runtime, who: Identity, query: str, driver: str | None = None, **kw: Any) -> list[uuid.UUID]:
-    answer = rt.reads.search.search(who, SearchQuery(query=query, **kw), driver, after=rt.ledger.head_position())
+    answer = rt.reads.search.search(
+        who, SearchQuery(query=query, **kw), driver, after=rt.ledger.head_position()
+    )
     return [r.id for r in answer.results]
 
 
@@ -92,7 +95,12 @@ def plant(rt: Runtime) -> dict[str, uuid.UUID]:
     ids = {
         name: write(rt, who, text.format(name))
         for name, who in {
-            "alpha": ALPHA, "eng": ENG, "beta": BETA, "child": CHILD, "lookalike": LOOKALIKE, "other": OTHER,
+            "alpha": ALPHA,
+            "eng": ENG,
+            "beta": BETA,
+            "child": CHILD,
+            "lookalike": LOOKALIKE,
+            "other": OTHER,
         }.items()
     }
     rt.reads.wait_for(rt.ledger.head_position())
@@ -132,7 +140,17 @@ def test_a_share_makes_exactly_that_memory_searchable(runtime: Runtime) -> None:
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["acme", "acme/eng", "acme/eng/alpha", "acme/eng/alpha/sub", "acme/eng/beta", "acme/engx", "globex"]),
+            st.sampled_from(
+                [
+                    "acme",
+                    "acme/eng",
+                    "acme/eng/alpha",
+                    "acme/eng/alpha/sub",
+                    "acme/eng/beta",
+                    "acme/engx",
+                    "globex",
+                ]
+            ),
             st.sampled_from(["falcon", "kestrel", "osprey"]),
         ),
         min_size=1,
@@ -150,7 +168,10 @@ def test_property_search_never_leaks_outside_the_scope(
         who = Identity(namespace=f"{run}{namespace}", actor="w", role="agent")
         placed[write(runtime, who, f"The {bird} nest count for survey {n} is {n * 7}.")] = f"{run}{namespace}"
     caller = Identity(namespace=f"{run}{caller_ns}", actor="r", role="agent")
-    scope = {caller.namespace, *(caller.namespace.rsplit("/", i)[0] for i in range(1, caller.namespace.count("/") + 1))}
+    scope = {
+        caller.namespace,
+        *(caller.namespace.rsplit("/", i)[0] for i in range(1, caller.namespace.count("/") + 1)),
+    }
     for query in ("falcon nest count", "kestrel survey", "osprey"):
         found = search(runtime, caller, query, driver, k=50)
         assert all(placed[f] in scope for f in found if f in placed)
@@ -180,16 +201,39 @@ def msgspec_replace(command: WriteMemory, source: str) -> WriteMemory:
 
 def test_as_of_search_sees_what_was_believed_then(runtime: Runtime) -> None:
     before = datetime.now(UTC)
-    old = write(runtime, ALPHA, "The release train leaves on Thursdays.", subject="release", attribute="day", value="thu")
+    old = write(
+        runtime,
+        ALPHA,
+        "The release train leaves on Thursdays.",
+        subject="release",
+        attribute="day",
+        value="thu",
+    )
     between = datetime.now(UTC)
-    new = write(runtime, ALPHA, "The release train leaves on Fridays.", subject="release", attribute="day", value="fri")
+    new = write(
+        runtime,
+        ALPHA,
+        "The release train leaves on Fridays.",
+        subject="release",
+        attribute="day",
+        value="fri",
+    )
     assert set(search(runtime, ALPHA, "when does the release train leave", k=5)) == {new}
     assert set(search(runtime, ALPHA, "when does the release train leave", k=5, as_of=between)) == {old}
-    assert search(runtime, ALPHA, "when does the release train leave", k=5, as_of=before - timedelta(seconds=1)) == []
+    assert (
+        search(runtime, ALPHA, "when does the release train leave", k=5, as_of=before - timedelta(seconds=1))
+        == []
+    )
 
 
 def test_tags_and_selectors_filter(runtime: Runtime) -> None:
-    tagged = write(runtime, ALPHA, "Invoices go out on the first Monday.", tags=("finance",), selectors=("channel:slack",))
+    tagged = write(
+        runtime,
+        ALPHA,
+        "Invoices go out on the first Monday.",
+        tags=("finance",),
+        selectors=("channel:slack",),
+    )
     write(runtime, ALPHA, "Invoices for the lab go out on Fridays.")
     assert search(runtime, ALPHA, "when do invoices go out", tags=("finance",)) == [tagged]
     assert search(runtime, ALPHA, "when do invoices go out", selectors=("channel:slack",)) == [tagged]
@@ -224,7 +268,9 @@ def test_search_degrades_to_lexical_when_the_embedder_fails(runtime: Runtime) ->
     real = runtime.reads.search.embedder
     runtime.reads.search.embedder = Broken()  # type: ignore[assignment]
     try:
-        answer = runtime.reads.search.search(ALPHA, SearchQuery(query="coffee machine floor"), after=runtime.ledger.head_position())
+        answer = runtime.reads.search.search(
+            ALPHA, SearchQuery(query="coffee machine floor"), after=runtime.ledger.head_position()
+        )
     finally:
         runtime.reads.search.embedder = real
     assert answer.degraded
@@ -253,7 +299,9 @@ def test_a_failing_policy_driver_falls_back_to_the_baseline(runtime: Runtime) ->
 
     memory_id = write(runtime, ALPHA, "Backups run nightly at 02:00.")
     runtime.reads.search.drivers["exploding"] = Exploding()  # type: ignore[assignment]
-    answer = runtime.reads.search.search(ALPHA, SearchQuery(query="when do backups run"), "exploding", runtime.ledger.head_position())
+    answer = runtime.reads.search.search(
+        ALPHA, SearchQuery(query="when do backups run"), "exploding", runtime.ledger.head_position()
+    )
     assert answer.driver == "hybrid (fallback from exploding)"
     assert [r.id for r in answer.results][:1] == [memory_id]
 
@@ -261,9 +309,14 @@ def test_a_failing_policy_driver_falls_back_to_the_baseline(runtime: Runtime) ->
 def test_bad_queries_are_refused(runtime: Runtime) -> None:
     from domain.model.errors import InvalidRequest  # noqa: PLC0415
 
-    for bad in (SearchQuery(query="  "), SearchQuery(query="x", k=0), SearchQuery(query="x", k=1000),
-                SearchQuery(query="x", token_budget=0), SearchQuery(query="x" * 5000),
-                SearchQuery(query="x", as_of=datetime(2026, 1, 1))):
+    for bad in (
+        SearchQuery(query="  "),
+        SearchQuery(query="x", k=0),
+        SearchQuery(query="x", k=1000),
+        SearchQuery(query="x", token_budget=0),
+        SearchQuery(query="x" * 5000),
+        SearchQuery(query="x", as_of=datetime(2026, 1, 1)),
+    ):
         with pytest.raises(InvalidRequest):
             runtime.reads.search.search(ALPHA, bad)
 
@@ -279,11 +332,24 @@ def test_erasure_removes_every_index_row_and_statistic(runtime: Runtime) -> None
     s = Identifier(runtime.ledger.schema)
     with runtime.ledger.datastore.get_connection() as conn:
         for table, column in (("search_docs", "ref"), ("search_postings", "ref")):
-            row = conn.execute(SQL("SELECT count(*) AS n FROM {}.{} WHERE {} = %s").format(s, Identifier(table), Identifier(column)), (memory_id,)).fetchone()
+            row = conn.execute(
+                SQL("SELECT count(*) AS n FROM {}.{} WHERE {} = %s").format(
+                    s, Identifier(table), Identifier(column)
+                ),
+                (memory_id,),
+            ).fetchone()
             assert row is not None
             assert row["n"] == 0
-        assert conn.execute(SQL("SELECT count(*) AS n FROM {}.search_terms WHERE term = %s").format(s), (marker,)).fetchone()["n"] == 0  # type: ignore[index]
-        stats = conn.execute(SQL("SELECT docs FROM {}.search_stats WHERE namespace = %s AND kind = 'memory'").format(s), (ALPHA.namespace,)).fetchone()
+        assert (
+            conn.execute(
+                SQL("SELECT count(*) AS n FROM {}.search_terms WHERE term = %s").format(s), (marker,)
+            ).fetchone()["n"]
+            == 0
+        )  # type: ignore[index]
+        stats = conn.execute(
+            SQL("SELECT docs FROM {}.search_stats WHERE namespace = %s AND kind = 'memory'").format(s),
+            (ALPHA.namespace,),
+        ).fetchone()
         assert stats is None  # as if it had never been indexed
 
 

@@ -46,7 +46,7 @@ class LeakyDriver:
     name = "leaky"
 
     def search(self, view: ScopedView, request: SearchRequest) -> list[Hit]:
-        rows = view._conn.execute(  # noqa: SLF001 - exactly what a broken driver does
+        rows = view._conn.execute(
             SQL("SELECT ref FROM memwarden.search_docs ORDER BY ref LIMIT %s"), (request.k,)
         ).fetchall()
         return [Hit(r["ref"], 1.0) for r in rows] + LexicalDriver().search(view, request)
@@ -58,7 +58,7 @@ class WritingDriver:
     name = "writing"
 
     def search(self, view: ScopedView, request: SearchRequest) -> list[Hit]:
-        view._conn.execute("CREATE TABLE IF NOT EXISTS memwarden.driver_log (q text)")  # noqa: SLF001
+        view._conn.execute("CREATE TABLE IF NOT EXISTS memwarden.driver_log (q text)")
         return LexicalDriver().search(view, request)
 
 
@@ -89,7 +89,17 @@ class BlindDriver:
     ("driver", "expected"),
     [
         (LeakyDriver(), {"respects the scoped view", "deterministic k"}),
-        (WritingDriver(), {"finds a planted fact", "respects the scoped view", "latency envelope", "budget discipline", "read-only", "deterministic k"}),
+        (
+            WritingDriver(),
+            {
+                "finds a planted fact",
+                "respects the scoped view",
+                "latency envelope",
+                "budget discipline",
+                "read-only",
+                "deterministic k",
+            },
+        ),
         (SloppyDriver(), {"budget discipline", "deterministic k"}),
         (BlindDriver(), {"finds a planted fact"}),
     ],

@@ -60,8 +60,12 @@ def ids(answer: AsOfAnswer) -> list[uuid.UUID]:
 
 def slot(content: str, value: str, source: str, when: datetime | None = None) -> WriteMemory:
     return WriteMemory(
-        content=content, subject="dana", attribute="city", value=value,
-        provenance=ProvenanceClaim(source=source), event_time=when,
+        content=content,
+        subject="dana",
+        attribute="city",
+        value=value,
+        provenance=ProvenanceClaim(source=source),
+        event_time=when,
     )
 
 
@@ -136,13 +140,17 @@ def test_paging_and_query_agree(runtime: Runtime) -> None:
     agent = Identity("acme/eng", "agent-1", "agent")
     for n in range(7):
         clock.advance(1)
-        memory.write(agent, WriteMemory(content=f"Service {n} deploys on Tuesday {'blue' if n % 2 else 'green'}"))
+        memory.write(
+            agent, WriteMemory(content=f"Service {n} deploys on Tuesday {'blue' if n % 2 else 'green'}")
+        )
     scope = ancestors("acme/eng")
     seen: list[uuid.UUID] = []
     cursor = None
     while True:
         tt = runtime.reads.time_travel
-        question = AsOfQuestion(scope=scope, as_of=clock.advance(1), limit=3, after=cursor and uuid.UUID(cursor))
+        question = AsOfQuestion(
+            scope=scope, as_of=clock.advance(1), limit=3, after=cursor and uuid.UUID(cursor)
+        )
         sql, replay = tt.sql(question), tt.replay(question, snapshots=False)
         assert sql.memories == replay.memories
         assert sql.next_cursor == replay.next_cursor
@@ -203,14 +211,19 @@ verify_op = st.tuples(
     st.just("verify"), st.integers(0, 50), st.sampled_from(ACTORS), st.booleans(), st.integers(1, 60)
 )
 contest_op = st.tuples(
-    st.just("contest"), st.sampled_from(NAMESPACES), st.sampled_from(VALUES), st.sampled_from(VALUES),
+    st.just("contest"),
+    st.sampled_from(NAMESPACES),
+    st.sampled_from(VALUES),
+    st.sampled_from(VALUES),
     st.integers(1, 60),
 )
 history_ops = st.lists(
     st.one_of(write_op, write_op, contest_op, resolve_op, resolve_op, verify_op), min_size=3, max_size=24
 )
 probes = st.lists(
-    st.tuples(st.integers(-5, 1000), st.one_of(st.none(), st.integers(-300, 300)), st.sampled_from(NAMESPACES)),
+    st.tuples(
+        st.integers(-5, 1000), st.one_of(st.none(), st.integers(-300, 300)), st.sampled_from(NAMESPACES)
+    ),
     min_size=4,
     max_size=8,
 )
@@ -341,7 +354,9 @@ def test_an_erased_memory_is_a_tombstone_at_every_instant(runtime: Runtime) -> N
     believed_at = clock.advance(10)
     runtime.core.erasure.clock = clock
     runtime.core.erasure.forget(
-        Identity("acme/eng", "hr", "admin"), Forget(ids=(gone.id,), reason="subject request"), now=clock.advance(10)
+        Identity("acme/eng", "hr", "admin"),
+        Forget(ids=(gone.id,), reason="subject request"),
+        now=clock.advance(10),
     )
     scope = ancestors("acme/eng")
     before = both(runtime, AsOfQuestion(scope=scope, as_of=believed_at))

@@ -75,7 +75,12 @@ def test_directives_are_capped_but_not_reserved() -> None:
 
 def test_a_block_that_does_not_fit_is_skipped_never_cut() -> None:
     plan = plan_capsule(
-        [cand("big", "relevant", 80, 0.9), cand("small", "relevant", 15, 0.8), cand("tiny", "relevant", 5, 0.7)], 30
+        [
+            cand("big", "relevant", 80, 0.9),
+            cand("small", "relevant", 15, 0.8),
+            cand("tiny", "relevant", 5, 0.7),
+        ],
+        30,
     )
     assert [b.ref for b in plan.blocks] == ["small", "tiny"]
     big = next(a for a in plan.admission if a.ref == "big")
@@ -85,7 +90,9 @@ def test_a_block_that_does_not_fit_is_skipped_never_cut() -> None:
 
 
 def test_a_memory_enters_once_and_low_relevance_stays_out() -> None:
-    plan = plan_capsule([cand("m", "pinned", 5), cand("m", "relevant", 5, 0.9), cand("x", "relevant", 5, 0.01)], 100)
+    plan = plan_capsule(
+        [cand("m", "pinned", 5), cand("m", "relevant", 5, 0.9), cand("x", "relevant", 5, 0.01)], 100
+    )
     assert [b.ref for b in plan.blocks] == ["m"]
     reasons = {(a.ref, a.lane): a.reason for a in plan.admission}
     assert reasons[("m", "relevant")] == "already in an earlier lane"
