@@ -68,7 +68,7 @@ class ApiState:
         ledger = self.runtime.ledger
         self._tickets = TicketStore(ledger.datastore, ledger.schema)
         self._tickets.create_table()
-        self._ticket_worker = TicketWorker(self._tickets, self._write_ticket, self.last_writes.note)
+        self._ticket_worker = TicketWorker(self._tickets, self._write_ticket)
         self._ticket_worker.start()
 
     def _write_ticket(self, identity: Identity, body: WriteBody) -> WriteResult:

@@ -128,11 +128,9 @@ class TicketWorker:
         self,
         store: TicketStore,
         write: Callable[[Identity, WriteBody], Any],
-        on_done: Callable[[str, int], None],
     ) -> None:
         self.store = store
         self.write = write
-        self.on_done = on_done
         self.wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -88,11 +88,15 @@ class MemController(Controller):
     )
     def write_status(self, request: Req, data: JSONBody[TicketBody]) -> TicketStatus:
         state = api_state(request)
-        return query(
-            request,
-            lambda c: state.tickets.status(data.ticket, c.identity),
-            lambda s: f"ticket {data.ticket} {s.state}",
-        )
+
+        def run(c: Call) -> TicketStatus | None:
+            status = state.tickets.status(data.ticket, c.identity)
+            position = (status.result or {}).get("position") if status is not None else None
+            if isinstance(position, int):  # read-your-writes, wherever the ticket ran
+                state.last_writes.note(c.key_id, position)
+            return status
+
+        return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
 
     @post("/read", opt=syscall("read", ReadBody), sync_to_thread=True, status_code=200)
     def read(self, request: Req, data: JSONBody[ReadBody]) -> MemoryView | AsOfMemory:

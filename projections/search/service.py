@@ -123,6 +123,8 @@ class SearchService:
         vector = self.embed_later(q.query)
         name = driver_name or BASELINE
         driver = self.drivers.get(name, self.drivers[BASELINE])
+        if vector is None:  # configured without an embedder: lexical by design, not degraded
+            driver = LexicalDriver()
         try:
             return self._answer(identity, q, vector, driver, request, driver.name)
         except EmbedderUnavailable:
