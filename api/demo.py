@@ -16,6 +16,7 @@ from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory,
 from domain.model.errors import DomainError
 from domain.model.identity import Identity
 from domain.services.memory import WriteResult
+from projections.search.service import SearchQuery
 
 Say = Callable[[str], None]
 
@@ -120,7 +121,7 @@ def run_demo(runtime: Runtime, say: Say = print) -> dict[str, Any]:
 def _prove(
     runtime: Runtime, say: Say, cast: tuple[Identity, Identity, Identity], newer: WriteResult, after: int
 ) -> dict[str, Any]:
-    """Steps 6-9: history, verification, and proving the ledger (and catching a tamper)."""
+    """Steps 6-10: history, verification, retrieval, and proving the ledger (and catching a tamper)."""
     memory, reads = runtime.memory, runtime.reads
     agent, agent2, hr = cast
     _step(say, 6, "The fact's history, both directions, both time axes.")
@@ -144,11 +145,13 @@ def _prove(
         self_verify = f"refused ({error.code}: {error.detail})"
     say(f"   HR verifying its own write: {self_verify}")
 
-    _step(say, 8, "ledger verify: recompute the whole hash chain.")
+    retrieval = _retrieve(runtime, say, agent2, verified.position)
+
+    _step(say, 9, "ledger verify: recompute the whole hash chain.")
     report = runtime.ledger.verify()
     _report(say, report)
 
-    _step(say, 9, "A tampered copy of the ledger: one byte of one event changed.")
+    _step(say, 10, "A tampered copy of the ledger: one byte of one event changed.")
     tampered_position = newer.position
     tampered = _verify_tampered_copy(runtime, tampered_position)
     say(f"   (changed the event at position {tampered_position})")
@@ -160,6 +163,28 @@ def _prove(
         "tampered": tampered,
         "tampered_position": tampered_position,
         "history": len(steps),
+        **retrieval,
+    }
+
+
+def _retrieve(runtime: Runtime, say: Say, agent: Identity, after: int) -> dict[str, Any]:
+    """Step 8: hybrid search, a working set with a signed receipt, and a context fault."""
+    _step(say, 8, "Another agent looks it up: search, a signed working set, a fault.")
+    answer = runtime.reads.search.search(agent, SearchQuery(query="where does Dana live?", k=3), after=after)
+    for r in answer.results:
+        say(f"   search [{answer.driver}] {r.score:.2f} {r.content!r}")
+    capsule = runtime.working_sets.assemble(agent, 60, "Dana's address", after=after)
+    problem = runtime.working_sets.verify_capsule(capsule)
+    say(
+        f"   capsule: {len(capsule.blocks)} blocks, Merkle root {capsule.receipt.merkle_root[:16]}…, "
+        f"read at position {capsule.receipt.position}, receipt {'verifies' if problem is None else problem}"
+    )
+    fault = runtime.working_sets.fault(agent, "What is the parking policy for visitors?")
+    say(f"   fault 'parking policy for visitors': {fault.source or 'miss'} (score {fault.score:.2f})")
+    return {
+        "search": [r.content for r in answer.results],
+        "capsule_ok": problem is None,
+        "fault": fault.source,
     }
 
 

@@ -34,6 +34,10 @@ def test_demo_tells_the_whole_story(settings: Settings) -> None:
     assert facts["self_verify"].startswith("refused (forbidden")
     assert facts["report"].ok
     assert facts["history"] == 3  # both addresses and the rejected challenger
+    assert facts["search"][0] == "Dana's home address is 9 Elm Road"  # the current fact first
+    assert "Dana's home address is 5 Oak Avenue" not in facts["search"]  # rejected in review
+    assert facts["capsule_ok"]
+    assert facts["fault"] is None  # nothing about parking: a miss
     assert not facts["tampered"].ok
     assert facts["tampered"].first_bad_position == facts["tampered_position"]
     text = "\n".join(lines)
