@@ -32,7 +32,7 @@ from domain.model.identity import Identity
 from domain.model.namespaces import ancestors
 from projections.memory_objects.views import ProvenanceView
 from projections.search.drivers import BASELINE, Driver, LexicalDriver, SearchRequest, policy_drivers
-from projections.search.view import Hit, ReadFilter, ScopedView
+from projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView
 from projections.timeline.views import position_at
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class SearchService:
         """A scoped view in its own READ ONLY transaction."""
         scope = ancestors(identity.namespace)
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
-            conn.execute("SET TRANSACTION READ ONLY")
+            conn.execute(OPEN_VIEW)
             shared = shared_into_scope(conn, self.ledger.schema, scope)
             where = self.read_filter(conn, q)
             model = self.vector_model if vector is not None else None

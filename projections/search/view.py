@@ -25,6 +25,12 @@ from projections.search.projection import KNOWLEDGE, MEMORY, halfvec_text
 
 EF_SEARCH = 64
 MAX_SCAN_TUPLES = 50_000
+# One round trip when a view opens: read-only, and an HNSW scan that keeps walking the
+# graph while the scope filter drops candidates (pgvector >= 0.8 iterative scans).
+OPEN_VIEW = (
+    "SET TRANSACTION READ ONLY; SET LOCAL hnsw.iterative_scan = relaxed_order;"
+    f" SET LOCAL hnsw.ef_search = {EF_SEARCH}; SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}"
+)
 
 
 class Hit(msgspec.Struct, frozen=True):
@@ -111,7 +117,6 @@ class ScopedView:
                 visible=self._visible(),
             ),
             {"q": halfvec_text(self.query_vector()), "model": model, "k": k},
-            hnsw=True,
         )
         hits = [Hit(r["ref"], float(r["score"])) for r in rows]
         return sorted(hits, key=lambda h: (-h.score, h.ref))  # relaxed order: put it right
@@ -233,12 +238,7 @@ class ScopedView:
             parts.append(SQL("m.selectors @> %(selectors)s::text[]"))
         return SQL(" AND ").join(parts)
 
-    def _fetch(self, query: Composed, params: dict[str, Any], hnsw: bool = False) -> list[dict[str, Any]]:
-        if hnsw:
-            # keep walking the graph while the scope filter drops candidates (pgvector >= 0.8)
-            self._conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            self._conn.execute(SQL("SET LOCAL hnsw.ef_search = {}").format(Literal(EF_SEARCH)))
-            self._conn.execute(SQL("SET LOCAL hnsw.max_scan_tuples = {}").format(Literal(MAX_SCAN_TUPLES)))
+    def _fetch(self, query: Composed, params: dict[str, Any]) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self._conn.execute(query, self._params | params).fetchall()
         return rows
 
