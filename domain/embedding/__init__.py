@@ -1,0 +1,36 @@
+"""Sentence embedders: offline MiniLM (default), an OpenAI-compatible service, or hashing for tests.
+
+``import domain.embedding`` is light: onnxruntime and the tokenizer load only when a
+:class:`MiniLMEmbedder` is made.
+"""
+
+from domain.embedding.base import (
+    CachingEmbedder,
+    Embedder,
+    EmbedderUnavailable,
+    ModelFileRejected,
+    embed_one,
+    normalize_rows,
+    vector_from_bytes,
+    vector_to_bytes,
+)
+from domain.embedding.factory import embedder_from_env
+from domain.embedding.hashing import HashEmbedder
+from domain.embedding.minilm import MiniLMEmbedder, shared_minilm
+from domain.embedding.openai import OpenAIEmbedder
+
+__all__ = [
+    "CachingEmbedder",
+    "Embedder",
+    "EmbedderUnavailable",
+    "HashEmbedder",
+    "MiniLMEmbedder",
+    "ModelFileRejected",
+    "OpenAIEmbedder",
+    "embed_one",
+    "embedder_from_env",
+    "normalize_rows",
+    "shared_minilm",
+    "vector_from_bytes",
+    "vector_to_bytes",
+]

@@ -1,0 +1,83 @@
+"""The embedder the environment asks for.
+
+``MEMWARDEN_EMBEDDER``:
+
+- ``minilm`` (the default): the bundled all-MiniLM-L6-v2 int8 model, in-process, cached.
+- ``openai``: an OpenAI-compatible service, cached. ``MEMWARDEN_EMBEDDER_URL`` (the base URL,
+  e.g. ``http://127.0.0.1:8080/v1``) and ``MEMWARDEN_EMBEDDER_MODEL`` are required;
+  ``MEMWARDEN_EMBEDDER_API_KEY``, ``MEMWARDEN_EMBEDDER_DIMENSIONS`` and
+  ``MEMWARDEN_EMBEDDER_TIMEOUT`` (seconds, default 5) are optional.
+- ``hash``: feature hashing, no meaning; for tests only.
+- ``none``: no embedder: no vectors are made and search is lexical only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+from domain.embedding.base import CachingEmbedder, Embedder
+from domain.embedding.hashing import HashEmbedder
+from domain.embedding.minilm import shared_minilm
+from domain.embedding.openai import OpenAIEmbedder
+
+CHOICES = ("minilm", "openai", "hash", "none")
+
+
+def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
+    """The configured embedder, or ``None`` for ``none``.
+
+    Raises ``ValueError`` for an unknown choice or incomplete ``openai`` settings, and
+    :class:`~domain.embedding.base.ModelFileRejected` when the MiniLM files fail their pins.
+    """
+    values = os.environ if env is None else env
+    choice = (values.get("MEMWARDEN_EMBEDDER") or "minilm").strip().lower()
+    if choice == "none":
+        return None
+    if choice == "minilm":
+        return CachingEmbedder(shared_minilm())
+    if choice == "hash":
+        return HashEmbedder()
+    if choice == "openai":
+        return CachingEmbedder(_openai(values))
+    raise ValueError(f"MEMWARDEN_EMBEDDER={choice!r} is not one of {', '.join(CHOICES)}")
+
+
+def _openai(values: Mapping[str, str]) -> OpenAIEmbedder:
+    url = (values.get("MEMWARDEN_EMBEDDER_URL") or "").strip()
+    model = (values.get("MEMWARDEN_EMBEDDER_MODEL") or "").strip()
+    if not url:
+        raise ValueError(
+            "MEMWARDEN_EMBEDDER=openai needs MEMWARDEN_EMBEDDER_URL, the base URL of an "
+            "OpenAI-compatible API (the one that serves POST <url>/embeddings)"
+        )
+    if not model:
+        raise ValueError(
+            "MEMWARDEN_EMBEDDER=openai needs MEMWARDEN_EMBEDDER_MODEL, the model name to ask for"
+        )
+    dimensions = _number(values, "MEMWARDEN_EMBEDDER_DIMENSIONS", int)
+    timeout = _number(values, "MEMWARDEN_EMBEDDER_TIMEOUT", float)
+    try:
+        return OpenAIEmbedder(
+            url,
+            model,
+            api_key=values.get("MEMWARDEN_EMBEDDER_API_KEY") or None,
+            dimensions=int(dimensions) if dimensions is not None else None,
+            timeout=timeout if timeout is not None else 5.0,
+        )
+    except ValueError as exc:
+        raise ValueError(f"MEMWARDEN_EMBEDDER=openai: {exc}") from exc
+
+
+def _number(values: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float | None:
+    raw = (values.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        number = kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be positive, got {raw!r}")
+    return number

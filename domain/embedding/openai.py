@@ -1,0 +1,158 @@
+"""An embedder behind an OpenAI-compatible ``POST {base_url}/embeddings`` endpoint.
+
+Standard library HTTP (``urllib.request``) and msgspec JSON only. Every failure -- refused
+connection, timeout, HTTP error status, a body that is not the expected shape -- becomes
+:class:`EmbedderUnavailable`, so callers can fall back to lexical search.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from domain.embedding.base import EmbedderUnavailable, Matrix, normalize_rows
+
+MAX_INPUTS_PER_REQUEST = 128
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class _Item(msgspec.Struct):
+    embedding: list[float]
+    index: int
+
+
+class _Response(msgspec.Struct):
+    data: list[_Item]
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error here: following it would resend the API key elsewhere."""
+
+    def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+class OpenAIEmbedder:
+    """Texts in, unit rows out, via an OpenAI-compatible embeddings API.
+
+    ``dimensions``, when given, is checked against every response; when not, it is learnt
+    from the first response (reading the property before any call makes one small request).
+    ``timeout`` bounds each connect and each read, in seconds. Empty strings, which the
+    OpenAI API rejects, are sent as a single space.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        dimensions: int | None = None,
+        timeout: float = 5.0,
+    ):
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in {"http", "https"} or not parts.netloc:
+            raise ValueError(f"the embedder URL must be an http(s) URL, got {base_url!r}")
+        if not model:
+            raise ValueError("the embedder model name must not be empty")
+        if dimensions is not None and dimensions < 1:
+            raise ValueError("dimensions must be at least 1")
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.url = base_url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.timeout = timeout
+        self._api_key = api_key or None
+        self._dimensions = dimensions
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:  # never shows the API key
+        return f"OpenAIEmbedder(url={self.url!r}, model={self.model!r}, dimensions={self._dimensions})"
+
+    @property
+    def model_id(self) -> str:
+        return self.model
+
+    @property
+    def dimensions(self) -> int:
+        known = self._dimensions
+        if known is None:
+            self.embed(["dimensions"])
+            known = self._dimensions
+            if known is None:
+                raise EmbedderUnavailable(f"{self.url}: the number of dimensions is not known yet")
+        return known
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        if isinstance(texts, str):
+            raise TypeError("embed takes a sequence of texts, not one str")
+        for text in texts:
+            if not isinstance(text, str):
+                raise TypeError(f"texts must be str, got {type(text).__name__}")
+        if not texts:
+            return np.zeros((0, self._dimensions or 0), dtype=np.float32)
+        chunks = [
+            self._request([text or " " for text in texts[start : start + MAX_INPUTS_PER_REQUEST]])
+            for start in range(0, len(texts), MAX_INPUTS_PER_REQUEST)
+        ]
+        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+    def _request(self, texts: list[str]) -> Matrix:
+        body = msgspec.json.encode({"model": self.model, "input": texts})
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")  # noqa: S310 -- scheme checked in __init__
+        try:
+            with _OPENER.open(request, timeout=self.timeout) as response:
+                payload = response.read(MAX_RESPONSE_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            detail = _error_detail(exc)
+            exc.close()
+            raise EmbedderUnavailable(f"{self.url}: HTTP {exc.code} {exc.reason}{detail}") from exc
+        except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
+            raise EmbedderUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        if len(payload) > MAX_RESPONSE_BYTES:
+            raise EmbedderUnavailable(f"{self.url}: response larger than {MAX_RESPONSE_BYTES} bytes")
+        return self._rows(payload, len(texts))
+
+    def _rows(self, payload: bytes, count: int) -> Matrix:
+        try:
+            items = msgspec.json.decode(payload, type=_Response).data
+        except msgspec.MsgspecError as exc:
+            raise EmbedderUnavailable(f"{self.url}: not an embeddings response: {exc}") from exc
+        if sorted(item.index for item in items) != list(range(count)):
+            raise EmbedderUnavailable(f"{self.url}: asked for {count} embeddings, the indexes do not match")
+        items.sort(key=lambda item: item.index)
+        widths = {len(item.embedding) for item in items}
+        if len(widths) != 1 or 0 in widths:
+            raise EmbedderUnavailable(f"{self.url}: embeddings of differing or zero lengths {sorted(widths)}")
+        (width,) = widths
+        with self._lock:
+            if self._dimensions is None:
+                self._dimensions = width
+        if width != self._dimensions:
+            raise EmbedderUnavailable(f"{self.url}: expected {self._dimensions} dimensions, got {width}")
+        rows = np.array([item.embedding for item in items], dtype=np.float64)
+        norms = np.linalg.norm(rows, axis=1)
+        if not np.all(np.isfinite(rows)) or not np.all(norms > 0):
+            raise EmbedderUnavailable(f"{self.url}: embeddings with non-finite values or zero length")
+        return normalize_rows(rows / norms[:, np.newaxis])
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        text = exc.read(500).decode("utf-8", "replace").strip()
+    except (OSError, http.client.HTTPException):
+        return ""
+    return f": {text}" if text else ""
