@@ -3,12 +3,13 @@ for the caller's last write (read-your-writes)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
 
-from domain.embedding import Embedder
+from domain.embedding import Embedder, EmbedderUnavailable
 from domain.ledger.app import Ledger
 from domain.model.identity import Identity
 from domain.model.namespaces import ancestors
@@ -35,9 +36,23 @@ from projections.search.telemetry import AccessProjection
 from projections.timeline.projection import TimelineProjection
 from projections.timeline.service import TimeTravel
 
+log = logging.getLogger(__name__)
+
+
+def vector_model_of(embedder: Embedder | None) -> tuple[str, int] | None:
+    """(model id, dimensions) of the embedder whose HNSW index the search index keeps. An
+    endpoint that cannot say its dimensions now gets none: search stays lexical until a restart."""
+    if embedder is None:
+        return None
+    try:
+        return embedder.model_id, embedder.dimensions
+    except EmbedderUnavailable:
+        log.warning("the embedder did not answer at start-up; no vector index this run")
+        return None
+
 
 def default_projections(embedder: Embedder | None = None) -> list[Projection]:
-    vector_model = None if embedder is None else (embedder.model_id, embedder.dimensions)
+    vector_model = vector_model_of(embedder)
     return [
         MemoryObjectsProjection(),
         DisputesProjection(),
