@@ -15,6 +15,7 @@ from domain.model.events import ConflictReview, Directive, DisputeDecision
 from domain.model.policies import PolicyBody
 from domain.model.write import Rejection
 from projections.governance.views import AuditView
+from projections.search.service import SearchQuery
 
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time on the wire must carry its zone (API.md): a naive time is refused (400)."""
@@ -211,15 +212,8 @@ class AuditResponse(msgspec.Struct, frozen=True, kw_only=True):
     next_cursor: str | None
 
 
-class SearchBody(Body, frozen=True, kw_only=True):
-    query: str
-    k: int = 10
-    token_budget: int | None = None
-    tags: tuple[str, ...] = ()
-    selectors: tuple[str, ...] = ()
-    include_retired: bool = False
-    as_of: AwareTime | None = None
-    valid_at: AwareTime | None = None
+class SearchBody(SearchQuery, Body, frozen=True, kw_only=True):
+    """The search query's fields (times without a zone are refused by the service)."""
 
 
 class AssembleBody(Body, frozen=True, kw_only=True):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from litestar import Controller, Request, Response, post
 from litestar.params import JSONBody
 
@@ -40,7 +39,7 @@ from domain.model.policies import EffectivePolicy
 from domain.services.governance import GovernanceService
 from projections.memory_objects.views import MemoryView
 from projections.search.assemble import Capsule, FaultAnswer
-from projections.search.service import SearchAnswer, SearchQuery
+from projections.search.service import SearchAnswer
 
 Req = Request[Any, Any, Any]
 
@@ -118,11 +117,10 @@ class MemController(Controller):
     @post("/search", opt=syscall("search", SearchBody), sync_to_thread=True, status_code=200)
     def search(self, request: Req, data: JSONBody[SearchBody]) -> SearchAnswer:
         state = api_state(request)
-        q = msgspec.convert(msgspec.to_builtins(data), SearchQuery)
         return query(
             request,
             lambda c: state.reads.search.search(
-                c.identity, q, c.policy.driver if c.policy else None, after=state.last_writes.get(c.key_id)
+                c.identity, data, c.policy.driver if c.policy else None, after=state.last_writes.get(c.key_id)
             ),
             lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
         )

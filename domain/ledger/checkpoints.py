@@ -44,16 +44,21 @@ def checkpoint_message(position: int, head_hash: str, time: datetime) -> bytes:
     )
 
 
-def verify_checkpoint_signature(checkpoint: Checkpoint, public_keys: dict[str, bytes]) -> None:
-    raw = public_keys.get(checkpoint.key_id)
+def verify_signature(
+    public_keys: dict[str, bytes], key_id: str, signature: str, message: bytes, what: str = "checkpoint"
+) -> None:
+    """Check an ed25519 signature (base64) by one of this ledger's keys, or raise."""
+    raw = public_keys.get(key_id)
     if raw is None:
-        raise InvalidCheckpoint(f"unknown signing key {checkpoint.key_id!r}")
+        raise InvalidCheckpoint(f"unknown signing key {key_id!r}")
     try:
-        Ed25519PublicKey.from_public_bytes(raw).verify(
-            base64.b64decode(checkpoint.signature), checkpoint.message()
-        )
+        Ed25519PublicKey.from_public_bytes(raw).verify(base64.b64decode(signature), message)
     except (InvalidSignature, ValueError) as error:
-        raise InvalidCheckpoint("the checkpoint's signature does not verify") from error
+        raise InvalidCheckpoint(f"the {what}'s signature does not verify") from error
+
+
+def verify_checkpoint_signature(checkpoint: Checkpoint, public_keys: dict[str, bytes]) -> None:
+    verify_signature(public_keys, checkpoint.key_id, checkpoint.signature, checkpoint.message())
 
 
 class CheckpointSigner:

@@ -17,7 +17,7 @@ from psycopg.sql import SQL, Identifier
 
 from domain.embedding import EmbedderUnavailable
 from domain.ledger.app import Ledger
-from domain.ledger.checkpoints import InvalidCheckpoint
+from domain.ledger.checkpoints import InvalidCheckpoint, verify_signature
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.capsules import (
@@ -171,7 +171,13 @@ class ReadsService:
         if blocks_root(capsule.blocks) != receipt.merkle_root:
             return "the blocks do not hash to the receipt's Merkle root"
         try:
-            verify_receipt_signature(receipt, self.ledger.checkpoints.public_keys())
+            verify_signature(
+                self.ledger.checkpoints.public_keys(),
+                receipt.key_id,
+                receipt.signature,
+                receipt_message(receipt),
+                "receipt",
+            )
         except InvalidCheckpoint as error:
             return str(error)
         recorded = self.ledger.streams([receipt.capsule_id]).get(receipt.capsule_id, [])
@@ -265,21 +271,6 @@ class ReadsService:
         audit = self.audit.event(identity, op, outcome, detail, now, subject)
         recorded = [Recorded(e.stream_id, 1, e) for e in events]
         return self.ledger.append([*recorded, Recorded(audit.record_id, 1, audit)])
-
-
-def verify_receipt_signature(receipt: Receipt, public_keys: dict[str, bytes]) -> None:
-    from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey  # noqa: PLC0415
-
-    raw = public_keys.get(receipt.key_id)
-    if raw is None:
-        raise InvalidCheckpoint(f"unknown signing key {receipt.key_id!r}")
-    try:
-        Ed25519PublicKey.from_public_bytes(raw).verify(
-            base64.b64decode(receipt.signature), receipt_message(receipt)
-        )
-    except (InvalidSignature, ValueError) as error:
-        raise InvalidCheckpoint("the receipt's signature does not verify") from error
 
 
 def l2_candidates(view: ScopedView) -> list[UUID]:
