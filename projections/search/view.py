@@ -25,6 +25,10 @@ from projections.search.projection import KNOWLEDGE, MEMORY, halfvec_text
 
 EF_SEARCH = 64
 MAX_SCAN_TUPLES = 50_000
+EXACT_SCAN_MAX = 5_000
+OVERFETCH = 3
+MIN_FETCH = 40
+MAX_FETCH = 100_000
 # One round trip when a view opens: read-only, and an HNSW scan that keeps walking the
 # graph while the scope filter drops candidates (pgvector >= 0.8 iterative scans).
 OPEN_VIEW = (
@@ -97,28 +101,27 @@ class ScopedView:
     # -- lanes --------------------------------------------------------------------------------
 
     def vector_lane(self, k: int) -> list[Hit]:
-        """The ``k`` nearest memories by cosine similarity (HNSW), best first."""
+        """The ``k`` nearest memories by cosine similarity, best first.
+
+        A small scope (at most ``EXACT_SCAN_MAX`` documents) is scanned exactly through the
+        namespace index; a large one walks the HNSW graph, filtering by scope as it goes."""
         if self._vector_model is None:
             return []
         model, dims = self._vector_model
-        column = SQL("d.embedding::halfvec({})").format(Literal(dims))
-        rows = self._fetch(
-            SQL(
-                "SELECT d.ref, 1 - ({col} <=> %(q)s::halfvec({d})) AS score FROM {s}.search_docs d"
-                " JOIN {s}.memory_objects m ON m.id = d.ref"
-                " WHERE d.model = %(model)s AND d.kind = {kind} AND {scope} AND {visible}"
-                " ORDER BY {col} <=> %(q)s::halfvec({d}) LIMIT %(k)s"
-            ).format(
-                col=column,
-                d=Literal(dims),
-                s=self._s,
-                kind=Literal(MEMORY),
-                scope=self._scope("d.namespace", "d.ref"),
-                visible=self._visible(),
-            ),
-            {"q": halfvec_text(self.query_vector()), "model": model, "k": k},
+        distance = SQL("d.embedding::halfvec({d}) <=> %(q)s::halfvec({d})").format(d=Literal(dims))
+        exact = self.scope_size() <= EXACT_SCAN_MAX
+        candidates = SQL(
+            "SELECT d.ref, 1 - ({distance}) AS score FROM {s}.search_docs d"
+            " WHERE d.model = %(model)s AND d.kind = {kind} AND {scope} ORDER BY {order}"
+        ).format(
+            distance=distance,
+            s=self._s,
+            kind=Literal(MEMORY),
+            scope=self._scope("d.namespace", "d.ref"),
+            # "+ 0" hides the expression from the HNSW index: the planner scans the scope
+            order=SQL("({}) + 0").format(distance) if exact else distance,
         )
-        hits = [Hit(r["ref"], float(r["score"])) for r in rows]
+        hits = self._visible_top(candidates, {"q": halfvec_text(self.query_vector()), "model": model}, k)
         return sorted(hits, key=lambda h: (-h.score, h.ref))  # relaxed order: put it right
 
     def lexical_lane(self, k: int) -> list[Hit]:
@@ -126,18 +129,46 @@ class ScopedView:
         terms = query_terms(self.query)
         if not terms:
             return []
-        rows = self._fetch(
-            SQL(_BM25).format(
-                s=self._s,
-                kind=Literal(MEMORY),
-                k1=Literal(K1),
-                b=Literal(B),
-                scope=self._scope("p.namespace", "p.ref"),
-                visible=self._visible(),
-            ),
-            {"terms": terms, "k": k},
+        candidates = SQL(_BM25).format(
+            s=self._s,
+            kind=Literal(MEMORY),
+            k1=Literal(K1),
+            b=Literal(B),
+            scope=self._scope("p.namespace", "p.ref"),
         )
-        return [Hit(r["ref"], float(r["score"])) for r in rows]
+        return self._visible_top(candidates, {"terms": terms}, k)
+
+    def scope_size(self) -> int:
+        """How many documents the caller's scope holds (from the index's statistics)."""
+        rows = self._fetch(
+            SQL(
+                "SELECT coalesce(sum(docs), 0) AS n FROM {s}.search_stats WHERE namespace = ANY(%(scope)s)"
+                " AND kind = {kind}"
+            ).format(s=self._s, kind=Literal(MEMORY)),
+            {},
+        )
+        return int(rows[0]["n"]) + len(self._params["shared"])
+
+    def _visible_top(self, candidates: Composed, params: dict[str, Any], k: int) -> list[Hit]:
+        """The best ``k`` of ``candidates`` (ref, score; best first) that the read filter
+        lets through. Candidates are ranked inside the scope first, then only the few best
+        are checked against ``memory_objects``; if too many of them are not visible (retired,
+        filtered by tags), more are fetched."""
+        fetch = max(k * OVERFETCH, MIN_FETCH)
+        while True:
+            rows = self._fetch(
+                SQL(
+                    "WITH c AS MATERIALIZED ({candidates} LIMIT %(fetch)s)"
+                    " SELECT c.ref, c.score, (SELECT count(*) FROM c) AS fetched"
+                    " FROM c JOIN {s}.memory_objects m ON m.id = c.ref WHERE {visible}"
+                    " ORDER BY c.score DESC, c.ref LIMIT %(k)s"
+                ).format(candidates=candidates, s=self._s, visible=self._visible()),
+                params | {"fetch": fetch, "k": k},
+            )
+            exhausted = not rows or int(rows[0]["fetched"]) < fetch
+            if len(rows) >= k or exhausted or fetch >= MAX_FETCH:
+                return [Hit(r["ref"], float(r["score"])) for r in rows]
+            fetch *= 8
 
     def scores(self, refs: Sequence[UUID]) -> dict[UUID, tuple[float, float]]:
         """Absolute (cosine, BM25) of given memories, for ``fault``; refs outside the view are left out."""
@@ -207,9 +238,10 @@ class ScopedView:
         return {r["ref"]: (float(r["cosine"] or 0.0), float(r["bm25"] or 0.0)) for r in rows}
 
     def _scope(self, namespace: str, ref: str) -> Composed:
-        return SQL("({ns} = ANY(%(scope)s) OR {ref} = ANY(%(shared)s))").format(
-            ns=SQL(namespace), ref=SQL(ref)
-        )
+        """The scope as an index condition; shares (rare) widen it only when there are any."""
+        if not self._params["shared"]:
+            return SQL("{ns} = ANY(%(scope)s)").format(ns=SQL(namespace))
+        return SQL("({ns} = ANY(%(scope)s) OR {ref} = ANY(%(shared)s))").format(ns=SQL(namespace), ref=SQL(ref))
 
     def _visible(self) -> Composed | SQL:
         """Which memories count: current (default), also retired, or as known at a position."""
@@ -246,13 +278,13 @@ class ScopedView:
 # BM25 with statistics summed over the caller's scope (never the whole tenant), so a
 # score depends only on documents the caller may see.
 _STATS = """
-WITH q AS (
+WITH q AS MATERIALIZED (
     SELECT term, sum(df) AS df FROM {s}.search_terms
      WHERE namespace = ANY(%(scope)s) AND kind = {kind} AND term = ANY(%(terms)s) GROUP BY term
-), st AS (
+), st AS MATERIALIZED (
     SELECT coalesce(sum(docs), 0) AS docs, coalesce(sum(total_length), 0) AS total
       FROM {s}.search_stats WHERE namespace = ANY(%(scope)s) AND kind = {kind}
-), w AS (
+), w AS MATERIALIZED (
     SELECT q.term, ln(1 + (greatest(st.docs, q.df) - q.df + 0.5) / (q.df + 0.5)) AS idf,
            greatest(st.total::float8 / greatest(st.docs, 1), 1) AS avgdl
       FROM q, st
@@ -264,9 +296,9 @@ _BM25 = (
 SELECT p.ref, """
     + _BM25_SUM
     + """ AS score
-  FROM {s}.search_postings p JOIN w ON w.term = p.term JOIN {s}.memory_objects m ON m.id = p.ref
- WHERE p.kind = {kind} AND p.term = ANY(%(terms)s) AND {scope} AND {visible}
- GROUP BY p.ref ORDER BY score DESC, p.ref LIMIT %(k)s"""
+  FROM {s}.search_postings p JOIN w ON w.term = p.term
+ WHERE p.kind = {kind} AND p.term = ANY(%(terms)s) AND {scope}
+ GROUP BY p.ref ORDER BY score DESC, p.ref"""
 )
 _BM25_KNOWLEDGE = (
     _STATS
