@@ -24,6 +24,7 @@ from domain.model.erasure import Forget
 from domain.model.identity import Identity
 from domain.settings import Settings
 from projections.runner import Rebuilder
+from projections.search import view as view_module
 from projections.search.drivers import HybridDriver, LexicalDriver, SearchRequest, VectorDriver
 from projections.search.service import SearchQuery
 
@@ -114,7 +115,28 @@ def test_every_driver_sees_own_namespace_and_ancestors_only(runtime: Runtime, dr
     assert found == {ids["alpha"], ids["eng"]}
 
 
-def test_every_lane_respects_the_scope(runtime: Runtime) -> None:
+def test_the_hnsw_plan_finds_the_same_neighbours_as_the_exact_scan(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(30):
+        write(
+            runtime, ALPHA if n % 2 else ENG, f"Survey {n}: the kestrel count on ridge {n % 7} was {n * 3}."
+        )
+    plant(runtime)
+    results = {}
+    for limit in (5_000, 0):
+        monkeypatch.setattr(view_module, "EXACT_SCAN_MAX", limit)
+        results[limit] = search(runtime, ALPHA, "how many kestrels were counted on the ridge", "hybrid", k=10)
+    assert len(results[0]) == 10
+    assert results[0] == results[5_000]
+
+
+@pytest.mark.parametrize("exact_scan_max", [5_000, 0], ids=["exact-scan", "hnsw"])
+def test_every_lane_respects_the_scope(
+    runtime: Runtime, exact_scan_max: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both vector plans: the exact scan of a small scope, and the HNSW walk of a large one."""
+    monkeypatch.setattr(view_module, "EXACT_SCAN_MAX", exact_scan_max)
     ids = plant(runtime)
     allowed = {ids["alpha"], ids["eng"]}
     search = runtime.reads.search
