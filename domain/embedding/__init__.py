@@ -14,12 +14,14 @@ from domain.embedding.base import (
     vector_from_bytes,
     vector_to_bytes,
 )
+from domain.embedding.batching import BatchingEmbedder
 from domain.embedding.factory import embedder_from_env
 from domain.embedding.hashing import HashEmbedder
 from domain.embedding.minilm import MiniLMEmbedder, shared_minilm
 from domain.embedding.openai import OpenAIEmbedder
 
 __all__ = [
+    "BatchingEmbedder",
     "CachingEmbedder",
     "Embedder",
     "EmbedderUnavailable",

@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 
 from domain.embedding.base import CachingEmbedder, Embedder
+from domain.embedding.batching import BatchingEmbedder
 from domain.embedding.hashing import HashEmbedder
 from domain.embedding.minilm import shared_minilm
 from domain.embedding.openai import OpenAIEmbedder
@@ -36,7 +37,7 @@ def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
     if choice == "none":
         return None
     if choice == "minilm":
-        return CachingEmbedder(shared_minilm())
+        return CachingEmbedder(BatchingEmbedder(shared_minilm()))
     if choice == "hash":
         return HashEmbedder()
     if choice == "openai":
