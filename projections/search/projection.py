@@ -138,9 +138,12 @@ CREATE TABLE IF NOT EXISTS {s}.search_docs (
     length int NOT NULL,
     position bigint NOT NULL
 )""").format(s=s),
-        SQL("CREATE INDEX IF NOT EXISTS search_docs_namespace ON {s}.search_docs (namespace, kind)").format(
-            s=s
-        ),
+        # covering: a scope's vectors are read from index pages that sit together (an
+        # index-only scan), not from heap pages scattered over the whole table
+        SQL(
+            "CREATE INDEX IF NOT EXISTS search_docs_scope ON {s}.search_docs (namespace, kind, model)"
+            " INCLUDE (ref, embedding)"
+        ).format(s=s),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.search_postings (
     term text NOT NULL,
