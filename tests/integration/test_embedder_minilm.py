@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from domain.embedding import (
+    BatchingEmbedder,
     CachingEmbedder,
     MiniLMEmbedder,
     ModelFileRejected,
@@ -133,7 +134,8 @@ def test_shared_instance_and_factory_default(minilm: MiniLMEmbedder) -> None:
     assert shared_minilm() is minilm
     embedder = embedder_from_env({})
     assert isinstance(embedder, CachingEmbedder)
-    assert embedder.inner is minilm
+    assert isinstance(embedder.inner, BatchingEmbedder)  # concurrent callers share model calls
+    assert embedder.inner.inner is minilm
     assert embedder.model_id == "all-MiniLM-L6-v2-int8"
     np.testing.assert_allclose(embedder.embed(["Dana"]), minilm.embed(["Dana"]), atol=1e-6)
 
