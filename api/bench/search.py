@@ -45,7 +45,7 @@ from api.bench.common import mean, percentile, scratch_database
 from api.bench.corpus import Corpus, corpus, questions
 from api.runtime import Runtime
 from domain.embedding import CachingEmbedder, Embedder, MiniLMEmbedder, shared_minilm
-from domain.embedding.base import Matrix
+from domain.embedding.base import EmbedderWrapper, Matrix
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.model.namespaces import ancestors
@@ -104,24 +104,16 @@ class SearchBenchRow(msgspec.Struct, kw_only=True):
 # -- the write path's embedder ------------------------------------------------------------------
 
 
-class PrecomputedEmbedder:
+class PrecomputedEmbedder(EmbedderWrapper):
     """The real model's rows for known texts (computed beforehand in batches); anything else
     goes to the real model. Rows are kept as float16, the precision the ledger seals anyway."""
 
     def __init__(self, inner: Embedder, texts: Sequence[str], rows: Matrix) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._index = {text: i for i, text in enumerate(texts)}
         self._rows = rows.astype(np.float16)
         self._lock = threading.Lock()
         self.fallbacks = 0
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         missing = [t for t in texts if t not in self._index]

@@ -87,7 +87,22 @@ def vector_from_bytes(data: bytes) -> Matrix:
     return np.frombuffer(data, dtype="<f2").astype(np.float32)
 
 
-class CachingEmbedder:
+class EmbedderWrapper:
+    """Base of embedders that wrap another: same model id and dimensions as the inner one."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+
+class CachingEmbedder(EmbedderWrapper):
     """Wraps an embedder with a thread-safe LRU cache of rows keyed by the exact text.
 
     Same ``model_id`` and ``dimensions`` as the wrapped one. Each distinct text missing from
@@ -98,20 +113,12 @@ class CachingEmbedder:
     def __init__(self, inner: Embedder, capacity: int = 4096):
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
-        self.inner = inner
+        super().__init__(inner)
         self.capacity = capacity
         self._rows: OrderedDict[str, Matrix] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
 
     def __len__(self) -> int:
         with self._lock:

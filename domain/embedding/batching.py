@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from domain.embedding.base import Embedder, EmbedderUnavailable, Matrix
+from domain.embedding.base import Embedder, EmbedderUnavailable, EmbedderWrapper, Matrix
 
 MAX_BATCH = 64
 
@@ -29,21 +29,13 @@ class _Request:
         self.done = False
 
 
-class BatchingEmbedder:
+class BatchingEmbedder(EmbedderWrapper):
     def __init__(self, inner: Embedder, max_batch: int = MAX_BATCH) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.max_batch = max_batch
         self._queue: list[_Request] = []
         self._running = False
         self._changed = threading.Condition()
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         if not texts:
