@@ -241,7 +241,9 @@ class ScopedView:
         """The scope as an index condition; shares (rare) widen it only when there are any."""
         if not self._params["shared"]:
             return SQL("{ns} = ANY(%(scope)s)").format(ns=SQL(namespace))
-        return SQL("({ns} = ANY(%(scope)s) OR {ref} = ANY(%(shared)s))").format(ns=SQL(namespace), ref=SQL(ref))
+        return SQL("({ns} = ANY(%(scope)s) OR {ref} = ANY(%(shared)s))").format(
+            ns=SQL(namespace), ref=SQL(ref)
+        )
 
     def _visible(self) -> Composed | SQL:
         """Which memories count: current (default), also retired, or as known at a position."""
@@ -271,7 +273,7 @@ class ScopedView:
         return SQL(" AND ").join(parts)
 
     def _fetch(self, query: Composed, params: dict[str, Any]) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = self._conn.execute(query, self._params | params).fetchall()
+        rows: list[dict[str, Any]] = self._conn.execute(query, self._params | params, prepare=True).fetchall()
         return rows
 
 
