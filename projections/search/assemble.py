@@ -147,13 +147,15 @@ class ReadsService:
     def _memory_candidates(
         self, identity: Identity, query: SearchQuery, vector: Callable[[], Any] | None, relevant: bool
     ) -> list[Candidate]:
-        with self.search.view(identity, query, vector) as (view, conn, scope, shared):
-            s = self.ledger.schema
-            found = pinned(conn, s, identity.namespace, scope, shared) + recent(conn, s, scope, shared)
+        with self.search.view(identity, query, vector) as (view, *_):
+            found = [_memory_candidate(r, "pinned", 1.0) for r in view.pinned(identity.namespace)]
+            recent = sorted(view.recently_used(RECENT_CANDIDATES), key=lambda r: (r["recorded_at"], r["id"]))
+            found += [_memory_candidate(r, "recent", 1.0) for r in recent]
             if relevant:
                 driver = self.search.drivers[self.search_driver(identity)]
                 hits = driver.search(view, SearchRequest(query=query.query, k=RELEVANT_CANDIDATES))
-                found += relevant_rows(conn, s, scope, shared, {h.ref: h.score for h in hits})
+                rows = view.memory_rows([h.ref for h in hits])
+                found += [_memory_candidate(rows[h.ref], "relevant", h.score) for h in hits if h.ref in rows]
         return found
 
     def search_driver(self, identity: Identity) -> str:
@@ -244,7 +246,7 @@ class ReadsService:
             tier = decide_tier(best[1] if best else None, l3[0][1] if l3 else None)
             if tier == "L2":
                 chosen = [(ref, sc) for ref, sc in l2 if sc >= L2_THRESHOLD][:FAULT_BLOCKS]
-                blocks = memory_blocks(conn, self.ledger.schema, chosen)
+                blocks = memory_blocks(view, chosen)
             elif tier == "L3":
                 chosen = [(ref, sc) for ref, sc in l3 if sc >= L3_THRESHOLD][:FAULT_BLOCKS]
                 blocks = knowledge_blocks(conn, self.ledger.schema, chosen)
@@ -296,10 +298,6 @@ def directive_candidates(policy: EffectivePolicy) -> list[Candidate]:
     ]
 
 
-_CURRENT = "m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
-_IN_SCOPE = "(m.namespace = ANY(%(scope)s) OR m.id = ANY(%(shared)s))"
-
-
 def _memory_candidate(row: dict[str, Any], lane: Any, score: float) -> Candidate:
     return Candidate(
         ref=str(row["id"]),
@@ -312,64 +310,12 @@ def _memory_candidate(row: dict[str, Any], lane: Any, score: float) -> Candidate
     )
 
 
-def pinned(
-    conn: Connection[Any], schema: str, namespace: str, scope: Sequence[str], shared: Sequence[UUID]
-) -> list[Candidate]:
-    rows = conn.execute(
-        SQL(
-            "SELECT m.id, m.content, m.recorded_at FROM {s}.pins p JOIN {s}.memory_objects m ON m.id = p.memory_id"
-            f" WHERE p.namespace = %(ns)s AND {_IN_SCOPE} AND {_CURRENT} ORDER BY p.at, m.id"
-        ).format(s=Identifier(schema)),
-        {"ns": namespace, "scope": list(scope), "shared": list(shared)},
-    ).fetchall()
-    return [_memory_candidate(r, "pinned", 1.0) for r in rows]
-
-
-def recent(
-    conn: Connection[Any], schema: str, scope: Sequence[str], shared: Sequence[UUID]
-) -> list[Candidate]:
-    """The memories most recently handed out in capsules (from the ledger's capsule records)."""
-    rows = conn.execute(
-        SQL(
-            "SELECT m.id, m.content, m.recorded_at, a.use_count FROM {s}.memory_access a"
-            " JOIN {s}.memory_objects m ON m.id = a.memory_id"
-            f" WHERE a.last_used IS NOT NULL AND {_IN_SCOPE} AND {_CURRENT}"
-            " ORDER BY a.last_used DESC, m.id LIMIT %(n)s"
-        ).format(s=Identifier(schema)),
-        {"scope": list(scope), "shared": list(shared), "n": RECENT_CANDIDATES},
-    ).fetchall()
-    rows.sort(key=lambda r: (r["recorded_at"], r["id"]))
-    return [_memory_candidate(r, "recent", 1.0) for r in rows]
-
-
-def relevant_rows(
-    conn: Connection[Any],
-    schema: str,
-    scope: Sequence[str],
-    shared: Sequence[UUID],
-    scores: dict[UUID, float],
-) -> list[Candidate]:
-    if not scores:
-        return []
-    rows = conn.execute(
-        SQL(
-            f"SELECT m.id, m.content, m.recorded_at FROM {{s}}.memory_objects m WHERE m.id = ANY(%(ids)s) AND {_IN_SCOPE}"
-        ).format(s=Identifier(schema)),
-        {"ids": list(scores), "scope": list(scope), "shared": list(shared)},
-    ).fetchall()
-    return [_memory_candidate(r, "relevant", scores[r["id"]]) for r in rows if r["content"] is not None]
-
-
-def memory_blocks(conn: Connection[Any], schema: str, chosen: list[tuple[UUID, float]]) -> list[FaultBlock]:
-    rows = conn.execute(
-        SQL("SELECT id, content FROM {s}.memory_objects WHERE id = ANY(%s)").format(s=Identifier(schema)),
-        ([ref for ref, _ in chosen],),
-    ).fetchall()
-    content = {r["id"]: r["content"] for r in rows}
+def memory_blocks(view: ScopedView, chosen: list[tuple[UUID, float]]) -> list[FaultBlock]:
+    rows = view.memory_rows([ref for ref, _ in chosen])
     return [
-        FaultBlock(ref=ref, kind="memory", content=content[ref], score=round(sc, 6))
+        FaultBlock(ref=ref, kind="memory", content=rows[ref]["content"], score=round(sc, 6))
         for ref, sc in chosen
-        if content.get(ref) is not None
+        if ref in rows
     ]
 
 

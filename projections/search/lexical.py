@@ -8,7 +8,6 @@ depends on documents the caller cannot see).
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections import Counter
@@ -194,8 +193,3 @@ def term_frequencies(text: str) -> tuple[Counter[str], int]:
 def query_terms(text: str) -> list[str]:
     """A query's distinct terms, in first-seen order."""
     return list(dict.fromkeys(terms(text)))
-
-
-def idf(docs: int, df: int) -> float:
-    """BM25's idf, the non-negative form: ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
-    return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))

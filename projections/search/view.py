@@ -87,6 +87,7 @@ class ScopedView:
         self.query = query
         self._query_vector = query_vector
         self._vector_model = vector_model
+        self._query_text: str | None = None
 
     @property
     def has_vectors(self) -> bool:
@@ -97,6 +98,12 @@ class ScopedView:
         if self._query_vector is None:
             raise LookupError("no embedder configured")
         return self._query_vector()
+
+    def _query_param(self) -> str:
+        """The query vector as SQL text, formatted once however many lanes use it."""
+        if self._query_text is None:
+            self._query_text = halfvec_text(self.query_vector())
+        return self._query_text
 
     # -- lanes --------------------------------------------------------------------------------
 
@@ -121,7 +128,7 @@ class ScopedView:
             # "+ 0" hides the expression from the HNSW index: the planner scans the scope
             order=SQL("({}) + 0").format(distance) if exact else distance,
         )
-        hits = self._visible_top(candidates, {"q": halfvec_text(self.query_vector()), "model": model}, k)
+        hits = self._visible_top(candidates, {"q": self._query_param(), "model": model}, k)
         return sorted(hits, key=lambda h: (-h.score, h.ref))  # relaxed order: put it right
 
     def lexical_lane(self, k: int) -> list[Hit]:
@@ -129,13 +136,7 @@ class ScopedView:
         terms = query_terms(self.query)
         if not terms:
             return []
-        candidates = SQL(_BM25).format(
-            s=self._s,
-            kind=Literal(MEMORY),
-            k1=Literal(K1),
-            b=Literal(B),
-            scope=self._scope("p.namespace", "p.ref"),
-        )
+        candidates = self._bm25(MEMORY, self._scope("p.namespace", "p.ref"))
         return self._visible_top(candidates, {"terms": terms}, k)
 
     def scope_size(self) -> int:
@@ -180,7 +181,7 @@ class ScopedView:
         terms = query_terms(self.query)
         if terms:
             rows = self._fetch(
-                SQL(_BM25_KNOWLEDGE).format(s=self._s, kind=Literal(KNOWLEDGE), k1=Literal(K1), b=Literal(B)),
+                SQL("{} LIMIT %(k)s").format(self._bm25(KNOWLEDGE, SQL("p.namespace = ANY(%(scope)s)"))),
                 {"terms": terms, "k": k},
             )
             candidates += [r["ref"] for r in rows]
@@ -192,7 +193,7 @@ class ScopedView:
                     " AND d.namespace = ANY(%(scope)s)"
                     " ORDER BY d.embedding::halfvec({d}) <=> %(q)s::halfvec({d}) LIMIT %(k)s"
                 ).format(s=self._s, kind=Literal(KNOWLEDGE), d=Literal(dims)),
-                {"q": halfvec_text(self.query_vector()), "model": model, "k": k},
+                {"q": self._query_param(), "model": model, "k": k},
             )
             candidates += [r["ref"] for r in rows]
         return self._exact_scores(list(dict.fromkeys(candidates)), KNOWLEDGE)
@@ -205,6 +206,43 @@ class ScopedView:
             {"refs": list(refs)},
         )
         return {r["id"]: estimate_tokens(r["content"]) for r in rows}
+
+    # -- memories by other handles than a query (assemble's lanes, fault's blocks) ------------
+
+    def memory_rows(self, refs: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
+        """id, content, recorded_at of the given memories the view lets through."""
+        rows = self._memories(SQL("m.id = ANY(%(refs)s)"), "m.id", {"refs": list(refs)})
+        return {r["id"]: r for r in rows}
+
+    def pinned(self, namespace: str) -> list[dict[str, Any]]:
+        """The visible memories pinned for ``namespace``, in pinning order."""
+        join = SQL(" JOIN {s}.pins p ON p.memory_id = m.id").format(s=self._s)
+        return self._memories(SQL("p.namespace = %(ns)s"), "p.at, m.id", {"ns": namespace}, join)
+
+    def recently_used(self, n: int) -> list[dict[str, Any]]:
+        """The ``n`` visible memories most recently handed out in capsules."""
+        join = SQL(" JOIN {s}.memory_access a ON a.memory_id = m.id").format(s=self._s)
+        return self._memories(
+            SQL("a.last_used IS NOT NULL"), "a.last_used DESC, m.id LIMIT %(n)s", {"n": n}, join
+        )
+
+    def _memories(
+        self, where: Composed | SQL, order: str, params: dict[str, Any], join: Composed | None = None
+    ) -> list[dict[str, Any]]:
+        return self._fetch(
+            SQL(
+                "SELECT m.id, m.content, m.recorded_at FROM {s}.memory_objects m{join}"
+                " WHERE {where} AND {scope} AND {visible} ORDER BY {order}"
+            ).format(
+                s=self._s,
+                join=join or SQL(""),
+                where=where,
+                scope=self._scope("m.namespace", "m.id"),
+                visible=self._visible(),
+                order=SQL(order),
+            ),
+            params,
+        )
 
     # -- SQL pieces ---------------------------------------------------------------------------
 
@@ -219,7 +257,7 @@ class ScopedView:
             cosine = SQL(
                 "CASE WHEN d.model = %(model)s THEN 1 - (d.embedding::halfvec({d}) <=> %(q)s::halfvec({d})) END"
             ).format(d=Literal(dims))
-            params |= {"model": model, "q": halfvec_text(self.query_vector())}
+            params |= {"model": model, "q": self._query_param()}
         rows = self._fetch(
             SQL(_EXACT).format(
                 s=self._s,
@@ -236,6 +274,10 @@ class ScopedView:
             params,
         )
         return {r["ref"]: (float(r["cosine"] or 0.0), float(r["bm25"] or 0.0)) for r in rows}
+
+    def _bm25(self, kind: str, scope: Composed | SQL) -> Composed:
+        """Documents of ``kind`` in ``scope`` ranked by BM25 over the query's terms, best first."""
+        return SQL(_BM25).format(s=self._s, kind=Literal(kind), k1=Literal(K1), b=Literal(B), scope=scope)
 
     def _scope(self, namespace: str, ref: str) -> Composed:
         """The scope as an index condition; shares (rare) widen it only when there are any."""
@@ -301,16 +343,6 @@ SELECT p.ref, """
   FROM {s}.search_postings p JOIN w ON w.term = p.term
  WHERE p.kind = {kind} AND p.term = ANY(%(terms)s) AND {scope}
  GROUP BY p.ref ORDER BY score DESC, p.ref"""
-)
-_BM25_KNOWLEDGE = (
-    _STATS
-    + """
-SELECT p.ref, """
-    + _BM25_SUM
-    + """ AS score
-  FROM {s}.search_postings p JOIN w ON w.term = p.term
- WHERE p.kind = {kind} AND p.term = ANY(%(terms)s) AND p.namespace = ANY(%(scope)s)
- GROUP BY p.ref ORDER BY score DESC, p.ref LIMIT %(k)s"""
 )
 _EXACT = (
     _STATS
