@@ -106,14 +106,15 @@ def list_audit(conn: Connection[Any], schema: str, root: str, where: AuditFilter
 
 
 def shared_into(
-    conn: Connection[Any], schema: str, scope: Sequence[str], memory_ids: Sequence[UUID]
+    conn: Connection[Any], schema: str, scope: Sequence[str], memory_ids: Sequence[UUID] | None = None
 ) -> list[UUID]:
-    """Which of ``memory_ids`` are shared with a namespace of the scope."""
+    """Which of ``memory_ids`` (all, when None) are shared with a namespace of the scope."""
+    only = SQL("") if memory_ids is None else SQL(" AND memory_id = ANY(%s)")
     rows = conn.execute(
-        SQL(
-            "SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY(%s) AND memory_id = ANY(%s)"
-        ).format(s=Identifier(schema)),
-        (list(scope), list(memory_ids)),
+        SQL("SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY(%s){only}").format(
+            s=Identifier(schema), only=only
+        ),
+        (list(scope),) if memory_ids is None else (list(scope), list(memory_ids)),
     ).fetchall()
     return [row["memory_id"] for row in rows]
 

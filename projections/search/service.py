@@ -30,6 +30,7 @@ from domain.ledger.app import Ledger
 from domain.model.errors import InvalidRequest
 from domain.model.identity import Identity
 from domain.model.namespaces import ancestors
+from projections.governance.views import shared_into
 from projections.memory_objects.views import ProvenanceView
 from projections.search.drivers import BASELINE, Driver, LexicalDriver, SearchRequest, policy_drivers
 from projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView
@@ -197,7 +198,7 @@ class SearchService:
         scope = ancestors(identity.namespace)
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
             conn.execute(OPEN_VIEW)
-            shared = shared_into_scope(conn, self.ledger.schema, scope)
+            shared = shared_into(conn, self.ledger.schema, scope)
             where = self.read_filter(conn, q)
             model = self.vector_model if vector is not None else None
             yield (
@@ -206,16 +207,6 @@ class SearchService:
                 scope,
                 shared,
             )
-
-
-def shared_into_scope(conn: Connection[Any], schema: str, scope: Sequence[str]) -> list[UUID]:
-    rows = conn.execute(
-        SQL("SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY(%s)").format(
-            s=Identifier(schema)
-        ),
-        (list(scope),),
-    ).fetchall()
-    return [r["memory_id"] for r in rows]
 
 
 def hydrate(
