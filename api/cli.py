@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -156,18 +157,34 @@ def _all_keys(runtime: Runtime) -> list[KeyView]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """The API; by default with a projector process beside it (see api/projector.py)."""
     import uvicorn  # noqa: PLC0415 - only this command needs it
 
-    uvicorn.run(
-        "api.app:app_from_env",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        access_log=False,
-    )
+    from api.projector import ProjectorProcess  # noqa: PLC0415
+
+    projector = ProjectorProcess() if args.projector == "process" else None
+    # The API processes (uvicorn's workers included) inherit this.
+    os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
+    try:
+        uvicorn.run(
+            "api.app:app_from_env",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            access_log=False,
+        )
+    finally:
+        if projector is not None:
+            projector.stop()
     return 0
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    from api.projector import run_projector  # noqa: PLC0415
+
+    return run_projector(exit_with_parent=args.exit_with_parent)
 
 
 def cmd_bench_time(args: argparse.Namespace) -> int:
@@ -268,7 +285,17 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--log-level", default="warning")
+    serve.add_argument(
+        "--projector",
+        choices=["process", "thread", "external"],
+        default="process",
+        help="project the read models in a child process (default), in a thread of each API "
+        "process, or not at all (another process runs `memwarden project`)",
+    )
     serve.set_defaults(handler=cmd_serve)
+    project = sub.add_parser("project", help="follow the ledger into the read models until stopped")
+    project.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
+    project.set_defaults(handler=cmd_project)
     register_erasure_commands(sub, keys, bench)
     register_knowledge_commands(sub)
     return parser

@@ -64,7 +64,11 @@ class ApiState:
 
     def open(self) -> None:
         if self._runtime is None:
-            self._runtime = Runtime(self.settings)
+            settings = self.settings or Settings.from_env()
+            in_thread = settings.projector == "thread"
+            self._runtime = Runtime(settings, follow=in_thread)
+            if not in_thread:
+                self._runtime.reads.runner.watch()
         ledger = self.runtime.ledger
         self._tickets = TicketStore(ledger.datastore, ledger.schema)
         self._tickets.create_table()

@@ -15,6 +15,16 @@ def default_data_dir() -> Path:
     return Path(base) / "memwarden"
 
 
+PROJECTORS = ("thread", "external")
+
+
+def _projector(value: str) -> str:
+    if value not in PROJECTORS:
+        msg = f"MEMWARDEN_PROJECTOR must be one of {', '.join(PROJECTORS)}, not {value!r}"
+        raise ValueError(msg)
+    return value
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: Path
     database_url: str | None = None
@@ -24,6 +34,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_content_bytes: int = 16_384
     read_wait_seconds: float = 5.0
     pool_size: int = 8
+    projector: str = "thread"
+    """Where an API process's read models are projected: ``thread`` (a background thread of
+    the process) or ``external`` (another process, e.g. ``memwarden project``; this one only
+    watches how far the read models are, and a reader that must wait catches up itself
+    when nothing else projects)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -38,6 +53,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             max_content_bytes=int(values.get("MEMWARDEN_MAX_CONTENT_BYTES") or 16_384),
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
+            projector=_projector(values.get("MEMWARDEN_PROJECTOR") or "thread"),
         )
 
     @property

@@ -57,8 +57,11 @@ class ProjectionRunner:
         self.errors: dict[str, tuple[int, str]] = {}
         self.reached_hint = 0
         """A position every projection is known (by this process) to have committed."""
+        self.projected_channel = f"{self.schema}_projected"
+        """Announces, at each batch's commit, the position every projection has reached."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._applies_here = False
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -161,6 +164,8 @@ class ProjectionRunner:
                 if pending:
                     projection.apply(curs, self.schema, pending)
             self._track(curs, [p.name for p in live], last)
+            if len(live) == len(self.projections):  # delivered only if this batch commits
+                curs.execute("SELECT pg_notify(%s, %s)", (self.projected_channel, str(last)))
         except Exception as error:
             raise _FastPathFailed from error
 
@@ -230,7 +235,7 @@ class ProjectionRunner:
             reached = self.position()
             if reached >= position:
                 return
-            if self._thread is None:
+            if not self._applies_here:  # nothing here will apply it: help whoever projects
                 self.catch_up(position)
                 if self.position() >= position:
                     return
@@ -242,31 +247,60 @@ class ProjectionRunner:
     # -- background thread ----------------------------------------------------------------------
 
     def start(self) -> None:
+        """Apply batches in a background thread of this process."""
+        if self._start(self._run, "memwarden-projections"):
+            self._applies_here = True
+
+    def watch(self) -> None:
+        """Apply nothing; learn from the announcements of whichever process projects how far
+        the read models are, so read-your-writes needs no query once they have passed."""
+        self._start(self._watch, "memwarden-projection-watch")
+
+    def _start(self, target: Callable[[], None], name: str) -> bool:
+        """Start the one background thread; False if this runner already has one."""
         if self._thread is not None:
-            return
+            return False
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="memwarden-projections", daemon=True)
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
         self._thread.start()
+        return True
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        self._applies_here = False
 
     def _run(self) -> None:
         """Apply batches; when idle, sleep until the ledger announces an append."""
+
+        def step(listener: Connection[Any]) -> None:
+            _, applied = self._apply_next_batch()
+            if applied == 0:
+                for _ in listener.notifies(timeout=0.2, stop_after=1):
+                    pass
+
+        self._follow(self.ledger.recorder.channel_name, step)
+
+    def _watch(self) -> None:
+        def step(listener: Connection[Any]) -> None:
+            for notice in listener.notifies(timeout=0.2):
+                self.reached_hint = max(self.reached_hint, int(notice.payload))
+
+        self._follow(self.projected_channel, step)
+
+    def _follow(self, channel: str, step: Callable[[Connection[Any]], None]) -> None:
+        """Run ``step`` with a listener on ``channel`` until stopped; reconnect after failures."""
         listener: Connection[Any] | None = None
         while not self._stop.is_set():
             try:
                 if listener is None:
-                    listener = self._listen()
-                _, applied = self._apply_next_batch()
-                if applied == 0:
-                    for _ in listener.notifies(timeout=0.2, stop_after=1):
-                        pass
+                    listener = Connection.connect(self.listen_conninfo, autocommit=True)
+                    listener.execute(SQL("LISTEN {}").format(Identifier(channel)))
+                step(listener)
             except Exception:
-                log.exception("projection runner failed; retrying")
+                log.exception("following %s failed; retrying", channel)
                 if listener is not None:
                     with contextlib.suppress(Exception):
                         listener.close()
@@ -274,11 +308,6 @@ class ProjectionRunner:
                 self._stop.wait(0.5)
         if listener is not None:
             listener.close()
-
-    def _listen(self) -> Connection[Any]:
-        conn: Connection[Any] = Connection.connect(self.listen_conninfo, autocommit=True)
-        conn.execute(SQL("LISTEN {}").format(Identifier(self.ledger.recorder.channel_name)))
-        return conn
 
 
 # -- rebuilds ---------------------------------------------------------------------------------

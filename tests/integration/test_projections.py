@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -203,3 +204,33 @@ def test_history_links_review_decisions(runtime: Runtime) -> None:
     assert by_id[edited.id].superseded_by == replacement  # type: ignore[index]
     assert replacement in by_id
     assert by_id[kept.id].reason == "dispute:edit"  # type: ignore[index]
+
+
+def test_a_watching_process_learns_the_projected_position_without_projecting(settings: Settings) -> None:
+    """An API process with an external projector: it applies nothing, yet knows from the
+    projector's announcements when a write is readable (read-your-writes with no query)."""
+    with Runtime(settings, follow=False) as watcher:
+        watcher.reads.runner.watch()
+        time.sleep(0.3)  # the watch's LISTEN is in place
+        with Runtime(settings, follow=True) as projector:
+            result = watcher.memory.write(AGENT, WriteMemory(content="The watch learns positions"))
+            assert result.position is not None
+            deadline = time.monotonic() + 10
+            while watcher.reads.runner.reached_hint < result.position and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert watcher.reads.runner.reached_hint >= result.position
+            assert projector.reads.runner.position() >= result.position
+            view = watcher.reads.read(AGENT, result.id, after=result.position)
+            assert view is not None
+            assert view.content == "The watch learns positions"
+
+
+def test_a_reader_catches_up_itself_when_nothing_projects(settings: Settings) -> None:
+    with Runtime(settings, follow=False) as alone:
+        alone.reads.runner.watch()
+        result = alone.memory.write(AGENT, WriteMemory(content="Nobody else projects this"))
+        assert result.id is not None
+        assert alone.reads.runner.position() < (result.position or 0)
+        view = alone.reads.read(AGENT, result.id, after=result.position)
+        assert view is not None
+        assert alone.reads.runner.position() >= (result.position or 0)

@@ -1,0 +1,138 @@
+"""`memwarden serve` as a real process: the API with its supervised projector child."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from domain.ledger.database import ConnectionParams
+from tests.conftest import url_of
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _projector_of(pid: int) -> int:
+    for child in _children(pid):
+        try:
+            command = (Path("/proc") / str(child) / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"project" in command and _alive(child):
+            return child
+    raise AssertionError("no projector child")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait(condition: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def env(database: ConnectionParams, tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": url_of(database),
+        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
+        "MEMWARDEN_EMBEDDER": "hash",
+    }
+
+
+@pytest.fixture
+def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
+    key = (
+        subprocess.run(
+            [sys.executable, "-m", "api.cli", "keys", "create", "acme/eng", "bot", "agent"],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        _wait(ready, 120)
+        yield server, base, key
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def _write_then_read(base: str, key: str, text: str) -> None:
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+        written = client.post("/v1/mem/write", json={"content": text})
+        assert written.status_code == 200, written.text
+        read = client.post("/v1/mem/read", json={"id": written.json()["id"]})
+        assert read.status_code == 200, read.text
+        assert read.json()["content"] == text
+
+
+def test_serve_projects_in_a_supervised_child_that_dies_with_it(
+    served: tuple[subprocess.Popen[bytes], str, str],
+) -> None:
+    server, base, key = served
+    projector = _projector_of(server.pid)
+    _write_then_read(base, key, "Read your writes through the projector process")
+
+    os.kill(projector, signal.SIGKILL)  # the supervisor starts another one
+    _wait(lambda: not _alive(projector))
+    _write_then_read(base, key, "Readers catch up themselves until it is back")
+    _wait(lambda: any(p != projector for p in _children(server.pid) if _alive(p)))
+    replacement = _projector_of(server.pid)
+    assert replacement != projector
+    _write_then_read(base, key, "And the new projector takes over")
+
+    server.kill()  # however the API ends, its projector does not outlive it
+    server.wait(timeout=30)
+    _wait(lambda: not _alive(replacement), 15)
