@@ -56,7 +56,7 @@ def scratch_database(name: str) -> Iterator[tuple[Settings, ConnectionParams]]:
 
 
 def run_threads(
-    label: str, threads: int, seconds: float, make_worker: Callable[[int], Callable[[int], None]]
+    label: str, threads: int, seconds: float, make_worker: Callable[[int], Callable[[int], object]]
 ) -> RunStats:
     """Run ``threads`` workers for ``seconds``; each call of a worker is one timed operation."""
     latencies: list[list[float]] = [[] for _ in range(threads)]
