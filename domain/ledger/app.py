@@ -38,12 +38,14 @@ class StreamConflict(Exception):
 
 
 class NewMemoryKey:
-    """A data key created for a memory written by this append."""
+    """A data key created for this append: a new memory's, or a knowledge document's (with
+    its first sealed version). Stored by the append, in the same transaction."""
 
-    __slots__ = ("memory_id", "wrapped")
+    __slots__ = ("key", "owner", "wrapped")
 
-    def __init__(self, memory_id: UUID, wrapped: bytes) -> None:
-        self.memory_id = memory_id
+    def __init__(self, owner: UUID, key: bytes, wrapped: bytes) -> None:
+        self.owner = owner
+        self.key = key
         self.wrapped = wrapped
 
 
@@ -66,7 +68,7 @@ def ledger_env(params: ConnectionParams, pool_size: int = 8) -> dict[str, str]:
 
 
 class Ledger(Application[UUID]):
-    """Append-only, hash-chained, per-memory sealed. The only authority."""
+    """Append-only, hash-chained, sealed per memory and per document. The only authority."""
 
     name = "memwarden"
 
@@ -118,9 +120,11 @@ class Ledger(Application[UUID]):
             )
             return value
 
-    def new_data_key(self, memory_id: UUID) -> NewMemoryKey:
-        _, wrapped = self.data_keys.create(memory_id)
-        return NewMemoryKey(memory_id, wrapped)
+    def new_data_key(self, owner: UUID) -> NewMemoryKey:
+        """A new data key for ``owner`` (a memory or a document), to be stored by the append
+        that first seals with it (``new_keys``)."""
+        key, wrapped = self.data_keys.create(owner)
+        return NewMemoryKey(owner, key, wrapped)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -132,19 +136,23 @@ class Ledger(Application[UUID]):
     ) -> int:
         """Append one syscall's events atomically; return the last position.
 
-        ``destroy_keys``: memories whose data keys are deleted in the same transaction
-        (erasure); they are dropped from this process's key cache once committed.
+        ``new_keys``: data keys stored in the same transaction; the events are sealed with
+        them, and they are cached once committed. ``destroy_keys``: owners whose data keys
+        are deleted in the same transaction (erasure); they are dropped from this process's
+        key cache once committed.
         Raises StreamConflict when another writer took one of the stream versions.
         """
-        stored = [self.sealing.encode(r) for r in events]
+        fresh = {k.owner: k.key for k in new_keys}
+        stored = [self.sealing.encode(r, fresh) for r in events]
         group = AppendGroup(
             events=stored,
-            data_keys=[DataKeyRow(k.memory_id, self.kek.key_id, k.wrapped) for k in new_keys],
+            data_keys=[DataKeyRow(k.owner, self.kek.key_id, k.wrapped) for k in new_keys],
             destroy_keys=list(destroy_keys),
         )
         result = self._committer.submit(group)
         if result.conflict:
             raise StreamConflict("a stream this append expected to extend has moved on")
+        self.data_keys.remember(fresh.items())
         if destroy_keys:
             self.data_keys.forget(destroy_keys)
         return max(result.positions)
@@ -188,6 +196,7 @@ class Ledger(Application[UUID]):
         erased = [row["originator_id"] for row in rows if row["topic"] == _ERASED_TOPIC]
         if erased:  # another process may have erased them: never trust a cached key
             self.data_keys.forget(erased)
+        # a sealed event's owner is its own stream (a memory, a document): fetch their keys at once
         self.data_keys.prefetch(row["originator_id"] for row in rows if row["topic"] in _SEALED_TOPICS)
         return [
             self.sealing.decode(

@@ -7,6 +7,7 @@ so the events table never holds their plaintext.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Generic, TypeVar, cast
@@ -70,9 +71,23 @@ def _sealed_types(cls: type[Event]) -> dict[str, Any]:
     return {f.name: f.type for f in msgspec.structs.fields(cls) if f.name in cls.SEALED}
 
 
-def _blanks(event: Event) -> dict[str, Any]:
-    """What a sealed field holds in the clear form (and in a tombstone): nothing."""
-    return {name: () if isinstance(getattr(event, name), tuple) else None for name in event.SEALED}
+@cache
+def _blanks(cls: type[Event]) -> dict[str, Any]:
+    """What a sealed field holds in the clear form (and in a tombstone): nothing. That is
+    ``None`` where the field allows it, else its type's empty value."""
+    return {name: _empty(msgspec.inspect.type_info(tp)) for name, tp in _sealed_types(cls).items()}
+
+
+def _empty(info: msgspec.inspect.Type) -> Any:
+    if isinstance(info, msgspec.inspect.UnionType) and info.includes_none:
+        return None
+    if isinstance(info, msgspec.inspect.VarTupleType | msgspec.inspect.TupleType):
+        return ()
+    if isinstance(info, msgspec.inspect.StrType):
+        return ""
+    if isinstance(info, msgspec.inspect.BytesType):
+        return b""
+    raise TypeError(f"a sealed field of type {info} has no empty value")
 
 
 def _aad(originator_id: UUID, topic: str) -> bytes:
@@ -84,16 +99,18 @@ class SealingMapper(Mapper[UUID]):
         super().__init__(transcoder=_NoTranscoder())
         self.data_keys = data_keys
 
-    def encode(self, recorded: Recorded) -> StoredEvent:
+    def encode(self, recorded: Recorded, new_keys: Mapping[UUID, bytes] | None = None) -> StoredEvent:
+        """``new_keys``: data keys made for the append this event belongs to (not stored yet),
+        by owner; any other owner's key is the one in ``data_keys``."""
         event = recorded.event
         topic = type(event).__name__
         if event.SEALED:
-            owner = cast(UUID, getattr(event, "memory_id"))  # noqa: B009
-            key = self.data_keys.get(owner)
+            owner = event.sealing_owner
+            key = (new_keys or {}).get(owner) or self.data_keys.get(owner)
             if key is None:
-                raise SealingError(f"no data key for memory {owner}")
+                raise SealingError(f"no data key for {owner} ({topic})")
             values = [getattr(event, name) for name in event.SEALED]
-            blanked = msgspec.structs.replace(event, **_blanks(event))
+            blanked = msgspec.structs.replace(event, **_blanks(type(event)))
             ciphertext = seal(key, msgspec.msgpack.encode(values), _aad(recorded.originator_id, topic))
             state = _ENCODER.encode(_SealedForm(e=blanked, s=ciphertext))
         else:
@@ -124,9 +141,9 @@ class SealingMapper(Mapper[UUID]):
         return Recorded(originator_id, stored.originator_version, event, position)
 
     def _open(self, form: _SealedForm[Event], originator_id: UUID, topic: str) -> Event:
-        """Unseal with the memory's data key; a destroyed key leaves the fields empty."""
+        """Unseal with the owner's data key; a destroyed key leaves the fields empty."""
         event = form.e
-        key = self.data_keys.get(cast(UUID, getattr(event, "memory_id")))  # noqa: B009
+        key = self.data_keys.get(event.sealing_owner)
         if key is None:
             return event
         values = _SEALED_VALUES.decode(unseal(key, form.s, _aad(originator_id, topic)))

@@ -1,7 +1,8 @@
-"""Per-memory data keys (AES-256-GCM), wrapped by the key-encryption key.
+"""Data keys (AES-256-GCM), one per memory or knowledge document, wrapped by the KEK.
 
-Data keys are stored outside the ledger in ``data_keys``; destroying a row makes the
-sealed fields of that memory's events unrecoverable while the ledger stays intact.
+Data keys are stored outside the ledger in ``data_keys`` (the ``memory_id`` column holds
+the owner: a memory's id or a document's); destroying a row makes the sealed fields of
+that owner's events unrecoverable while the ledger stays intact.
 """
 
 from __future__ import annotations
@@ -60,10 +61,15 @@ class DataKeys:
         self._lock = threading.Lock()
 
     def create(self, owner: UUID) -> tuple[bytes, bytes]:
-        """A new data key and its wrapped form; cached so encoding can use it at once."""
+        """A new data key and its wrapped form. Not cached: it is the owner's key only once
+        the append that stores it commits (``remember``); a lost race stores another."""
         data_key = random_bytes(DATA_KEY_BYTES)
-        self._remember(owner, data_key)
         return data_key, wrap_key(self.kek, owner, data_key)
+
+    def remember(self, keys: Iterable[tuple[UUID, bytes]]) -> None:
+        """Cache keys that were just stored."""
+        for owner, key in keys:
+            self._remember(owner, key)
 
     def get(self, owner: UUID) -> bytes | None:
         with self._lock:

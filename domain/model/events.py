@@ -1,7 +1,8 @@
 """Domain events: past tense, immutable, one stream each (``stream_id``).
 
 Fields listed in ``SEALED`` hold plaintext only in memory: the ledger stores them
-encrypted with the memory's data key (see domain/ledger/sealing.py).
+encrypted with the data key of the event's ``sealing_owner`` (a memory, or a knowledge
+document; see domain/ledger/sealing.py).
 """
 
 from __future__ import annotations
@@ -40,12 +41,22 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
     def stream_id(self) -> UUID:
         raise NotImplementedError
 
+    @property
+    def sealing_owner(self) -> UUID:
+        """Whose data key seals the ``SEALED`` fields: destroying that key erases them.
+        Only event types with sealed fields have one."""
+        raise NotImplementedError
+
 
 class MemoryEvent(Event, frozen=True, kw_only=True):
     memory_id: UUID
 
     @property
     def stream_id(self) -> UUID:
+        return self.memory_id
+
+    @property
+    def sealing_owner(self) -> UUID:
         return self.memory_id
 
 
@@ -354,8 +365,13 @@ class KnowledgeChunk(msgspec.Struct, frozen=True, kw_only=True):
 class KnowledgePublished(Event, frozen=True, kw_only=True):
     """An immutable version of an L3 knowledge document (markdown with YAML front matter).
 
-    One stream per (namespace, slug); each version is a new event, never an edit."""
+    One stream per (namespace, slug); each version is a new event, never an edit. The
+    content is sealed with the document's data key (one for all its versions); so is
+    ``content_hash``: a plain hash of the content would outlive the key and confirm a
+    guessed text. Records from before sealing hold everything in the clear.
+    """
 
+    SEALED: ClassVar[tuple[str, ...]] = ("title", "body", "chunks", "content_hash")
     document_id: UUID
     namespace: str
     slug: str
@@ -372,6 +388,16 @@ class KnowledgePublished(Event, frozen=True, kw_only=True):
     @property
     def stream_id(self) -> UUID:
         return self.document_id
+
+    @property
+    def sealing_owner(self) -> UUID:
+        return self.document_id
+
+    @property
+    def shredded(self) -> bool:
+        """The document's data key was destroyed: its sealed fields are empty for good (a
+        publication always has a body)."""
+        return not self.body
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

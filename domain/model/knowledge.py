@@ -57,7 +57,8 @@ class KnowledgeDraft(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class KnowledgeState(msgspec.Struct, frozen=True, kw_only=True):
-    """The current version of one document, folded from its stream."""
+    """The current version of one document, folded from its stream. ``shredded``: its data
+    key was destroyed, so its content (title and hash included) is gone."""
 
     document_id: UUID
     namespace: str
@@ -66,6 +67,7 @@ class KnowledgeState(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     content_hash: str
     chunks: int
+    shredded: bool = False
 
 
 class KnowledgeRejected(InvalidRequest):
@@ -372,6 +374,12 @@ def next_version(
     verify_document(draft, policy)
     if current is None:
         return 1
+    if current.shredded:
+        # a new key under the same owner could not open the older versions: never reused
+        raise InvalidState(
+            f"{draft.source}: {target_namespace}/{draft.slug} was erased (its data key is destroyed);"
+            " publish it under another slug"
+        )
     if current.content_hash == content_hash(draft):
         return None
     return current.version + 1
@@ -447,4 +455,5 @@ def current_state(latest: KnowledgePublished) -> KnowledgeState:
         title=latest.title,
         content_hash=latest.content_hash,
         chunks=len(latest.chunks),
+        shredded=latest.shredded,
     )

@@ -1,7 +1,8 @@
 """Publish L3 knowledge documents through the write path's governance.
 
 One published document is one ledger append: its ``KnowledgePublished`` event (the next
-version of its stream, optimistic concurrency on that version) and its audit record.
+version of its stream, optimistic concurrency on that version), its audit record and, with
+its first sealed version, the document's data key (every version is sealed with it).
 An unchanged document appends its audit record alone; a refused one is audited as denied.
 Loading a directory publishes file by file: one bad file never stops the others, and no
 document is ever half written.
@@ -18,7 +19,7 @@ from uuid import UUID
 import msgspec
 
 from domain.embedding import Embedder, EmbedderUnavailable, vector_to_bytes
-from domain.ledger.app import Ledger, StreamConflict
+from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.commands import WritePolicy
@@ -247,9 +248,11 @@ class KnowledgeService:
             if embedded.note:
                 detail += f"; {embedded.note}"
             audit = self.audit.event(identity, OP, "ok", f"{draft.source}: {detail}", now, document_id)
+            new_key = self._new_data_key(document_id)
             try:
                 position = self.ledger.append(
-                    [Recorded(document_id, event.version, event), Recorded(audit.record_id, 1, audit)]
+                    [Recorded(document_id, event.version, event), Recorded(audit.record_id, 1, audit)],
+                    [new_key] if new_key is not None else [],
                 )
             except StreamConflict:
                 continue
@@ -266,6 +269,15 @@ class KnowledgeService:
                 detail=detail,
             )
         raise InvalidState(f"{draft.source}: {target}/{draft.slug} kept changing; load it again")
+
+    def _new_data_key(self, document_id: UUID) -> NewMemoryKey | None:
+        """A key for the document when it has none yet (its first version, or the first
+        since sealing began): stored by the publication's append. Otherwise its key is
+        reused. Two publishers racing to make one take the same stream version, so only
+        one append (and its key) is stored; the other re-decides and finds that key."""
+        if self.ledger.data_keys.get(document_id) is not None:
+            return None
+        return self.ledger.new_data_key(document_id)
 
     def _unchanged(
         self, identity: Identity, draft: KnowledgeDraft, current: KnowledgeState, now: datetime

@@ -314,7 +314,8 @@ def _delete(curs: Cursor[Any], s: Identifier, refs: list[UUID]) -> None:
 
 
 def _publish(curs: Cursor[Any], s: Identifier, e: KnowledgePublished, position: int) -> None:
-    """A new version replaces the previous one's chunks; the versions stay on the ledger."""
+    """A new version replaces the previous one's chunks; the versions stay on the ledger.
+    A shredded version (the document's data key destroyed) leaves nothing of it indexed."""
     curs.execute(
         SQL("SELECT version FROM {s}.knowledge_documents WHERE document_id = %s").format(s=s),
         (e.document_id,),
@@ -327,6 +328,11 @@ def _publish(curs: Cursor[Any], s: Identifier, e: KnowledgePublished, position: 
         (e.document_id,),
     )
     _delete(curs, s, [r["ref"] for r in curs.fetchall()])
+    if e.shredded:
+        curs.execute(
+            SQL("DELETE FROM {s}.knowledge_documents WHERE document_id = %s").format(s=s), (e.document_id,)
+        )
+        return
     curs.execute(
         SQL(
             "INSERT INTO {s}.knowledge_documents (document_id, namespace, slug, version, title, tags, content_hash,"

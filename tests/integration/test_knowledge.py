@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from uuid import UUID
+from uuid import UUID, uuid4
 
+import msgspec
 import numpy as np
+import psycopg
 import pytest
+from eventsourcing.persistence import StoredEvent
+from psycopg.sql import SQL, Identifier
 
+from api.runtime import Runtime
 from domain.embedding import EmbedderUnavailable, HashEmbedder, vector_from_bytes
 from domain.embedding.base import Matrix
+from domain.ledger.app import NewMemoryKey
 from domain.ledger.mapper import Recorded
+from domain.ledger.recorder import AppendGroup
 from domain.model.errors import Forbidden
 from domain.model.events import AuditRecorded, KnowledgePublished
 from domain.model.identity import Identity
-from domain.model.knowledge import KnowledgeState, knowledge_stream
+from domain.model.knowledge import KnowledgeState, decide_publish, knowledge_stream, parse_document
 from domain.model.policies import PolicyBody
 from domain.services.core import Core
 from domain.services.knowledge import KnowledgeService
+from domain.settings import SCHEMA, Settings
+from projections.runner import Rebuilder
 
 OWNER = Identity("acme", "olga", "owner")
 NS = "acme/eng"
@@ -331,3 +342,254 @@ def test_a_stale_read_re_decides_on_the_new_version(core: Core, docs: Path) -> N
     assert stale.reads == 2
     assert [e.version for e in stream(core, knowledge_stream(NS, "oncall"))] == [1, 2]
     assert len(knowledge_audits(core)) == 2  # the lost attempt left nothing behind
+
+
+# -- sealing: no plaintext of a document on the ledger ------------------------------------------
+
+EVENTS = SQL("{}.events").format(Identifier(SCHEMA))
+DATA_KEYS = SQL("{}.data_keys").format(Identifier(SCHEMA))
+EXPENSES = """---
+title: Expense policy
+tags: [finance]
+---
+# Expense policy
+
+## Travel
+Economy class for flights under six hours. Hotel nights are reimbursed up to 180 euros.
+
+## Equipment
+Laptops are replaced every three years; monitors on request.
+"""
+EXPENSES_QUESTION = "What is the hotel limit for travel expenses?"
+
+
+def marked(word: str) -> str:
+    return f"""---
+title: Vault procedures {word}
+slug: vault
+tags: [security]
+---
+# Vault procedures {word}
+
+The vault door code rotates weekly; ask the duty officer {word}.
+
+## Escalation {word}
+
+Call the facilities desk when the door sticks {word}.
+"""
+
+
+def events_holding(conninfo: str, needles: Sequence[str]) -> list[str]:
+    """The needles found in any raw row of the events table (every column, as text, and
+    the stored state's bytes)."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute(SQL("SELECT t::text, t.state FROM {} t").format(EVENTS)).fetchall()
+    assert rows, "nothing was written"
+    return [
+        needle
+        for needle in needles
+        if any(
+            needle in text or needle.encode().hex() in text or needle.encode() in bytes(state)
+            for text, state in rows
+        )
+    ]
+
+
+def plaintexts(event: KnowledgePublished) -> list[str]:
+    """Every piece of a document's content a reader must not find on the ledger."""
+    lines = [line for line in event.body.splitlines() if line.strip()]
+    pieces = [event.title, event.content_hash, *lines]
+    pieces += [c.text for c in event.chunks] + [c.heading for c in event.chunks if c.heading]
+    return pieces
+
+
+def all_states(conninfo: str) -> list[tuple[int, str, bytes]]:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute(SQL("SELECT notification_id, topic, state FROM {} ORDER BY 1").format(EVENTS))
+        return [(p, t, bytes(s)) for p, t, s in rows]
+
+
+def data_key_owners(conninfo: str) -> list[UUID]:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return [row[0] for row in conn.execute(SQL("SELECT memory_id FROM {}").format(DATA_KEYS))]
+
+
+def test_a_published_document_leaves_no_plaintext_in_the_events_table(
+    core: Core, service: KnowledgeService, settings: Settings
+) -> None:
+    word = f"zqx{uuid4().hex}qxz"
+    first = service.publish(OWNER, marked(word), "vault.md", NS)
+    edited = service.publish(OWNER, marked(word).replace("weekly", "daily"), "vault.md", NS)
+    assert (first.outcome, edited.outcome, edited.version) == ("published", "published", 2)
+    assert first.document_id is not None
+    v1, v2 = stream(core, first.document_id)
+    assert word in v1.title
+    assert "weekly" in v1.body
+    assert "daily" in v2.body
+    conninfo = core.params.conninfo()
+    assert events_holding(conninfo, [word, *plaintexts(v1), *plaintexts(v2)]) == []
+
+    # the sealed form: content blanked, ciphertext beside it; identity and version in the clear
+    for stored in (
+        json.loads(state) for _, topic, state in all_states(conninfo) if topic == "KnowledgePublished"
+    ):
+        assert (stored["e"]["title"], stored["e"]["body"], stored["e"]["chunks"]) == ("", "", [])
+        assert stored["e"]["content_hash"] == ""
+        assert (stored["e"]["slug"], stored["e"]["tags"]) == ("vault", ["security"])
+        assert stored["s"]
+    # one data key per document, made with its first version and kept for the next
+    assert data_key_owners(conninfo) == [first.document_id]
+
+    # a process with nothing cached reads every version whole
+    with Core(settings) as fresh:
+        assert [r.event for r in fresh.ledger.streams([first.document_id])[first.document_id]] == [v1, v2]
+        assert fresh.ledger.verify().ok
+
+
+def test_a_version_recorded_in_the_clear_before_sealing_still_decodes(
+    core: Core, service: KnowledgeService, settings: Settings
+) -> None:
+    draft = parse_document(ONCALL, "oncall.md")
+    policy = core.governance.write_policy(NS)
+    old = decide_publish(OWNER, draft, NS, None, policy, datetime(2026, 1, 5, tzinfo=UTC))
+    assert old is not None
+    clear = StoredEvent(
+        originator_id=old.document_id,
+        originator_version=1,
+        topic="KnowledgePublished",
+        state=msgspec.json.encode(old),
+    )
+    (appended,) = core.ledger.recorder.append_groups([AppendGroup(events=[clear])])
+    assert not appended.conflict
+    assert data_key_owners(core.params.conninfo()) == []
+
+    assert stream(core, old.document_id) == [old]
+    assert service.publish(OWNER, ONCALL, "oncall.md", NS).outcome == "unchanged"
+    edited = service.publish(OWNER, ONCALL.replace("fifteen", "ten"), "oncall.md", NS)
+    assert (edited.outcome, edited.version) == ("published", 2)
+    # the first sealed version makes the document's key; the clear one needs none
+    assert data_key_owners(core.params.conninfo()) == [old.document_id]
+    [(_, _, v2_state)] = [s for s in all_states(core.params.conninfo()) if s[1] == "KnowledgePublished"][1:]
+    assert v2_state.startswith(b'{"e":')
+    assert b"ten minutes" not in v2_state
+    with Core(settings) as fresh:
+        v1, v2 = [r.event for r in fresh.ledger.streams([old.document_id])[old.document_id]]
+        assert v1 == old
+        assert isinstance(v2, KnowledgePublished)
+        assert "ten minutes" in v2.body
+        assert fresh.ledger.verify().ok
+
+
+def test_racing_first_publications_share_the_stored_key(core: Core, settings: Settings) -> None:
+    """This service decided (no document, no key) before another publisher stored version 1
+    and its key: the key it made is never stored nor used, and it re-decides on that key."""
+
+    class Racing(KnowledgeService):
+        reads = 0
+
+        def current(self, document_id: UUID) -> KnowledgeState | None:
+            self.reads += 1
+            return None if self.reads == 1 else super().current(document_id)
+
+        def _new_data_key(self, document_id: UUID) -> NewMemoryKey | None:
+            return (
+                self.ledger.new_data_key(document_id)
+                if self.reads == 1
+                else super()._new_data_key(document_id)
+            )
+
+    other = KnowledgeService(core.ledger, HashEmbedder(), core.governance.write_policy)
+    first = other.publish(OWNER, ONCALL, "oncall.md", NS)
+    racing = Racing(core.ledger, HashEmbedder(), core.governance.write_policy)
+    second = racing.publish(OWNER, ONCALL.replace("fifteen", "ten"), "oncall.md", NS)
+    assert (second.outcome, second.version, racing.reads) == ("published", 2, 2)
+    assert first.document_id is not None
+    assert data_key_owners(core.params.conninfo()) == [first.document_id]
+    assert [e.version for e in stream(core, first.document_id)] == [1, 2]
+    with Core(settings) as fresh:
+        bodies = [
+            getattr(r.event, "body", "") for r in fresh.ledger.streams([first.document_id])[first.document_id]
+        ]
+        assert ["fifteen" in bodies[0], "ten minutes" in bodies[1]] == [True, True]
+
+
+@pytest.fixture
+def runtime(settings: Settings) -> Iterator[Runtime]:
+    with Runtime(settings) as rt:
+        yield rt
+
+
+def l3_answer(rt: Runtime) -> list[str]:
+    """The knowledge blocks fault answers the expense question with (an agent below NS)."""
+    agent = Identity(f"{NS}/alpha", "bot", "agent")
+    answer = rt.working_sets.fault(agent, EXPENSES_QUESTION, after=rt.ledger.head_position())
+    if not answer.hit:
+        return []
+    assert answer.source == "L3"
+    return [b.content for b in answer.blocks if b.kind == "knowledge"]
+
+
+def knowledge_rows(rt: Runtime) -> tuple[int, int, int]:
+    with rt.ledger.datastore.get_connection() as conn:
+        row = conn.execute(
+            SQL(
+                "SELECT (SELECT count(*) FROM {s}.knowledge_documents) AS documents,"
+                " (SELECT count(*) FROM {s}.knowledge_chunks) AS chunks,"
+                " (SELECT count(*) FROM {s}.search_docs WHERE kind = 'knowledge') AS docs"
+            ).format(s=Identifier(rt.ledger.schema))
+        ).fetchone()
+    assert row is not None
+    return int(row["documents"]), int(row["chunks"]), int(row["docs"])
+
+
+def test_a_sealed_document_is_found_by_fault_and_survives_a_rebuild(runtime: Runtime) -> None:
+    service = KnowledgeService(runtime.ledger, runtime.core.embedder, runtime.core.governance.write_policy)
+    result = service.publish(OWNER, EXPENSES, "expenses.md", NS)
+    assert result.outcome == "published"
+    assert (
+        events_holding(runtime.core.params.conninfo(), ["180 euros", "Expense policy", "Economy class"]) == []
+    )
+    assert any("180 euros" in block for block in l3_answer(runtime))
+
+    report = Rebuilder(runtime.reads.runner).rebuild("search_index", verify=True)
+    assert report.switched
+    assert report.differences == []
+    assert knowledge_rows(runtime) == (1, 2, 2)
+    assert any("180 euros" in block for block in l3_answer(runtime))
+
+
+def test_a_destroyed_document_key_leaves_nothing_indexed_and_no_new_version(runtime: Runtime) -> None:
+    service = KnowledgeService(runtime.ledger, runtime.core.embedder, runtime.core.governance.write_policy)
+    result = service.publish(OWNER, EXPENSES, "expenses.md", NS)
+    edited = service.publish(OWNER, EXPENSES.replace("180", "190"), "expenses.md", NS)
+    assert (result.outcome, edited.version) == ("published", 2)
+    assert result.document_id is not None
+    assert any("190 euros" in block for block in l3_answer(runtime))
+    before = runtime.ledger.verify()
+
+    with psycopg.connect(runtime.core.params.conninfo(), autocommit=True) as conn:
+        deleted = conn.execute(
+            SQL("DELETE FROM {} WHERE memory_id = %s").format(DATA_KEYS), (result.document_id,)
+        ).rowcount
+    assert deleted == 1
+    runtime.ledger.data_keys.forget([result.document_id])
+
+    # every version decodes, to a tombstone: identity and version, no content
+    versions = service.versions(result.document_id)
+    assert [(e.version, e.slug, e.title, e.body, e.chunks, e.shredded) for e in versions] == [
+        (1, "expenses", "", "", (), True),
+        (2, "expenses", "", "", (), True),
+    ]
+    report = Rebuilder(runtime.reads.runner).rebuild("search_index")
+    assert report.switched
+    assert knowledge_rows(runtime) == (0, 0, 0)
+    assert l3_answer(runtime) == []
+
+    # a new key could not open the older versions: the slug is not published again
+    again = service.publish(OWNER, EXPENSES, "expenses.md", NS)
+    assert (again.outcome, again.code) == ("rejected", "version_conflict")
+    assert "erased" in again.detail
+    assert data_key_owners(runtime.core.params.conninfo()) == []
+    after = runtime.ledger.verify()
+    assert after.ok
+    assert after.checked > before.checked

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import msgspec
 import pytest
 
 from domain.model.commands import WritePolicy
@@ -329,6 +330,21 @@ def test_changed_content_publishes_the_next_version() -> None:
     third = decide(draft(DEPLOYS.replace("four", "six")), current=v2)
     assert third is not None
     assert third.version == 3
+
+
+def test_a_shredded_document_gets_no_new_version() -> None:
+    """Its data key is gone (the sealed fields decode empty): a new key for the same
+    document could not open the older versions, so the slug is not published again."""
+    first = decide(draft())
+    assert first is not None
+    shredded = msgspec.structs.replace(first, title="", body="", chunks=(), content_hash="")
+    assert shredded.shredded
+    assert not first.shredded
+    state = evolve_knowledge(None, shredded)
+    assert state.shredded
+    for text in (DEPLOYS, DEPLOYS.replace("four", "five")):
+        with pytest.raises(InvalidState, match="erased"):
+            decide(draft(text), current=state)
 
 
 def test_embeddings_go_with_their_chunks() -> None:
