@@ -132,6 +132,14 @@ class KeepAliveClient:
 
     def call(self, method: str, path: str, body: object = None) -> tuple[int, bytes]:
         payload = msgspec.json.encode(body) if body is not None else None
+        try:
+            return self._exchange(method, path, payload)
+        except (ConnectionError, http.client.HTTPException):
+            # The server closes a connection left idle past its keep-alive time: reconnect once.
+            self._connection.close()
+            return self._exchange(method, path, payload)
+
+    def _exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, bytes]:
         self._connection.request(method, path, body=payload, headers=self._headers)
         response = self._connection.getresponse()
         return response.status, response.read()
