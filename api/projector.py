@@ -64,7 +64,9 @@ class ProjectorProcess:
         """Start the child and wait until it projects: it creates the read models' tables,
         so the API processes start after it, not at the same time."""
         process = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "project", "--exit-with-parent"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-m", "api.cli", "project", "--exit-with-parent"],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert process.stdout is not None
         deadline = time.monotonic() + self.ready_timeout

@@ -22,6 +22,7 @@ from domain.model.identity import Identity
 from domain.model.policies import PolicyBody
 from domain.services.knowledge import KnowledgeService
 from domain.settings import Settings
+from tests.unit.builders import EXPENSE_POLICY
 
 AGENT = Identity(namespace="acme/eng/alpha", actor="bot", role="agent")
 SIBLING = Identity(namespace="acme/eng/beta", actor="bot", role="agent")
@@ -145,18 +146,7 @@ def test_assemble_refuses_bad_budgets_and_audits_them(runtime: Runtime) -> None:
     assert [(r.op, r.outcome) for r in records] == [("assemble", "denied")] * 3
 
 
-KNOWLEDGE = """---
-title: Expense policy
-tags: [finance]
----
-# Expense policy
-
-## Travel
-Economy class for flights under six hours. Hotel nights are reimbursed up to 180 euros.
-
-## Equipment
-Laptops are replaced every three years; monitors on request.
-"""
+KNOWLEDGE = EXPENSE_POLICY
 
 
 def publish(rt: Runtime, namespace: str, text: str = KNOWLEDGE) -> None:

@@ -30,6 +30,7 @@ from domain.services.core import Core
 from domain.services.knowledge import KnowledgeService
 from domain.settings import SCHEMA, Settings
 from projections.runner import Rebuilder
+from tests.unit.builders import EXPENSE_POLICY
 
 OWNER = Identity("acme", "olga", "owner")
 NS = "acme/eng"
@@ -348,18 +349,7 @@ def test_a_stale_read_re_decides_on_the_new_version(core: Core, docs: Path) -> N
 
 EVENTS = SQL("{}.events").format(Identifier(SCHEMA))
 DATA_KEYS = SQL("{}.data_keys").format(Identifier(SCHEMA))
-EXPENSES = """---
-title: Expense policy
-tags: [finance]
----
-# Expense policy
-
-## Travel
-Economy class for flights under six hours. Hotel nights are reimbursed up to 180 euros.
-
-## Equipment
-Laptops are replaced every three years; monitors on request.
-"""
+EXPENSES = EXPENSE_POLICY
 EXPENSES_QUESTION = "What is the hotel limit for travel expenses?"
 
 

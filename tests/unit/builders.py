@@ -265,3 +265,18 @@ class Store:
 
     def current(self, now: datetime) -> list[MemoryState]:
         return [m for m in self.memories.values() if m.is_current(now)]
+
+
+EXPENSE_POLICY = """---
+title: Expense policy
+tags: [finance]
+---
+# Expense policy
+
+## Travel
+Economy class for flights under six hours. Hotel nights are reimbursed up to 180 euros.
+
+## Equipment
+Laptops are replaced every three years; monitors on request.
+"""
+"""A small knowledge document (markdown with YAML front matter) for the L3 tests."""
