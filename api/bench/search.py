@@ -50,7 +50,8 @@ from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.model.namespaces import ancestors
 from projections.search.drivers import BASELINE, SearchRequest, candidates_for
-from projections.search.projection import halfvec_text, hnsw_index_name
+from projections.search.halfvec import HalfvecParam
+from projections.search.projection import hnsw_index_name
 from projections.search.service import SearchQuery, SearchService, hydrate
 
 RATIO_TARGET = 2.5
@@ -199,7 +200,7 @@ class Asked(msgspec.Struct, frozen=True):
     identity: Identity
     text: str
     vector: Any  # np.ndarray: the query's embedding, computed once and timed
-    vector_text: str
+    bound: Any  # HalfvecParam: the vector as both sides bind it
 
 
 def ask(data: Corpus, count: int, seed: int, model: MiniLMEmbedder) -> tuple[list[Asked], list[float]]:
@@ -213,7 +214,7 @@ def ask(data: Corpus, count: int, seed: int, model: MiniLMEmbedder) -> tuple[lis
         began = time.perf_counter()
         vector = model.embed([text])[0]
         seconds.append(time.perf_counter() - began)
-        asked.append(Asked(Identity(leaf, f"asker-{n}", "agent"), text, vector, halfvec_text(vector)))
+        asked.append(Asked(Identity(leaf, f"asker-{n}", "agent"), text, vector, HalfvecParam(vector)))
     return asked, seconds
 
 
@@ -230,7 +231,7 @@ def raw_query(conn: psycopg.Connection[Any], schema: str, model: str, dims: int)
     ).format(s=Identifier(schema), d=dims, k=K)
 
     def run(q: Asked) -> int:
-        return len(conn.execute(statement, (model, q.vector_text)).fetchall())
+        return len(conn.execute(statement, (model, q.bound)).fetchall())
 
     return run
 
