@@ -33,7 +33,7 @@ from domain.model.namespaces import ancestors
 from projections.governance.views import shared_into
 from projections.memory_objects.views import ProvenanceView
 from projections.search.drivers import BASELINE, Driver, LexicalDriver, SearchRequest, policy_drivers
-from projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView
+from projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView, ScopeSizes
 from projections.timeline.views import position_at
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ class SearchService:
         self.drivers = drivers or policy_drivers()
         self.clock = clock
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="embed")
+        self._sizes = ScopeSizes()
 
     @property
     def vector_model(self) -> tuple[str, int] | None:
@@ -202,7 +203,9 @@ class SearchService:
             where = self.read_filter(conn, q)
             model = self.vector_model if vector is not None else None
             yield (
-                ScopedView(conn, self.ledger.schema, scope, shared, where, q.query, vector, model),
+                ScopedView(
+                    conn, self.ledger.schema, scope, shared, where, q.query, vector, model, self._sizes
+                ),
                 conn,
                 scope,
                 shared,

@@ -9,6 +9,7 @@ estimates and returns references; the service turns references into results.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -62,6 +63,28 @@ class ReadFilter(msgspec.Struct, frozen=True, kw_only=True):
 QueryVector = Callable[[], "np.ndarray[Any, Any]"]
 
 
+class ScopeSizes:
+    """Recent scope sizes, per process. A size only picks the vector lane's plan (exact
+    scan or HNSW walk), never what is visible, so a value a few seconds old is good enough
+    and saves a round trip on most searches."""
+
+    def __init__(self, seconds: float = 5.0) -> None:
+        self.seconds = seconds
+        self._sizes: dict[tuple[str, ...], tuple[float, int]] = {}
+
+    def get(self, scope: Sequence[str], count: Callable[[], int]) -> int:
+        key = tuple(scope)
+        now = time.monotonic()
+        cached = self._sizes.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        if len(self._sizes) > 10_000:
+            self._sizes.clear()
+        size = count()
+        self._sizes[key] = (now + self.seconds, size)
+        return size
+
+
 class ScopedView:
     """Read-only, scoped access to the search index (see the module docstring)."""
 
@@ -75,8 +98,10 @@ class ScopedView:
         query: str,
         query_vector: QueryVector | None,
         vector_model: tuple[str, int] | None,
+        sizes: ScopeSizes | None = None,
     ) -> None:
         self._conn = conn
+        self._sizes = sizes
         self._s = Identifier(schema)
         self._params: dict[str, Any] = {
             "scope": list(scope),
@@ -145,6 +170,11 @@ class ScopedView:
 
     def scope_size(self) -> int:
         """How many documents the caller's scope holds (from the index's statistics)."""
+        if self._sizes is None:
+            return self._count_scope()
+        return self._sizes.get(self._params["scope"], self._count_scope)
+
+    def _count_scope(self) -> int:
         rows = self._fetch(
             SQL(
                 "SELECT coalesce(sum(docs), 0) AS n FROM {s}.search_stats WHERE namespace = ANY(%(scope)s)"
