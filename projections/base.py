@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from psycopg import Cursor
 
@@ -24,3 +24,23 @@ class Projection(Protocol):
     def create(self, curs: Cursor[Any], schema: str) -> None: ...
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None: ...
+
+
+@runtime_checkable
+class DeferredIndexes(Protocol):
+    """A projection with an index far cheaper to build once over all its rows than to keep
+    up row by row (an HNSW graph). A runner far behind the ledger drops it, catches up
+    without it, and builds it again once near the head; the tables' rows are the same
+    either way, only queries run without the index meanwhile."""
+
+    def defer_indexes(self, curs: Cursor[Any], schema: str, backlog: int) -> bool:
+        """Drop the index if ``backlog`` events make a build cheaper; True if dropped."""
+        ...
+
+    def indexes_deferred(self, curs: Cursor[Any], schema: str) -> bool:
+        """Is an index missing (dropped by a catch-up, here or in another process)?"""
+        ...
+
+    def build_indexes(self, curs: Cursor[Any], schema: str) -> None:
+        """Build what is missing (nothing if nothing is)."""
+        ...

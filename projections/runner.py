@@ -22,7 +22,7 @@ from psycopg.sql import SQL, Identifier
 
 from domain.ledger.app import Ledger
 from domain.ledger.mapper import Recorded
-from projections.base import Projection
+from projections.base import DeferredIndexes, Projection
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 1000
@@ -62,6 +62,7 @@ class ProjectionRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._applies_here = False
+        self._build_pending = False
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -108,25 +109,63 @@ class ProjectionRunner:
     # -- processing ---------------------------------------------------------------------------
 
     def catch_up(self, until: int | None = None) -> int:
-        """Apply batches until the ledger head (or ``until``); return the position reached."""
+        """Apply batches until the ledger head (or ``until``); return the position reached.
+        Only a catch-up to the head defers indexes (a reader helping up to its own write
+        does not start or finish an index build)."""
         while True:
-            reached, applied = self._apply_next_batch()
+            reached, applied = self._apply_next_batch(defer=until is None)
             if applied == 0 or (until is not None and reached >= until):
                 return reached
 
-    def _apply_next_batch(self) -> tuple[int, int]:
+    def _apply_next_batch(self, *, defer: bool = True) -> tuple[int, int]:
         """Apply the next batch: all projections in one transaction, no savepoints, one
         tracking upsert. If anything fails, that transaction rolls back and the batch is
-        applied again projection by projection, each in a savepoint (the careful path)."""
+        applied again projection by projection, each in a savepoint (the careful path).
+        With ``defer``, a batch far behind the head may drop indexes cheaper to build once
+        (``DeferredIndexes``), and a batch near it builds them again."""
         try:
-            reached, applied = self._apply_batch(careful=False)
+            reached, applied = self._apply_batch(careful=False, defer=defer)
         except _FastPathFailed:
             return self._apply_batch(careful=True)
         if applied and not self.errors:
             self.reached_hint = max(self.reached_hint, reached)
+        if defer and applied < BATCH_SIZE and self._build_pending:
+            self._build_deferred_indexes()
         return reached, applied
 
-    def _apply_batch(self, *, careful: bool) -> tuple[int, int]:
+    def _deferring(self, live: list[Projection]) -> list[DeferredIndexes]:
+        return [p for p in live if isinstance(p, DeferredIndexes)]
+
+    def _defer_indexes(self, curs: Any, live: list[Projection], start: int) -> None:
+        """A full batch: if the ledger is far ahead, let projections drop what is cheaper to
+        build once at the end (the HNSW graph) than to keep up row by row."""
+        deferring = self._deferring(live)
+        if deferring:
+            backlog = self.ledger.head_position() - start
+            for projection in deferring:
+                if projection.defer_indexes(curs, self.schema, backlog):
+                    self._build_pending = True  # (a no-op if this batch rolls back)
+
+    def _build_deferred_indexes(self) -> None:
+        """Build deferred indexes in a transaction of their own, after the batch committed
+        (readers already see its rows), holding the runners' lock so no batch runs meanwhile."""
+        try:
+            with self.ledger.datastore.get_connection() as conn, conn.transaction():
+                if not self._try_lock(conn):  # another runner is applying: try after the next batch
+                    return
+                self._build_pending = False
+                with conn.cursor() as curs:
+                    for projection in self.projections:
+                        if isinstance(projection, DeferredIndexes) and projection.name not in self.errors:
+                            began = time.perf_counter()
+                            projection.build_indexes(curs, self.schema)
+                            took = time.perf_counter() - began
+                            log.info("deferred indexes of %s built in %.1f s", projection.name, took)
+        except Exception:
+            self._build_pending = False  # checked again at the next batch near the head
+            log.exception("building deferred indexes failed")
+
+    def _apply_batch(self, *, careful: bool, defer: bool = False) -> tuple[int, int]:
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
             if not self._try_lock(conn):
                 return self.position(), 0
@@ -147,7 +186,8 @@ class ProjectionRunner:
                         if pending:
                             self._apply(curs, projection, pending, last)
                 else:
-                    self._apply_all(curs, live, positions, events, last)
+                    near_head = len(events) < BATCH_SIZE
+                    self._apply_all(curs, live, positions, events, last, defer=defer, near_head=near_head)
             return last, len(events)
 
     def _apply_all(
@@ -157,12 +197,21 @@ class ProjectionRunner:
         positions: dict[str, int],
         events: list[Recorded],
         last: int,
+        *,
+        defer: bool = False,
+        near_head: bool = True,
     ) -> None:
         try:
+            if defer and not near_head:
+                self._defer_indexes(curs, live, min(positions.values()))
             for projection in live:
                 pending = [e for e in events if (e.position or 0) > positions[projection.name]]
                 if pending:
                     projection.apply(curs, self.schema, pending)
+            if defer and near_head:  # build what a catch-up (here or elsewhere) deferred
+                self._build_pending = any(
+                    p.indexes_deferred(curs, self.schema) for p in self._deferring(live)
+                )
             self._track(curs, [p.name for p in live], last)
             if len(live) == len(self.projections):  # delivered only if this batch commits
                 curs.execute("SELECT pg_notify(%s, %s)", (self.projected_channel, str(last)))
@@ -374,10 +423,16 @@ class Rebuilder:
             curs.execute(SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(Identifier(shadow)))
             curs.execute(SQL("CREATE SCHEMA {}").format(Identifier(shadow)))
             projection.create(curs, shadow)
+            deferred = isinstance(projection, DeferredIndexes) and projection.defer_indexes(
+                curs, shadow, self.ledger.head_position()
+            )
         try:
             with datastore.get_connection() as conn:
                 head = self.ledger.head_position()
                 position, events = self._build(conn, projection, shadow, 0, head, progress)
+                if deferred and isinstance(projection, DeferredIndexes):  # built once, over all rows
+                    with conn.transaction(), conn.cursor() as curs:
+                        projection.build_indexes(curs, shadow)
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(hashtext('memwarden projections'))")
                     head = self.ledger.head_position()

@@ -72,6 +72,29 @@ def _sealed_types(cls: type[Event]) -> dict[str, Any]:
 
 
 @cache
+def _sealed_decoder(cls: type[Event]) -> msgspec.msgpack.Decoder[Any]:
+    """All of a type's sealed values, each decoded as its field's type in one pass (what
+    ``msgspec.convert`` field by field gives, at a fraction of the cost)."""
+    types = _sealed_types(cls)
+    return msgspec.msgpack.Decoder(tuple[tuple(types[name] for name in cls.SEALED)])  # type: ignore[misc]
+
+
+def _array_length(packed: bytes) -> int | None:
+    """The length of the msgpack array ``packed`` starts with (None if it is no array)."""
+    head = packed[:1]
+    if not head:
+        return None
+    first = head[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F
+    if first == 0xDC and len(packed) >= 3:
+        return int.from_bytes(packed[1:3], "big")
+    if first == 0xDD and len(packed) >= 5:
+        return int.from_bytes(packed[1:5], "big")
+    return None
+
+
+@cache
 def _blanks(cls: type[Event]) -> dict[str, Any]:
     """What a sealed field holds in the clear form (and in a tombstone): nothing. That is
     ``None`` where the field allows it, else its type's empty value."""
@@ -146,7 +169,11 @@ class SealingMapper(Mapper[UUID]):
         key = self.data_keys.get(event.sealing_owner)
         if key is None:
             return event
-        values = _SEALED_VALUES.decode(unseal(key, form.s, _aad(originator_id, topic)))
+        plaintext = unseal(key, form.s, _aad(originator_id, topic))
+        if _array_length(plaintext) == len(event.SEALED):  # today's fields: decoded typed at once
+            opened = dict(zip(event.SEALED, _sealed_decoder(type(event)).decode(plaintext), strict=True))
+            return msgspec.structs.replace(event, **opened)
+        values = _SEALED_VALUES.decode(plaintext)
         if len(values) > len(event.SEALED):
             raise SealingError(f"{topic}: more sealed values than sealed fields")
         # A record written when fewer fields were sealed holds a prefix of today's list;

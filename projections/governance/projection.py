@@ -10,6 +10,7 @@ from psycopg.sql import SQL, Identifier
 
 from domain.ledger.mapper import Recorded
 from domain.model.events import AuditRecorded, KeyIssued, KeyRevoked, MemoryShared, PinSet
+from projections.rows import array_literal, columns
 
 
 class KeysProjection:
@@ -101,19 +102,22 @@ CREATE TABLE IF NOT EXISTS {s}.audit_records (
                 e.op,
                 e.outcome,
                 e.detail,
-                list(e.subject_ids),
+                array_literal(e.subject_ids),
             )
             for r in events
             if isinstance((e := r.event), AuditRecorded)
         ]
         if rows:
-            curs.executemany(
+            curs.execute(
                 SQL(
                     "INSERT INTO {s}.audit_records (position, record_id, time, actor, namespace, role, op,"
-                    " outcome, detail, subject_ids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                    " ON CONFLICT (position) DO NOTHING"
+                    " outcome, detail, subject_ids) SELECT position, record_id, time, actor, namespace, role,"
+                    " op, outcome, detail, subject_ids::uuid[] FROM unnest(%b::bigint[], %b::uuid[],"
+                    " %b::timestamptz[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+                    " %b::text[]) AS a(position, record_id, time, actor, namespace, role, op, outcome, detail,"
+                    " subject_ids) ON CONFLICT (position) DO NOTHING"
                 ).format(s=Identifier(schema)),
-                rows,
+                columns(rows),
             )
 
 

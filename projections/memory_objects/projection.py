@@ -23,6 +23,7 @@ from domain.model.events import (
     Provenance,
 )
 from domain.model.trust import rank_of
+from projections.rows import array_literal, columns
 
 _json = msgspec.json.Encoder()
 
@@ -46,11 +47,27 @@ class MemoryObjectsProjection:
             curs.execute(statement)
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        """Writes and supersedences are gathered into multi-row statements; every other event
+        runs on its own. Statements on different memories commute, so a gathered statement
+        is sent before any later statement on one of its memories (a memory's own events
+        keep their ledger order); the ``memory_supersedence`` rows depend on nothing here
+        and go last, in ledger order."""
         s = Identifier(schema)
+        batch = _Batch(curs, s)
         for recorded in events:
-            handler = _HANDLERS.get(type(recorded.event))
-            if handler is not None:
-                handler(curs, s, recorded)
+            event = recorded.event
+            if isinstance(event, MemoryWritten):
+                batch.write(recorded)
+            elif isinstance(event, MemorySuperseded):
+                batch.supersede(recorded)
+            else:
+                handler = _HANDLERS.get(type(event))
+                if handler is not None:
+                    batch.touch(getattr(event, "memory_id", None))
+                    handler(curs, s, recorded)
+                if isinstance(event, MemoryRetired) and (edge := _retired_edge(recorded)) is not None:
+                    batch.edges.append(edge)
+        batch.flush()
 
 
 def _schema_sql(schema: str) -> list[Composed]:
@@ -117,67 +134,133 @@ CREATE TABLE IF NOT EXISTS {s}.memory_supersedence (
     ]
 
 
-def _written(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+def _written_values(r: Recorded) -> tuple[Any, ...]:
     e = r.event
     assert isinstance(e, MemoryWritten)
     provenance = [provenance_entry(p, e.content) for p in e.provenance]
-    curs.execute(
-        SQL(
-            "INSERT INTO {s}.memory_objects (id, namespace, actor, scope, type, content, subject,"
-            " attribute, value, tags, selectors, provenance, trust_rank, event_time, recorded_at,"
-            " valid_from, status, trust_tier, supersedes, classification, dispute_id, position, erasure_keys)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s,"
-            " %s, %s::jsonb, NULL, %s, %s) ON CONFLICT (id) DO NOTHING"
-        ).format(s=s),
-        (
-            e.memory_id,
-            e.namespace,
-            e.actor,
-            e.scope,
-            e.type,
-            e.content,
-            e.subject,
-            e.attribute,
-            e.value,
-            list(e.tags),
-            list(e.selectors),
-            _json.encode(provenance).decode(),
-            rank_of(p.source for p in e.provenance),
-            e.event_time,
-            e.at,
-            e.valid_from,
-            e.status,
-            e.trust_tier,
-            list(e.supersedes),
-            _json.encode(e.classification).decode(),
-            r.position,
-            sorted(erasure_keys(e.subject, (*e.tags, *e.selectors))),
-        ),
+    return (
+        e.memory_id,
+        e.namespace,
+        e.actor,
+        e.scope,
+        e.type,
+        e.content,
+        e.subject,
+        e.attribute,
+        e.value,
+        array_literal(e.tags),
+        array_literal(e.selectors),
+        _json.encode(provenance).decode(),
+        rank_of(p.source for p in e.provenance),
+        e.event_time,
+        e.at,
+        e.valid_from,
+        e.status,
+        e.trust_tier,
+        array_literal(e.supersedes),
+        _json.encode(e.classification).decode(),
+        r.position,
+        array_literal(sorted(erasure_keys(e.subject, (*e.tags, *e.selectors)))),
     )
 
 
-def _superseded(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
-    e = r.event
-    assert isinstance(e, MemorySuperseded)
-    if e.kind == "succession":
-        change = SQL("valid_to = %s")
-        value: Any = e.valid_to
-    else:
-        change = SQL("status = 'retired', retired_at = %s")
-        value = e.at
-    curs.execute(
-        SQL(
-            "UPDATE {s}.memory_objects SET {change}, superseded_by = array_append(superseded_by, %s),"
-            " position = %s WHERE id = %s"
-        ).format(s=s, change=change),
-        (value, e.by, r.position, e.memory_id),
-    )
+class _Batch:
+    """Pending multi-row statements of one ``apply``: new rows (``ON CONFLICT DO NOTHING``,
+    so the first write of an id wins, as one by one) and supersedence updates (one per
+    memory per statement); ``_Batch.touch`` sends what a statement on a memory must follow."""
+
+    def __init__(self, curs: Cursor[Any], s: Identifier) -> None:
+        self.curs, self.s = curs, s
+        self.written: list[tuple[Any, ...]] = []
+        self.written_ids: set[Any] = set()
+        self.superseded: list[tuple[Any, ...]] = []
+        self.superseded_ids: set[Any] = set()
+        self.edges: list[tuple[Any, ...]] = []
+
+    def write(self, r: Recorded) -> None:
+        e = r.event
+        assert isinstance(e, MemoryWritten)
+        if e.memory_id in self.superseded_ids:  # an update of the id came first: keep the order
+            self._send_superseded()
+        self.written.append(_written_values(r))
+        self.written_ids.add(e.memory_id)
+
+    def supersede(self, r: Recorded) -> None:
+        e = r.event
+        assert isinstance(e, MemorySuperseded)
+        if e.memory_id in self.written_ids:
+            self._send_written()
+        if e.memory_id in self.superseded_ids:  # one UPDATE changes a row once
+            self._send_superseded()
+        self.superseded.append((e.memory_id, e.kind == "succession", e.valid_to, e.at, e.by, r.position))
+        self.superseded_ids.add(e.memory_id)
+        self.edges.append((e.memory_id, e.by, e.kind, e.reason, e.at, e.valid_to, r.position))
+
+    def touch(self, memory_id: Any) -> None:
+        """A statement on ``memory_id`` runs next: send what it must follow (all, if unknown)."""
+        if memory_id is None or memory_id in self.written_ids:
+            self._send_written()
+        if memory_id is None or memory_id in self.superseded_ids:
+            self._send_superseded()
+
+    def flush(self) -> None:
+        self._send_written()
+        self._send_superseded()
+        if self.edges:
+            _insert_edges(self.curs, self.s, self.edges)
+            self.edges = []
+
+    def _send_written(self) -> None:
+        rows, self.written, self.written_ids = self.written, [], set()
+        if not rows:
+            return
+        self.curs.execute(
+            SQL(
+                "INSERT INTO {s}.memory_objects (id, namespace, actor, scope, type, content, subject,"
+                " attribute, value, tags, selectors, provenance, trust_rank, event_time, recorded_at,"
+                " valid_from, status, trust_tier, supersedes, classification, dispute_id, position, erasure_keys)"
+                " SELECT id, namespace, actor, scope, type, content, subject, attribute, value, tags::text[],"
+                " selectors::text[], provenance::jsonb, trust_rank, event_time, recorded_at, valid_from, status,"
+                " trust_tier, supersedes::uuid[], classification::jsonb, NULL, position, erasure_keys::text[]"
+                " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+                " %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::timestamptz[],"
+                " %b::timestamptz[], %b::timestamptz[], %b::text[], %b::text[], %b::text[], %b::text[],"
+                " %b::bigint[], %b::text[]) AS w(id, namespace, actor, scope, type, content, subject, attribute,"
+                " value, tags, selectors, provenance, trust_rank, event_time, recorded_at, valid_from, status,"
+                " trust_tier, supersedes, classification, position, erasure_keys)"
+                " ON CONFLICT (id) DO NOTHING"
+            ).format(s=self.s),
+            columns(rows),
+        )
+
+    def _send_superseded(self) -> None:
+        rows, self.superseded, self.superseded_ids = self.superseded, [], set()
+        if not rows:
+            return
+        # succession closes valid time; any other kind retires in system time
+        self.curs.execute(
+            SQL(
+                "UPDATE {s}.memory_objects m SET"
+                " valid_to = CASE WHEN u.succession THEN u.valid_to ELSE m.valid_to END,"
+                " status = CASE WHEN u.succession THEN m.status ELSE 'retired' END,"
+                " retired_at = CASE WHEN u.succession THEN m.retired_at ELSE u.at END,"
+                " superseded_by = array_append(m.superseded_by, u.by), position = u.position"
+                " FROM unnest(%b::uuid[], %b::boolean[], %b::timestamptz[], %b::timestamptz[], %b::uuid[],"
+                " %b::bigint[]) AS u(id, succession, valid_to, at, by, position) WHERE m.id = u.id"
+            ).format(s=self.s),
+            columns(rows),
+        )
+
+
+def _insert_edges(curs: Cursor[Any], s: Identifier, edges: list[tuple[Any, ...]]) -> None:
+    """``memory_supersedence`` rows in ledger order (an existing edge is kept, as one by one)."""
     curs.execute(
         SQL(
             "INSERT INTO {s}.memory_supersedence (old_id, new_id, kind, reason, at, valid_to, position)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+            " SELECT * FROM unnest(%b::uuid[], %b::uuid[], %b::text[], %b::text[], %b::timestamptz[],"
+            " %b::timestamptz[], %b::bigint[]) ON CONFLICT DO NOTHING"
         ).format(s=s),
-        (e.memory_id, e.by, e.kind, e.reason, e.at, e.valid_to, r.position),
+        columns(edges),
     )
 
 
@@ -204,18 +287,18 @@ def _retired(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
         ).format(s=s),
         (e.at, e.dispute_id, [e.replaced_by] if e.replaced_by else [], r.position, e.memory_id),
     )
-    # A review's step joins the history: the rejected memory points at the one kept, an
-    # edited one at its replacement. Fixed reasons only: the reviewer's words may name people.
+
+
+def _retired_edge(r: Recorded) -> tuple[Any, ...] | None:
+    """A review's step joins the history: the rejected memory points at the one kept, an
+    edited one at its replacement. Fixed reasons only: the reviewer's words may name people."""
+    e = r.event
+    assert isinstance(e, MemoryRetired)
     linked = e.replaced_by or e.kept
-    if linked is not None:
-        kind, reason = ("correction", "dispute:edit") if e.replaced_by else ("rejected", "dispute:keep_old")
-        curs.execute(
-            SQL(
-                "INSERT INTO {s}.memory_supersedence (old_id, new_id, kind, reason, at, valid_to, position)"
-                " VALUES (%s, %s, %s, %s, %s, NULL, %s) ON CONFLICT DO NOTHING"
-            ).format(s=s),
-            (e.memory_id, linked, kind, reason, e.at, r.position),
-        )
+    if linked is None:
+        return None
+    kind, reason = ("correction", "dispute:edit") if e.replaced_by else ("rejected", "dispute:keep_old")
+    return (e.memory_id, linked, kind, reason, e.at, None, r.position)
 
 
 def _reaffirmed(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
@@ -282,8 +365,6 @@ def _erased(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
 
 
 _HANDLERS: dict[type, Any] = {
-    MemoryWritten: _written,
-    MemorySuperseded: _superseded,
     MemoryReleased: _released,
     MemoryRetired: _retired,
     MemoryReaffirmed: _reaffirmed,

@@ -92,7 +92,7 @@ class TimelineProjection:
             curs.execute(
                 SQL(
                     "INSERT INTO {s}.ledger_clock (position, at)"
-                    " SELECT * FROM unnest(%s::bigint[], %s::timestamptz[]) ON CONFLICT DO NOTHING"
+                    " SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) ON CONFLICT DO NOTHING"
                 ).format(s=s),
                 (positions, times),
             )
@@ -132,7 +132,7 @@ class TimelineProjection:
         curs.execute(
             SQL(
                 "UPDATE {s}.memory_timeline t SET closed = c.closed, sys_to = c.sys_to"
-                " FROM unnest(%s::uuid[], %s::bigint[], %s::bigint[], %s::timestamptz[])"
+                " FROM unnest(%b::uuid[], %b::bigint[], %b::bigint[], %b::timestamptz[])"
                 "   AS c(memory_id, opened, closed, sys_to)"
                 " WHERE t.memory_id = c.memory_id AND t.opened = c.opened"
             ).format(s=s),
@@ -170,9 +170,9 @@ class TimelineProjection:
             SQL(
                 "INSERT INTO {s}.memory_timeline (memory_id, namespace, status, trust_tier, recorded_at,"
                 " valid_from, valid_to, retired_at, opened, closed, sys_from, sys_to)"
-                " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],"
-                " %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::bigint[], %s::bigint[],"
-                " %s::timestamptz[], %s::timestamptz[]) ON CONFLICT DO NOTHING"
+                " SELECT * FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::text[], %b::timestamptz[],"
+                " %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::bigint[], %b::bigint[],"
+                " %b::timestamptz[], %b::timestamptz[]) ON CONFLICT DO NOTHING"
             ).format(s=s),
             columns,
         )
