@@ -286,12 +286,12 @@ def test_projection_lag_is_503_with_retry_after_and_audited(settings: Settings) 
         with TestClient(app=create_app(runtime=runtime)) as client:
             helper = Api(runtime, client)
             agent = helper.key("acme/eng", "bot", "agent")
-            runtime.reads.runner._thread = object()  # type: ignore[assignment] # pretend a follower exists: nobody catches up
+            runtime.reads.runner._applies_here = True  # pretend this process projects: nobody catches up
             try:
                 written = helper.mem(agent, "write", {"content": FACT}).json()
                 response = helper.mem(agent, "read", {"id": written["id"]})
             finally:
-                runtime.reads.runner._thread = None
+                runtime.reads.runner._applies_here = False
             assert response.status_code == 503
             assert response.json()["error"] == "projection_lag"
             assert int(response.headers["Retry-After"]) >= 1
