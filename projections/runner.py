@@ -27,6 +27,9 @@ from projections.base import DeferredIndexes, Projection
 log = logging.getLogger(__name__)
 BATCH_SIZE = 1000
 TRACKING_TABLE = "projection_tracking"
+ERRORS_TABLE = "projection_errors"
+"""Where a runner records the event a projection stopped at, so every process (an API
+process beside a projector, the CLI) reports it, not only the one that hit it."""
 
 
 class ProjectionLag(Exception):
@@ -70,6 +73,12 @@ class ProjectionRunner:
         self.tracking.create_table()
         with self.ledger.datastore.transaction(commit=True) as curs:
             curs.execute("SELECT pg_advisory_xact_lock(hashtext('memwarden schema'))")
+            curs.execute(
+                SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.{} (name text PRIMARY KEY, position bigint NOT NULL,"
+                    " error text NOT NULL, at timestamptz NOT NULL DEFAULT now())"
+                ).format(Identifier(self.schema), Identifier(ERRORS_TABLE))
+            )
             for projection in self.projections:
                 projection.create(curs, self.schema)
 
@@ -91,10 +100,14 @@ class ProjectionRunner:
     def status(self) -> list[ProjectionStatus]:
         head = self.ledger.head_position()
         positions = self.positions()
+        recorded = self._recorded_errors()
         result = []
         for projection in self.projections:
             position = positions[projection.name]
             error = self.errors.get(projection.name)
+            if error is None and projection.name in recorded:
+                stopped_at, message = recorded[projection.name]
+                error = (stopped_at, message) if stopped_at > position else None  # else passed since
             result.append(
                 ProjectionStatus(
                     name=projection.name,
@@ -239,9 +252,33 @@ class ProjectionRunner:
                     projection.apply(curs, self.schema, [recorded])
                     self._track(curs, [projection.name], position)
             except Exception as error:
-                self.errors[projection.name] = (position, f"{type(error).__name__}: {error}")
+                message = f"{type(error).__name__}: {error}"
+                self.errors[projection.name] = (position, message)
                 log.exception("projection %s stopped at position %s", projection.name, position)
+                self._record_error(curs, projection.name, position, message)
                 return
+
+    def _record_error(self, curs: Any, name: str, position: int, message: str) -> None:
+        """Committed with the batch: the events before the poison one, and the stop itself."""
+        curs.execute(
+            SQL(
+                "INSERT INTO {}.{} (name, position, error) VALUES (%s, %s, %s)"
+                " ON CONFLICT (name) DO UPDATE SET position = EXCLUDED.position, error = EXCLUDED.error,"
+                " at = now()"
+            ).format(Identifier(self.schema), Identifier(ERRORS_TABLE)),
+            (name, position, message[:2000]),
+        )
+
+    def _recorded_errors(self) -> dict[str, tuple[int, str]]:
+        """Stops recorded by any runner; one whose projection has since moved past it (a
+        fix, a rebuild) no longer counts."""
+        with self.ledger.datastore.get_connection() as conn:
+            rows = conn.execute(
+                SQL("SELECT name, position, error FROM {}.{}").format(
+                    Identifier(self.schema), Identifier(ERRORS_TABLE)
+                )
+            ).fetchall()
+        return {row["name"]: (int(row["position"]), str(row["error"])) for row in rows}
 
     def _track(self, curs: Any, names: list[str], position: int) -> None:
         """Record that these projections reflect ``position`` (never moves a record back)."""

@@ -182,6 +182,21 @@ def test_poison_event_stops_the_projection_at_its_position(settings: Settings) -
         with pytest.raises(Exception, match="waiting for"):
             reads.wait_for(after.position)
 
+        # Another process (an API process beside the projector, the CLI) reports the stop
+        # too, though it never applied anything itself.
+        elsewhere = ReadModels(
+            runtime.ledger, runtime.core.params.conninfo(), [_Poisoned(), DisputesProjection()], 0.5
+        )
+        seen = {s.name: s for s in elsewhere.runner.status()}
+        assert seen["memory_objects"].stopped_at == poison_position
+        assert seen["memory_objects"].error == status["memory_objects"].error
+        assert seen["disputes"].error is None
+
+        # Once the projection has moved past it (after a fix or a rebuild), the stop is history.
+        fixed = ReadModels(runtime.ledger, runtime.core.params.conninfo(), [MemoryObjectsProjection()], 0.5)
+        fixed.runner.catch_up()
+        assert {s.name: s for s in fixed.runner.status()}["memory_objects"].error is None
+
 
 def test_history_links_review_decisions(runtime: Runtime) -> None:
     """keep_old and edit are steps of the fact's history, with the decision as reason."""
