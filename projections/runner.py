@@ -32,6 +32,16 @@ ERRORS_TABLE = "projection_errors"
 process beside a projector, the CLI) reports it, not only the one that hit it."""
 
 
+def _redacted(error: Exception) -> str:
+    """What a stop says in a table: the error's kind, never its message (a database error
+    can quote the row it failed on, and erasure does not reach this table). The message is
+    in the log of the process that hit it."""
+    sqlstate = getattr(error, "sqlstate", None)
+    return (
+        type(error).__name__ + (f" (SQLSTATE {sqlstate})" if sqlstate else "") + "; the message is in the log"
+    )
+
+
 class ProjectionLag(Exception):
     """The read models have not reached the caller's position in time."""
 
@@ -255,7 +265,7 @@ class ProjectionRunner:
                 message = f"{type(error).__name__}: {error}"
                 self.errors[projection.name] = (position, message)
                 log.exception("projection %s stopped at position %s", projection.name, position)
-                self._record_error(curs, projection.name, position, message)
+                self._record_error(curs, projection.name, position, _redacted(error))
                 return
 
     def _record_error(self, curs: Any, name: str, position: int, message: str) -> None:

@@ -189,7 +189,9 @@ def test_poison_event_stops_the_projection_at_its_position(settings: Settings) -
         )
         seen = {s.name: s for s in elsewhere.runner.status()}
         assert seen["memory_objects"].stopped_at == poison_position
-        assert seen["memory_objects"].error == status["memory_objects"].error
+        # Its kind only: a database error can quote the row it failed on, and erasure does
+        # not reach this table.
+        assert seen["memory_objects"].error == "TypeError; the message is in the log"
         assert seen["disputes"].error is None
 
         # Once the projection has moved past it (after a fix or a rebuild), the stop is history.
