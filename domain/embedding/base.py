@@ -51,6 +51,15 @@ class Embedder(Protocol):
         ...
 
 
+def check_texts(texts: Sequence[str]) -> None:
+    """What every embedder takes: a sequence of str (one bare str is refused, not split)."""
+    if isinstance(texts, str):
+        raise TypeError("embed takes a sequence of texts, not one str")
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"texts must be str, got {type(text).__name__}")
+
+
 def embed_one(embedder: Embedder, text: str) -> Matrix:
     """The 1-D vector of one text."""
     rows = embedder.embed([text])

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from domain.embedding.base import EmbedderUnavailable, Matrix, ModelFileRejected, normalize_rows
+from domain.embedding.base import EmbedderUnavailable, Matrix, ModelFileRejected, check_texts, normalize_rows
 
 MODEL_ID = "all-MiniLM-L6-v2-int8"
 DIMENSIONS = 384
@@ -174,11 +174,7 @@ class MiniLMEmbedder:
         return len(self._encode(text))
 
     def embed(self, texts: Sequence[str]) -> Matrix:
-        if isinstance(texts, str):
-            raise TypeError("embed takes a sequence of texts, not one str")
-        for text in texts:
-            if not isinstance(text, str):
-                raise TypeError(f"texts must be str, got {type(text).__name__}")
+        check_texts(texts)
         rows = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
         if not texts:
             return rows

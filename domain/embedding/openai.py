@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from domain.embedding.base import EmbedderUnavailable, Matrix, normalize_rows
+from domain.embedding.base import EmbedderUnavailable, Matrix, check_texts, normalize_rows
 
 MAX_INPUTS_PER_REQUEST = 128
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -94,11 +94,7 @@ class OpenAIEmbedder:
         return known
 
     def embed(self, texts: Sequence[str]) -> Matrix:
-        if isinstance(texts, str):
-            raise TypeError("embed takes a sequence of texts, not one str")
-        for text in texts:
-            if not isinstance(text, str):
-                raise TypeError(f"texts must be str, got {type(text).__name__}")
+        check_texts(texts)
         if not texts:
             return np.zeros((0, self._dimensions or 0), dtype=np.float32)
         chunks = [
