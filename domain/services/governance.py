@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
@@ -51,6 +49,7 @@ from domain.model.policies import (
 from domain.model.shares import decide_pin, decide_share
 from domain.services.audit import Audit, AuditOutcome
 from domain.services.memory import utcnow, version_events
+from domain.services.ttl_cache import TTLCache
 
 CACHE_SECONDS = 1.0
 MAX_ATTEMPTS = 8
@@ -64,33 +63,6 @@ class IssuedKey:
         self.key_id = key_id
         self.key = key
         self.position = position
-
-
-class _TTLCache:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._items: dict[str, tuple[float, object]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> object | None:
-        item = self._items.get(key)
-        if item is None or item[0] < time.monotonic():
-            return None
-        return item[1]
-
-    def put(self, key: str, value: object) -> None:
-        with self._lock:
-            if len(self._items) > 50_000:
-                self._items.clear()
-            self._items[key] = (time.monotonic() + self.seconds, value)
-
-    def drop(self, key: str) -> None:
-        with self._lock:
-            self._items.pop(key, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
 
 
 class GovernanceService:
@@ -109,8 +81,8 @@ class GovernanceService:
         # late-bound: a caller may swap the clock or id source after construction
         self.audit = Audit(ledger, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
         self._key_secret = ledger.secret("api-keys")
-        self._keys = _TTLCache(cache_seconds)
-        self._policies = _TTLCache(cache_seconds)
+        self._keys: TTLCache[str, KeyState] = TTLCache(cache_seconds)
+        self._policies: TTLCache[str, EffectivePolicy] = TTLCache(cache_seconds)
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -164,15 +136,13 @@ class GovernanceService:
         if parsed is None:
             return None
         key_id, secret = parsed
-        cached = self._keys.get(key_id)
-        if isinstance(cached, KeyState):
-            state: KeyState | None = cached
-        else:
+        state = self._keys.get(key_id)
+        if state is None:
             state = self.key(key_id)
             if state is None:
                 return None
             self._keys.put(key_id, state)
-        if state is None or state.revoked:
+        if state.revoked:
             return None
         if not hmac.compare_digest(state.key_hash, self.hash_secret(key_id, secret)):
             return None
@@ -180,8 +150,7 @@ class GovernanceService:
 
     def cached_key(self, key_id: str) -> KeyState | None:
         """The cached state of a key, without I/O (None when not cached or expired)."""
-        cached = self._keys.get(key_id)
-        return cached if isinstance(cached, KeyState) else None
+        return self._keys.get(key_id)
 
     def check_cached(self, state: KeyState, secret: str) -> bool:
         return not state.revoked and hmac.compare_digest(
@@ -211,12 +180,11 @@ class GovernanceService:
 
     def cached_policy(self, namespace: str) -> EffectivePolicy | None:
         """The cached effective policy, without I/O (None when not cached or expired)."""
-        cached = self._policies.get(namespace)
-        return cached if isinstance(cached, EffectivePolicy) else None
+        return self._policies.get(namespace)
 
     def effective_policy(self, namespace: str) -> EffectivePolicy:
         cached = self._policies.get(namespace)
-        if isinstance(cached, EffectivePolicy):
+        if cached is not None:
             return cached
         policy = effective_policy(namespace, self.own_policies(namespace))
         self._policies.put(namespace, policy)

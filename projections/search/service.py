@@ -105,7 +105,7 @@ class SearchService:
         self.drivers = drivers or policy_drivers()
         self.clock = clock
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="embed")
-        self._sizes = ScopeSizes()
+        self._sizes = ScopeSizes(5.0, max_items=10_000)
 
     @property
     def vector_model(self) -> tuple[str, int] | None:

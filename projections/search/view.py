@@ -9,7 +9,6 @@ estimates and returns references; the service turns references into results.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -21,6 +20,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from domain.model.text import estimate_tokens
+from domain.services.ttl_cache import TTLCache
 from projections.search.halfvec import HalfvecParam
 from projections.search.lexical import K1, B, query_terms
 from projections.search.projection import KNOWLEDGE, MEMORY
@@ -63,26 +63,10 @@ class ReadFilter(msgspec.Struct, frozen=True, kw_only=True):
 QueryVector = Callable[[], "np.ndarray[Any, Any]"]
 
 
-class ScopeSizes:
-    """Recent scope sizes, per process. A size only picks the vector lane's plan (exact
-    scan or HNSW walk), never what is visible, so a value a few seconds old is good enough
-    and saves a round trip on most searches."""
-
-    def __init__(self, seconds: float = 5.0) -> None:
-        self.seconds = seconds
-        self._sizes: dict[tuple[str, ...], tuple[float, int]] = {}
-
-    def get(self, scope: Sequence[str], count: Callable[[], int]) -> int:
-        key = tuple(scope)
-        now = time.monotonic()
-        cached = self._sizes.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        if len(self._sizes) > 10_000:
-            self._sizes.clear()
-        size = count()
-        self._sizes[key] = (now + self.seconds, size)
-        return size
+ScopeSizes = TTLCache[tuple[str, ...], int]
+"""Recent scope sizes, per process. A size only picks the vector lane's plan (exact scan or
+HNSW walk), never what is visible, so a value a few seconds old is good enough and saves a
+round trip on most searches."""
 
 
 class ScopedView:
@@ -170,19 +154,20 @@ class ScopedView:
 
     def scope_size(self) -> int:
         """How many documents the caller's scope holds (from the index's statistics)."""
-        if self._sizes is None:
-            return self._count_scope()
-        return self._sizes.get(self._params["scope"], self._count_scope)
-
-    def _count_scope(self) -> int:
-        rows = self._fetch(
-            SQL(
-                "SELECT coalesce(sum(docs), 0) AS n FROM {s}.search_stats WHERE namespace = ANY(%(scope)s)"
-                " AND kind = {kind}"
-            ).format(s=self._s, kind=Literal(MEMORY)),
-            {},
-        )
-        return int(rows[0]["n"]) + len(self._params["shared"])
+        scope = tuple(self._params["scope"])
+        docs = self._sizes.get(scope) if self._sizes is not None else None
+        if docs is None:
+            rows = self._fetch(
+                SQL(
+                    "SELECT coalesce(sum(docs), 0) AS n FROM {s}.search_stats WHERE namespace = ANY(%(scope)s)"
+                    " AND kind = {kind}"
+                ).format(s=self._s, kind=Literal(MEMORY)),
+                {},
+            )
+            docs = int(rows[0]["n"])
+            if self._sizes is not None:
+                self._sizes.put(scope, docs)
+        return docs + len(self._params["shared"])
 
     def _visible_top(self, candidates: Composed, params: dict[str, Any], k: int) -> list[Hit]:
         """The best ``k`` of ``candidates`` (ref, score; best first) that the read filter
