@@ -56,10 +56,6 @@ class ProjectorProcess:
         self._supervisor = threading.Thread(target=self._supervise, name="projector-supervisor", daemon=True)
         self._supervisor.start()
 
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
     def _spawn(self) -> subprocess.Popen[str]:
         """Start the child and wait until it projects: it creates the read models' tables,
         so the API processes start after it, not at the same time."""

@@ -60,3 +60,13 @@ class Runtime:
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def api_runtime(settings: Settings) -> Runtime:
+    """An API process's runtime: it projects in a thread of its own (``projector`` =
+    ``thread``), or only watches how far another process has projected (``external``)."""
+    in_thread = settings.projector == "thread"
+    runtime = Runtime(settings, follow=in_thread)
+    if not in_thread:
+        runtime.reads.runner.watch()
+    return runtime

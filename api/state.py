@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from api.limits import LastWrites, TokenBuckets
 from api.metrics import Metrics
-from api.runtime import Runtime
+from api.runtime import Runtime, api_runtime
 from api.schemas import WriteBody
 from api.tickets import TicketStore, TicketWorker
 from domain.model.identity import Identity
@@ -64,11 +64,7 @@ class ApiState:
 
     def open(self) -> None:
         if self._runtime is None:
-            settings = self.settings or Settings.from_env()
-            in_thread = settings.projector == "thread"
-            self._runtime = Runtime(settings, follow=in_thread)
-            if not in_thread:
-                self._runtime.reads.runner.watch()
+            self._runtime = api_runtime(self.settings or Settings.from_env())
         ledger = self.runtime.ledger
         self._tickets = TicketStore(ledger.datastore, ledger.schema)
         self._tickets.create_table()

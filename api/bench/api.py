@@ -20,7 +20,7 @@ import msgspec
 
 from api.bench.common import RunStats, run_threads, scratch_database
 from api.bench.write import sentence
-from api.runtime import Runtime
+from api.runtime import Runtime, api_runtime
 from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.model.policies import PolicyBody
@@ -68,10 +68,9 @@ def run_api_bench(args: argparse.Namespace) -> int:
     counts = [int(c) for c in str(args.clients).split(",") if c.strip()]
     rows: list[ApiBenchRow] = []
     with scratch_database("memwarden_bench_api") as (scratch, _params):
-        settings = msgspec.structs.replace(scratch, pool_size=max(counts) + 4)
         # Like an API process of `memwarden serve`: the served projector projects for both sides.
-        with Runtime(settings, follow=False) as runtime:
-            runtime.reads.runner.watch()
+        settings = msgspec.structs.replace(scratch, pool_size=max(counts) + 4, projector="external")
+        with api_runtime(settings) as runtime:
             operator = Identity(TENANT, "operator@bench", "owner")
             governance = runtime.core.governance
             governance.set_policy(operator, TENANT, PolicyBody(rate_limit_per_minute=10_000_000))
