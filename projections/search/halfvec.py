@@ -1,9 +1,11 @@
-"""Query vectors as bound parameters in pgvector's binary ``halfvec`` form.
+"""Vectors as bound parameters in pgvector's binary ``halfvec`` form.
 
-Formatting 384 floats as text costs about 0.25 ms of Python per query; the binary form
+Formatting 384 floats as text costs about 0.25 ms of Python per vector; the binary form
 (dimensions, a reserved word, then big-endian float16 values, as pgvector's
-``halfvec_recv`` reads it) costs a few microseconds. The parameter's type is left to the
-server, which takes it from the ``::halfvec(d)`` cast around the placeholder.
+``halfvec_recv`` reads it) costs a few microseconds. A lone parameter leaves its type to
+the server, which takes it from the ``::halfvec(d)`` cast around the placeholder; inside a
+``halfvec[]`` the type's OID must be sent, so a connection learns it once
+(``bind_halfvec_arrays``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg.adapt import Dumper
+from psycopg import Cursor
+from psycopg.adapt import Dumper, PyFormat
 from psycopg.pq import Format
+from psycopg.types import TypeInfo
 
 
 class HalfvecParam:
@@ -37,3 +41,21 @@ class _HalfvecBinaryDumper(Dumper):
 
 
 psycopg.adapters.register_dumper(HalfvecParam, _HalfvecBinaryDumper)
+
+
+def bind_halfvec_arrays(curs: Cursor[Any]) -> None:
+    """Let this cursor send ``halfvec[]`` parameters in binary. The type's OID differs from
+    one database to another: it is looked up once per connection, whose later cursors
+    inherit it."""
+    if curs.adapters.get_dumper(HalfvecParam, PyFormat.BINARY).oid:
+        return
+    row = curs.execute(
+        "SELECT oid, typarray FROM pg_type WHERE oid = to_regtype('halfvec')", prepare=False
+    ).fetchone()
+    if row is None:
+        raise LookupError("the halfvec type (pgvector) is not installed")
+    info = TypeInfo("halfvec", row["oid"], row["typarray"])
+    dumper = type("HalfvecDumper", (_HalfvecBinaryDumper,), {"oid": info.oid})
+    for context in (curs, curs.connection):  # this cursor's adapters are already copied
+        info.register(context)
+        context.adapters.register_dumper(HalfvecParam, dumper)

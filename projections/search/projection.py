@@ -24,14 +24,11 @@ from uuid import UUID
 import numpy as np
 import psycopg
 from psycopg import Cursor
-from psycopg.adapt import Dumper
-from psycopg.pq import Format
 from psycopg.sql import SQL, Composed, Identifier, Literal
-from psycopg.types import TypeInfo
 
 from domain.ledger.mapper import Recorded
 from domain.model.events import KnowledgePublished, MemoryErased, MemoryWritten
-from projections.search.halfvec import HalfvecParam
+from projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
 from projections.search.lexical import term_frequencies
 
 MEMORY = "memory"
@@ -63,7 +60,9 @@ class _Doc:
         self.ref, self.kind, self.namespace, self.position = ref, kind, namespace, position
         self.tf, self.length = term_frequencies(text)
         self.model = model if embedding is not None else None
-        self.embedding = _Halfvec(np.frombuffer(embedding, dtype="<f2")) if embedding is not None else None
+        self.embedding = (
+            HalfvecParam(np.frombuffer(embedding, dtype="<f2")) if embedding is not None else None
+        )
 
 
 class SearchIndexProjection:
@@ -264,31 +263,6 @@ CREATE TABLE IF NOT EXISTS {s}.knowledge_chunks (
     ]
 
 
-class _Halfvec(HalfvecParam):
-    """A vector bound in binary inside a ``halfvec[]``: its dumper carries the type's OID,
-    which differs from one database to another, so it is registered per cursor."""
-
-    __slots__ = ()
-
-
-def _bind_halfvec_arrays(curs: Cursor[Any]) -> None:
-    """Let this cursor (and no other) send ``halfvec[]`` parameters in binary."""
-    row = curs.execute(
-        "SELECT oid, typarray FROM pg_type WHERE oid = to_regtype('halfvec')", prepare=False
-    ).fetchone()
-    if row is None:
-        raise LookupError("the halfvec type (pgvector) is not installed")
-    TypeInfo("halfvec", row["oid"], row["typarray"]).register(curs)
-    curs.adapters.register_dumper(_Halfvec, type("HalfvecDumper", (_HalfvecDumper,), {"oid": row["oid"]}))
-
-
-class _HalfvecDumper(Dumper):
-    format = Format.BINARY
-
-    def dump(self, obj: _Halfvec) -> bytes:
-        return obj.data
-
-
 def _insert(curs: Cursor[Any], s: Identifier, docs: list[_Doc]) -> None:
     """Index a batch of documents: a few multi-row statements, whatever the batch size.
     Arrays go in binary (no text to format and parse), vectors too."""
@@ -296,7 +270,7 @@ def _insert(curs: Cursor[Any], s: Identifier, docs: list[_Doc]) -> None:
     if not docs:
         return
     if any(d.embedding is not None for d in docs):
-        _bind_halfvec_arrays(curs)
+        bind_halfvec_arrays(curs)
     curs.execute(
         SQL(
             "INSERT INTO {s}.search_docs (ref, kind, namespace, model, embedding, length, position)"
