@@ -106,12 +106,20 @@ def test_batched_projections_hold_what_one_event_at_a_time_gives(runtime: Runtim
         assert report.differences == [], projection.name
 
 
-def test_a_long_catch_up_builds_the_vector_index_once(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def far_behind(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> Runtime:
+    """The history written with nothing following it, in batches small enough (and a
+    deferral threshold low enough) that the catch-up counts as far behind."""
     monkeypatch.setattr(runner_module, "BATCH_SIZE", 10)
     monkeypatch.setattr(search_module, "DEFER_MIN_BACKLOG", 50)
     history(runtime)
+    return runtime
+
+
+def test_a_long_catch_up_builds_the_vector_index_once(
+    far_behind: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = far_behind
     index = next(p for p in runtime.reads.runner.projections if isinstance(p, SearchIndexProjection))
     assert index.vector_model is not None
     calls: list[tuple[str, Any]] = []
@@ -146,12 +154,8 @@ def test_a_long_catch_up_builds_the_vector_index_once(
     assert "Backups" in (answer.results[0].content or "")
 
 
-def test_a_reader_helping_to_its_own_write_defers_nothing(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(runner_module, "BATCH_SIZE", 10)
-    monkeypatch.setattr(search_module, "DEFER_MIN_BACKLOG", 50)
-    history(runtime)
+def test_a_reader_helping_to_its_own_write_defers_nothing(far_behind: Runtime) -> None:
+    runtime = far_behind
     head = runtime.ledger.head_position()
     runtime.reads.runner.catch_up(head - 5)  # what read-your-writes does when nothing projects
     index = next(p for p in runtime.reads.runner.projections if isinstance(p, SearchIndexProjection))
