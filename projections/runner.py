@@ -26,6 +26,8 @@ from projections.base import DeferredIndexes, Projection
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 1000
+DEFERRED_CHECK_SECONDS = 1.0
+"""How often a runner near the head asks whether another runner left an index deferred."""
 TRACKING_TABLE = "projection_tracking"
 ERRORS_TABLE = "projection_errors"
 """Where a runner records the event a projection stopped at, so every process (an API
@@ -76,6 +78,25 @@ class ProjectionRunner:
         self._thread: threading.Thread | None = None
         self._applies_here = False
         self._build_pending = False
+        self._deferring_all = [p for p in self.projections if isinstance(p, DeferredIndexes)]
+        self._next_deferred_check = 0.0
+        tracking = SQL("{}.{}").format(Identifier(self.schema), Identifier(TRACKING_TABLE))
+        # rendered once, not composed again for every batch
+        self._positions_sql = (
+            SQL("SELECT application_name, notification_id FROM {} WHERE application_name = ANY(%s)")
+            .format(tracking)
+            .as_string()
+        )
+        track = SQL(
+            "INSERT INTO {t} (application_name, notification_id)"
+            " SELECT name, %s FROM unnest(%s::text[]) AS name"
+            " ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id"
+            " WHERE {t}.notification_id < EXCLUDED.notification_id"
+        ).format(t=tracking)
+        self._track_sql = track.as_string()
+        self._track_and_announce_sql = (
+            SQL("WITH tracked AS ({}) SELECT pg_notify(%s, %s)").format(track).as_string()
+        )
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -156,13 +177,23 @@ class ProjectionRunner:
             self._build_deferred_indexes()
         return reached, applied
 
-    def _deferring(self, live: list[Projection]) -> list[DeferredIndexes]:
-        return [p for p in live if isinstance(p, DeferredIndexes)]
+    def _deferring(self) -> list[DeferredIndexes]:
+        """The live projections with deferrable indexes (an isinstance check against a
+        runtime protocol is slow: the candidates are found once)."""
+        return [p for p in self._deferring_all if p.name not in self.errors]
 
-    def _defer_indexes(self, curs: Any, live: list[Projection], start: int) -> None:
+    def _deferred_check_due(self) -> bool:
+        """At most once a second: has a runner (here or elsewhere) left an index to build?"""
+        now = time.monotonic()
+        if now < self._next_deferred_check:
+            return False
+        self._next_deferred_check = now + DEFERRED_CHECK_SECONDS
+        return True
+
+    def _defer_indexes(self, curs: Any, start: int) -> None:
         """A full batch: if the ledger is far ahead, let projections drop what is cheaper to
         build once at the end (the HNSW graph) than to keep up row by row."""
-        deferring = self._deferring(live)
+        deferring = self._deferring()
         if deferring:
             backlog = self.ledger.head_position() - start
             for projection in deferring:
@@ -226,18 +257,17 @@ class ProjectionRunner:
     ) -> None:
         try:
             if defer and not near_head:
-                self._defer_indexes(curs, live, min(positions.values()))
+                self._defer_indexes(curs, min(positions.values()))
             for projection in live:
                 pending = [e for e in events if (e.position or 0) > positions[projection.name]]
                 if pending:
                     projection.apply(curs, self.schema, pending)
-            if defer and near_head:  # build what a catch-up (here or elsewhere) deferred
-                self._build_pending = any(
-                    p.indexes_deferred(curs, self.schema) for p in self._deferring(live)
+            if defer and near_head and self._deferred_check_due():  # build what a catch-up deferred
+                self._build_pending = self._build_pending or any(
+                    p.indexes_deferred(curs, self.schema) for p in self._deferring()
                 )
-            self._track(curs, [p.name for p in live], last)
-            if len(live) == len(self.projections):  # delivered only if this batch commits
-                curs.execute("SELECT pg_notify(%s, %s)", (self.projected_channel, str(last)))
+            # the announcement is delivered only if this batch commits
+            self._track(curs, [p.name for p in live], last, announce=len(live) == len(self.projections))
         except Exception as error:
             raise _FastPathFailed from error
 
@@ -290,25 +320,18 @@ class ProjectionRunner:
             ).fetchall()
         return {row["name"]: (int(row["position"]), str(row["error"])) for row in rows}
 
-    def _track(self, curs: Any, names: list[str], position: int) -> None:
-        """Record that these projections reflect ``position`` (never moves a record back)."""
-        curs.execute(
-            SQL(
-                "INSERT INTO {t} (application_name, notification_id)"
-                " SELECT name, %s FROM unnest(%s::text[]) AS name"
-                " ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id"
-                " WHERE {t}.notification_id < EXCLUDED.notification_id"
-            ).format(t=SQL("{}.{}").format(Identifier(self.schema), Identifier(TRACKING_TABLE))),
-            (position, names),
-        )
+    def _track(self, curs: Any, names: list[str], position: int, *, announce: bool = False) -> None:
+        """Record that these projections reflect ``position`` (never moves a record back);
+        with ``announce``, the same statement notifies the watchers (at commit)."""
+        if announce:
+            curs.execute(
+                self._track_and_announce_sql, (position, names, self.projected_channel, str(position))
+            )
+        else:
+            curs.execute(self._track_sql, (position, names))
 
     def _positions_in(self, conn: Connection[Any], names: list[str]) -> dict[str, int]:
-        rows = conn.execute(
-            SQL(
-                "SELECT application_name, notification_id FROM {}.{} WHERE application_name = ANY(%s)"
-            ).format(Identifier(self.schema), Identifier(TRACKING_TABLE)),
-            (names,),
-        ).fetchall()
+        rows = conn.execute(self._positions_sql, (names,), prepare=True).fetchall()
         found = {row["application_name"]: int(row["notification_id"]) for row in rows}
         return {name: found.get(name, 0) for name in names}
 
@@ -373,7 +396,7 @@ class ProjectionRunner:
 
         def step(listener: Connection[Any]) -> None:
             _, applied = self._apply_next_batch()
-            if applied == 0:
+            if applied < BATCH_SIZE:  # at the head: an append after this batch's read announces itself
                 for _ in listener.notifies(timeout=0.2, stop_after=1):
                     pass
 

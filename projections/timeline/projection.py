@@ -78,8 +78,9 @@ class TimelineProjection:
         self._insert(curs, s, created)
 
     def _clock(self, curs: Cursor[Any], s: Identifier, events: list[Recorded]) -> None:
-        row = curs.execute(SQL("SELECT max(at) AS at FROM {s}.ledger_clock").format(s=s)).fetchone()
-        high: datetime | None = row["at"] if row else None
+        """Keep the events that raise the batch's running high; the statement keeps those
+        above the table's high too (together: above every earlier event). One round trip."""
+        high: datetime | None = None
         positions: list[int] = []
         times: list[datetime] = []
         for recorded in events:
@@ -92,7 +93,9 @@ class TimelineProjection:
             curs.execute(
                 SQL(
                     "INSERT INTO {s}.ledger_clock (position, at)"
-                    " SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) ON CONFLICT DO NOTHING"
+                    " SELECT u.position, u.at FROM unnest(%b::bigint[], %b::timestamptz[]) AS u(position, at)"
+                    " WHERE u.at > coalesce((SELECT max(at) FROM {s}.ledger_clock), '-infinity')"
+                    " ON CONFLICT DO NOTHING"
                 ).format(s=s),
                 (positions, times),
             )
