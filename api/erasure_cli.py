@@ -45,13 +45,19 @@ def cmd_certificates_verify(args: argparse.Namespace) -> int:
     with Runtime(follow=False) as runtime:
         check = runtime.ledger.verify_certificate(certificate)
     text = (
-        f"valid: certificate {certificate.id}, {certificate.count} memories erased at {certificate.time.isoformat()}"
+        f"valid: certificate {certificate.id}, {_erased(certificate)} erased at {certificate.time.isoformat()}"
         f" (signed by key {certificate.key_id})"
         if check.valid
         else f"INVALID: {check.problem}"
     )
     _emit(args, check, text)
     return 0 if check.valid else 1
+
+
+def _erased(certificate: DeletionCertificate) -> str:
+    memories = f"{len(certificate.erased_ids)} memories"
+    documents = len(certificate.erased_documents)
+    return f"{memories} and {documents} knowledge documents" if documents else memories
 
 
 def _new_kek(args: argparse.Namespace) -> KeyEncryptionKey:

@@ -29,7 +29,7 @@ from domain.ledger.recorder import (
 )
 from domain.ledger.sealing import DataKeys, unwrap_key, wrap_key
 from domain.model.certificates import DeletionCertificate
-from domain.model.events import EVENT_TYPES, ErasureCertified, MemoryErased
+from domain.model.events import EVENT_TYPES, ErasureCertified, KnowledgeErased, MemoryErased
 from domain.settings import SCHEMA
 
 
@@ -193,7 +193,7 @@ class Ledger(Application[UUID]):
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(query, params, prepare=True)
             rows = curs.fetchall()
-        erased = [row["originator_id"] for row in rows if row["topic"] == _ERASED_TOPIC]
+        erased = [row["originator_id"] for row in rows if row["topic"] in _ERASED_TOPICS]
         if erased:  # another process may have erased them: never trust a cached key
             self.data_keys.forget(erased)
         # a sealed event's owner is its own stream (a memory, a document): fetch their keys at once
@@ -324,4 +324,4 @@ class Ledger(Application[UUID]):
 
 
 _SEALED_TOPICS = frozenset(name for name, cls in EVENT_TYPES.items() if cls.SEALED)
-_ERASED_TOPIC = MemoryErased.__name__
+_ERASED_TOPICS = frozenset({MemoryErased.__name__, KnowledgeErased.__name__})

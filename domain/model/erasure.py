@@ -1,8 +1,13 @@
 """The forget decider (DESIGN.md section 8): who may erase what, downward only.
 
-Pure: the service finds candidate memories and loads their authoritative state; this
-module decides which of them are erased, refuses anything outside the caller's subtree
-and returns the MemoryErased events and the (unsigned) deletion certificate.
+Pure: the service finds candidate memories and knowledge documents and loads their
+authoritative state; this module decides which of them are erased, refuses anything outside
+the caller's subtree and returns the MemoryErased and KnowledgeErased events and the
+(unsigned) deletion certificate.
+
+Knowledge documents are erased by a ``subtree`` erasure (every document inside it) or by an
+``ids`` erasure naming them, and only by a caller who may erase others' writes (an admin or
+owner): a document is nobody's own write. A ``subject`` erasure leaves documents alone.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import msgspec
 
 from domain.model.certificates import DeletionCertificate, TargetKind, subject_digest
 from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound, OutsideSubtree
-from domain.model.events import MemoryErased
+from domain.model.events import KnowledgeErased, MemoryErased
 from domain.model.identity import REVIEWER_ROLES, Identity
+from domain.model.knowledge import KnowledgeState
 from domain.model.memory import MemoryState
 from domain.model.namespaces import ancestors, is_within, validate_namespace
 from domain.model.text import normalize
@@ -42,10 +48,12 @@ class Forget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 class ForgetState(msgspec.Struct, frozen=True, kw_only=True):
     """``targets``: the ids asked for (``ids``) or found by the lookup (subject, subtree);
     ``memories``: the authoritative state of every target and every version in their
-    supersedence chains."""
+    supersedence chains; ``documents``: the authoritative state of the knowledge documents
+    among the ids asked for (``ids``) or found in the subtree by the lookup (``subtree``)."""
 
     targets: tuple[UUID, ...]
     memories: Mapping[UUID, MemoryState]
+    documents: Mapping[UUID, KnowledgeState] = msgspec.field(default_factory=dict)
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -57,6 +65,8 @@ class ForgetDecision(msgspec.Struct, frozen=True, kw_only=True):
     erased: tuple[MemoryState, ...]
     events: tuple[MemoryErased, ...]
     certificate: DeletionCertificate
+    erased_documents: tuple[KnowledgeState, ...] = ()
+    document_events: tuple[KnowledgeErased, ...] = ()
 
 
 def target_kind(command: Forget) -> TargetKind:
@@ -184,6 +194,8 @@ def _chosen(
     if kind == "ids":
         chosen = []
         for memory_id in dict.fromkeys(command.ids or ()):
+            if memory_id in state.documents:
+                continue  # a knowledge document: _chosen_documents
             memory = _check_visible_target(caller, memory_id, state.memories.get(memory_id))
             if own_only and memory.actor != caller.actor:
                 raise Forbidden(f"memory {memory_id} was written by another actor")
@@ -208,6 +220,42 @@ def _chosen(
         and (not own_only or m.actor == caller.actor)
     ]
     return chosen, root, target
+
+
+def _check_visible_document(caller: Identity, document: KnowledgeState) -> KnowledgeState:
+    """The same rule as for memories: above the caller refused, beside it missing."""
+    if not is_within(document.namespace, caller.namespace):
+        if document.namespace in ancestors(caller.namespace):
+            raise OutsideSubtree(
+                f"knowledge document {document.document_id} is above {caller.namespace!r};"
+                " erasure works downward only"
+            )
+        raise NotFound(f"no such memory {document.document_id}")
+    return document
+
+
+def _chosen_documents(
+    command: Forget, kind: TargetKind, caller: Identity, state: ForgetState, own_only: bool, root: str
+) -> list[KnowledgeState]:
+    """The knowledge documents erased with the memories (not yet erased ones, by id)."""
+    if kind == "ids":
+        chosen = []
+        for document_id in dict.fromkeys(command.ids or ()):
+            document = state.documents.get(document_id)
+            if document is None:
+                continue
+            _check_visible_document(caller, document)
+            if own_only:
+                raise Forbidden(
+                    f"knowledge document {document_id} is erased only by an admin or owner, not a member"
+                )
+            chosen.append(document)
+    elif kind == "subtree" and not own_only:
+        # only the authoritative state counts (the lookup may be stale)
+        chosen = [d for d in state.documents.values() if is_within(d.namespace, root)]
+    else:
+        return []
+    return sorted((d for d in chosen if not d.erased), key=lambda d: str(d.document_id))
 
 
 def _whole_chains(
@@ -243,6 +291,7 @@ def decide_forget(
     kind = target_kind(command)
     own_only = own_writes_only(caller, members_forget_own)
     chosen, root, target = _chosen(command, kind, caller, state, own_only)
+    documents = _chosen_documents(command, kind, caller, state, own_only, root)
     erased = _whole_chains(chosen, kind, caller, state, own_only)
     events = tuple(
         MemoryErased(
@@ -250,11 +299,23 @@ def decide_forget(
         )
         for m in erased
     )
+    document_events = tuple(
+        KnowledgeErased(
+            document_id=d.document_id,
+            namespace=d.namespace,
+            certificate_id=certificate_id,
+            by=caller.actor,
+            at=now,
+        )
+        for d in documents
+    )
     ids = tuple(sorted((m.id for m in erased), key=str))
+    document_ids = tuple(d.document_id for d in documents)
     certificate = DeletionCertificate(
         id=certificate_id,
         erased_ids=ids,
-        count=len(ids),
+        erased_documents=document_ids,
+        count=len(ids) + len(document_ids),
         scope=root,
         target_kind=kind,
         target=target,
@@ -267,4 +328,10 @@ def decide_forget(
         reason=command.reason,
         key_id=key_id,
     )
-    return ForgetDecision(erased=tuple(erased), events=events, certificate=certificate)
+    return ForgetDecision(
+        erased=tuple(erased),
+        events=events,
+        certificate=certificate,
+        erased_documents=tuple(documents),
+        document_events=document_events,
+    )

@@ -156,7 +156,8 @@ class MemoryErased(MemoryEvent, frozen=True, kw_only=True):
 
 
 class ErasureCertified(Event, frozen=True, kw_only=True):
-    """The signed deletion certificate of one erasure, appended with its MemoryErased events."""
+    """The signed deletion certificate of one erasure, appended with its MemoryErased and
+    KnowledgeErased events."""
 
     certificate: DeletionCertificate
 
@@ -400,6 +401,21 @@ class KnowledgePublished(Event, frozen=True, kw_only=True):
         return not self.body
 
 
+class KnowledgeErased(Event, frozen=True, kw_only=True):
+    """The document's data key was destroyed in the same transaction (a ``forget``): every
+    version's sealed fields are unrecoverable from here on, and no version follows. Carries
+    no content; its tombstone is the id, the namespace and the certificate."""
+
+    document_id: UUID
+    namespace: str
+    certificate_id: UUID
+    by: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.document_id
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -424,5 +440,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CapsuleIssued,
         ContextFaulted,
         KnowledgePublished,
+        KnowledgeErased,
     )
 }

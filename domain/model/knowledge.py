@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
@@ -24,7 +24,7 @@ import yaml
 
 from domain.model.commands import WritePolicy
 from domain.model.errors import Forbidden, InvalidRequest, InvalidState, OutsideSubtree
-from domain.model.events import Event, KnowledgeChunk, KnowledgePublished
+from domain.model.events import Event, KnowledgeChunk, KnowledgeErased, KnowledgePublished
 from domain.model.identity import REVIEWER_ROLES, Identity
 from domain.model.namespaces import is_within, tenant_of, validate_namespace
 from domain.model.write import MAX_TAG_LENGTH, MAX_TAGS, Rejection, verify_content
@@ -58,7 +58,8 @@ class KnowledgeDraft(msgspec.Struct, frozen=True, kw_only=True):
 
 class KnowledgeState(msgspec.Struct, frozen=True, kw_only=True):
     """The current version of one document, folded from its stream. ``shredded``: its data
-    key was destroyed, so its content (title and hash included) is gone."""
+    key was destroyed, so its content (title and hash included) is gone. ``erased``: a
+    ``forget`` destroyed it (a KnowledgeErased event ends the stream), so no version follows."""
 
     document_id: UUID
     namespace: str
@@ -68,6 +69,7 @@ class KnowledgeState(msgspec.Struct, frozen=True, kw_only=True):
     content_hash: str
     chunks: int
     shredded: bool = False
+    erased: bool = False
 
 
 class KnowledgeRejected(InvalidRequest):
@@ -435,9 +437,17 @@ def decide_publish(
 
 
 def evolve_knowledge(state: KnowledgeState | None, event: Event) -> KnowledgeState:
-    """A document stream holds only publications, each the whole next version."""
+    """A document stream holds publications, each the whole next version, and at most one
+    erasure, last. ``version`` stays the last published version: the erasure took the
+    stream version after it."""
+    if isinstance(event, KnowledgeErased):
+        if state is None or state.erased:
+            raise InvalidState(f"document {event.document_id}: an erasure must follow a publication, once")
+        return erased_state(state)
     if not isinstance(event, KnowledgePublished):
         raise InvalidState(f"{type(event).__name__} does not belong to a knowledge stream")
+    if state is not None and state.erased:
+        raise InvalidState(f"document {event.document_id}: version {event.version} after its erasure")
     expected = 1 if state is None else state.version + 1
     if event.version != expected:
         raise InvalidState(f"document {event.document_id}: version {event.version} after {expected - 1}")
@@ -457,3 +467,16 @@ def current_state(latest: KnowledgePublished) -> KnowledgeState:
         chunks=len(latest.chunks),
         shredded=latest.shredded,
     )
+
+
+def erased_state(state: KnowledgeState) -> KnowledgeState:
+    """What remains of an erased document: its identity and place, no content."""
+    return msgspec.structs.replace(state, title="", content_hash="", chunks=0, shredded=True, erased=True)
+
+
+def fold_knowledge(events: Iterable[Event]) -> KnowledgeState | None:
+    """A document's state from its whole stream, oldest first (``None``: no such stream)."""
+    state: KnowledgeState | None = None
+    for event in events:
+        state = evolve_knowledge(state, event)
+    return state

@@ -1,10 +1,11 @@
 """Run ``forget``: find, load, decide, sign, and append in ONE transaction the
-MemoryErased events, the certificate, the audit record and the destruction of the
-erased memories' data keys (DESIGN.md section 8)."""
+MemoryErased and KnowledgeErased events, the certificate, the audit record and the
+destruction of the erased memories' and knowledge documents' data keys (DESIGN.md
+section 8)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
@@ -17,6 +18,7 @@ from domain.ledger.mapper import Recorded
 from domain.model.certificates import DeletionCertificate
 from domain.model.erasure import (
     Forget,
+    ForgetDecision,
     ForgetState,
     Head,
     chain_of,
@@ -27,8 +29,9 @@ from domain.model.erasure import (
     target_kind,
 )
 from domain.model.errors import DomainError, InvalidState
-from domain.model.events import AuditRecorded, ErasureCertified
+from domain.model.events import AuditRecorded, ErasureCertified, KnowledgePublished
 from domain.model.identity import Identity
+from domain.model.knowledge import KnowledgeState, fold_knowledge
 from domain.model.memory import MemoryState
 from domain.services.audit import Audit, AuditOutcome
 from domain.services.memory import utcnow, version_events
@@ -44,6 +47,10 @@ class ErasureLookup(Protocol):
     def in_subtree(self, root: str, position: int) -> list[UUID]: ...
 
     def naming_subject(self, root: str, keys: frozenset[str], position: int) -> list[UUID]: ...
+
+    def documents_in_subtree(self, root: str, position: int) -> list[UUID]:
+        """The knowledge documents (ids) whose namespace is ``root`` or below it."""
+        ...
 
 
 class ForgetResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,17 +93,16 @@ class ErasureService:
     def _forget(self, identity: Identity, command: Forget, now: datetime | None) -> ForgetResult:
         kind = target_kind(command)
         members_forget_own = self.members_forget_own(identity.namespace)
-        own_writes_only(identity, members_forget_own)  # refuse early, before any lookup
+        own_only = own_writes_only(identity, members_forget_own)  # refuse early, before any lookup
         certificate_id = self.new_id()
         for _ in range(MAX_ATTEMPTS):
             position, head_hash = self.ledger.recorder.head()
-            targets = self._targets(identity, command, kind, position)
-            memories = self._load_chains(targets)
+            state = self._state(identity, command, kind, position, own_only)
             at = now or self.clock()
             decision = decide_forget(
                 command,
                 identity,
-                ForgetState(targets=targets, memories=memories),
+                state,
                 members_forget_own,
                 at,
                 certificate_id,
@@ -106,17 +112,19 @@ class ErasureService:
             certificate = self.ledger.sign_certificate(decision.certificate)
             recorded = version_events(decision.events, {m.id: m.version for m in decision.erased})
             certified = ErasureCertified(certificate=certificate, at=at)
-            audit = self._audit(
-                identity,
-                "ok",
-                f"erased {certificate.count} by {kind}; certificate {certificate.id}",
-                at,
-                certificate.id,
-            )
+            audit = self._audit(identity, "ok", _detail(decision, kind), at, certificate.id)
             try:
                 appended = self.ledger.append(
-                    [*recorded, Recorded(certificate.id, 1, certified), Recorded(audit.record_id, 1, audit)],
-                    destroy_keys=[m.id for m in decision.erased],
+                    [
+                        *recorded,
+                        *_document_events(decision),
+                        Recorded(certificate.id, 1, certified),
+                        Recorded(audit.record_id, 1, audit),
+                    ],
+                    destroy_keys=[
+                        *(m.id for m in decision.erased),
+                        *(d.document_id for d in decision.erased_documents),
+                    ],
                 )
             except StreamConflict:
                 self.streams.cache.drop(m.id for m in decision.erased)
@@ -125,20 +133,33 @@ class ErasureService:
             return ForgetResult(erased=certificate.count, certificate=certificate, position=appended)
         raise InvalidState("the memories kept changing during the erasure; retry")
 
-    def _targets(self, identity: Identity, command: Forget, kind: str, position: int) -> tuple[UUID, ...]:
+    def _state(
+        self, identity: Identity, command: Forget, kind: str, position: int, own_only: bool
+    ) -> ForgetState:
+        """What the decider needs, from the ledger: the target memories with their whole
+        chains, and the knowledge documents named by id or found in the subtree."""
         if kind == "ids":
-            return tuple(dict.fromkeys(command.ids or ()))
+            targets = tuple(dict.fromkeys(command.ids or ()))
+            others: dict[UUID, list[Recorded]] = {}
+            memories = self._load_chains(self.streams.memories(targets, others))
+            return ForgetState(targets=targets, memories=memories, documents=_documents(others.values()))
         if self.lookup is None:
             raise ErasureUnavailable("no lookup for subject or subtree erasure is configured")
-        if kind == "subtree":
-            root = resolve_subtree(identity, command.subtree or "")
-            return tuple(self.lookup.in_subtree(root, position))
-        keys = subject_keys(command.subject or "")
-        return tuple(self.lookup.naming_subject(identity.namespace, keys, position))
+        if kind == "subject":
+            keys = subject_keys(command.subject or "")
+            targets = tuple(self.lookup.naming_subject(identity.namespace, keys, position))
+            return ForgetState(targets=targets, memories=self._load_chains(self.streams.memories(targets)))
+        root = resolve_subtree(identity, command.subtree or "")
+        targets = tuple(self.lookup.in_subtree(root, position))
+        documents: Mapping[UUID, KnowledgeState] = {}
+        if not own_only:  # a member erases its own writes: never a document
+            found = self.lookup.documents_in_subtree(root, position)
+            documents = _documents(self.ledger.streams(found).values()) if found else {}
+        memories = self._load_chains(self.streams.memories(targets))
+        return ForgetState(targets=targets, memories=memories, documents=documents)
 
-    def _load_chains(self, targets: Sequence[UUID]) -> dict[UUID, MemoryState]:
-        """The targets and every version in their supersedence chains, from the ledger."""
-        memories = self.streams.memories(targets)
+    def _load_chains(self, memories: dict[UUID, MemoryState]) -> dict[UUID, MemoryState]:
+        """The loaded targets and every version in their supersedence chains, from the ledger."""
         for _ in range(10_000):
             _, missing = chain_of(memories, memories)
             if not missing:
@@ -160,3 +181,28 @@ class ErasureService:
         subject: UUID | None = None,
     ) -> AuditRecorded:
         return self.audit.event(identity, "forget", outcome, detail, now, subject)
+
+
+def _documents(streams: Iterable[list[Recorded]]) -> dict[UUID, KnowledgeState]:
+    """The knowledge documents among ``streams`` (each whole, oldest first), folded; any
+    other stream is not a document and is left out."""
+    found: dict[UUID, KnowledgeState] = {}
+    for events in streams:
+        if events and isinstance(events[0].event, KnowledgePublished):
+            state = fold_knowledge(r.event for r in events)
+            if state is not None:
+                found[state.document_id] = state
+    return found
+
+
+def _document_events(decision: ForgetDecision) -> list[Recorded]:
+    """Each KnowledgeErased at the stream version after its document's last publication."""
+    return version_events(
+        decision.document_events, {d.document_id: d.version for d in decision.erased_documents}
+    )
+
+
+def _detail(decision: ForgetDecision, kind: str) -> str:
+    documents = len(decision.erased_documents)
+    erased = f"{len(decision.erased)} memories" + (f" and {documents} documents" if documents else "")
+    return f"erased {erased} by {kind}; certificate {decision.certificate.id}"

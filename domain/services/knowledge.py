@@ -24,7 +24,7 @@ from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.commands import WritePolicy
 from domain.model.errors import DomainError, InvalidRequest, InvalidState
-from domain.model.events import KnowledgePublished
+from domain.model.events import KnowledgeErased, KnowledgePublished
 from domain.model.identity import Identity
 from domain.model.knowledge import (
     KnowledgeDraft,
@@ -34,6 +34,7 @@ from domain.model.knowledge import (
     current_state,
     decide_publish,
     embedding_input,
+    fold_knowledge,
     knowledge_stream,
     next_version,
     parse_document,
@@ -160,8 +161,12 @@ class KnowledgeService:
         )
 
     def current(self, document_id: UUID) -> KnowledgeState | None:
-        """The document's current version, from the latest event of its ledger stream."""
+        """The document's current version, from the latest event of its ledger stream (an
+        erased document's from its whole stream: the erasure ends it, content-free)."""
         head = self.ledger.stream_heads([document_id]).get(document_id)
+        if head is not None and isinstance(head.event, KnowledgeErased):
+            stream = self.ledger.streams([document_id]).get(document_id, [])
+            return fold_knowledge(r.event for r in stream)
         if head is None or not isinstance(head.event, KnowledgePublished):
             return None
         return current_state(head.event)

@@ -118,14 +118,24 @@ class Streams:
             found[claim_id] = claim
         return found
 
-    def memories(self, memory_ids: Iterable[UUID]) -> dict[UUID, MemoryState]:
-        return self._folded(memory_ids, MemoryState, evolve_memory)
+    def memories(
+        self, memory_ids: Iterable[UUID], others: dict[UUID, list[Recorded]] | None = None
+    ) -> dict[UUID, MemoryState]:
+        """Memories by id. ``others``: where the streams among the ids that are not memories
+        go, unfolded (for ids that may name something else, e.g. a knowledge document);
+        without it such a stream fails the fold."""
+        return self._folded(memory_ids, MemoryState, evolve_memory, others, MemoryWritten)
 
     def disputes(self, dispute_ids: Iterable[UUID]) -> dict[UUID, DisputeState]:
         return self._folded(dispute_ids, DisputeState, evolve_dispute)
 
     def _folded(
-        self, ids: Iterable[UUID], kind: type[S], evolve: Callable[[S | None, Event], S]
+        self,
+        ids: Iterable[UUID],
+        kind: type[S],
+        evolve: Callable[[S | None, Event], S],
+        others: dict[UUID, list[Recorded]] | None = None,
+        first: type[Event] = Event,
     ) -> dict[UUID, S]:
         found: dict[UUID, S] = {}
         missing: list[UUID] = []
@@ -137,6 +147,9 @@ class Streams:
                 missing.append(stream_id)
         if missing:
             for stream_id, events in self.ledger.streams(missing).items():
+                if others is not None and not isinstance(events[0].event, first):
+                    others[stream_id] = events
+                    continue
                 state = fold(events, evolve)
                 if state is not None:
                     self.cache.put(stream_id, state)

@@ -1,4 +1,5 @@
-"""Candidates of a subject or subtree erasure, from ``memory_objects``.
+"""Candidates of a subject or subtree erasure, from ``memory_objects`` (memories) and
+``knowledge_documents`` (L3 documents, subtree erasure only).
 
 A hint only: the forget decider re-checks every candidate against the ledger's state.
 The subtree is matched as ``namespace = root OR namespace LIKE <escaped root>/%``, so
@@ -39,3 +40,14 @@ class ProjectionErasureLookup:
         with self.reads.ledger.datastore.get_connection() as conn:
             rows = conn.execute(query, (sorted(keys), root, subtree_like_pattern(root))).fetchall()
         return [row["id"] for row in rows]
+
+    def documents_in_subtree(self, root: str, position: int) -> list[UUID]:
+        """The knowledge documents published in the subtree (an erased one has no row)."""
+        self.reads.wait_for(position)
+        query = SQL(
+            "SELECT document_id FROM {s}.knowledge_documents"
+            " WHERE namespace = %s OR namespace LIKE %s ESCAPE '\\'"
+        ).format(s=Identifier(self.reads.ledger.schema))
+        with self.reads.ledger.datastore.get_connection() as conn:
+            rows = conn.execute(query, (root, subtree_like_pattern(root))).fetchall()
+        return [row["document_id"] for row in rows]

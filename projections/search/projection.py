@@ -7,7 +7,8 @@
 - ``search_postings`` (term, ref, tf), ``search_terms`` (df) and ``search_stats`` (docs,
   total length), kept per namespace and kind, so BM25 statistics can be summed over the
   caller's scope alone.
-- ``knowledge_documents`` / ``knowledge_chunks``: the current version of each L3 document.
+- ``knowledge_documents`` / ``knowledge_chunks``: the current version of each L3 document
+  (none of an erased one: ``KnowledgeErased`` drops its rows, chunks and postings).
 
 Current-ness (active, not retired, valid now) is not copied here: queries join
 ``memory_objects``, the one place that knows it. Erasure deletes every derived row.
@@ -27,7 +28,7 @@ from psycopg import Cursor
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from domain.ledger.mapper import Recorded
-from domain.model.events import KnowledgePublished, MemoryErased, MemoryWritten
+from domain.model.events import KnowledgeErased, KnowledgePublished, MemoryErased, MemoryWritten
 from projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
 from projections.search.lexical import term_frequencies
 
@@ -174,11 +175,13 @@ class SearchIndexProjection:
                             int(r.position or 0),
                         )
                     )
-            elif isinstance(e, MemoryErased | KnowledgePublished):
+            elif isinstance(e, MemoryErased | KnowledgePublished | KnowledgeErased):
                 _insert(curs, s, pending)
                 pending = []
                 if isinstance(e, MemoryErased):
                     _delete(curs, s, [e.memory_id])
+                elif isinstance(e, KnowledgeErased):
+                    _drop_document(curs, s, e.document_id)
                 else:
                     _publish(curs, s, e, int(r.position or 0))
         _insert(curs, s, pending)
@@ -376,6 +379,23 @@ def _delete(curs: Cursor[Any], s: Identifier, refs: list[UUID]) -> None:
     _add_stats(curs, s, stats)
 
 
+def _drop_chunks(curs: Cursor[Any], s: Identifier, document_id: UUID) -> None:
+    """A document's chunks and every search row derived from them (postings, statistics)."""
+    curs.execute(
+        SQL("DELETE FROM {s}.knowledge_chunks WHERE document_id = %s RETURNING ref").format(s=s),
+        (document_id,),
+    )
+    _delete(curs, s, [r["ref"] for r in curs.fetchall()])
+
+
+def _drop_document(curs: Cursor[Any], s: Identifier, document_id: UUID) -> None:
+    """Nothing of the document stays indexed: its key is destroyed (erased, or shredded)."""
+    _drop_chunks(curs, s, document_id)
+    curs.execute(
+        SQL("DELETE FROM {s}.knowledge_documents WHERE document_id = %s").format(s=s), (document_id,)
+    )
+
+
 def _publish(curs: Cursor[Any], s: Identifier, e: KnowledgePublished, position: int) -> None:
     """A new version replaces the previous one's chunks; the versions stay on the ledger.
     A shredded version (the document's data key destroyed) leaves nothing of it indexed."""
@@ -386,16 +406,10 @@ def _publish(curs: Cursor[Any], s: Identifier, e: KnowledgePublished, position: 
     row = curs.fetchone()
     if row is not None and row["version"] >= e.version:
         return
-    curs.execute(
-        SQL("DELETE FROM {s}.knowledge_chunks WHERE document_id = %s RETURNING ref").format(s=s),
-        (e.document_id,),
-    )
-    _delete(curs, s, [r["ref"] for r in curs.fetchall()])
     if e.shredded:
-        curs.execute(
-            SQL("DELETE FROM {s}.knowledge_documents WHERE document_id = %s").format(s=s), (e.document_id,)
-        )
+        _drop_document(curs, s, e.document_id)
         return
+    _drop_chunks(curs, s, e.document_id)
     curs.execute(
         SQL(
             "INSERT INTO {s}.knowledge_documents (document_id, namespace, slug, version, title, tags, content_hash,"
