@@ -1,11 +1,15 @@
 """`memwarden bench api`: write and read over HTTP (a real `memwarden serve` process on
 loopback, on a scratch database) next to the same operations in-process without HTTP,
-measured in the same run. Target: HTTP adds at most 1 ms to p50."""
+measured in the same run. Target: HTTP adds at most 1 ms to p50.
+
+The two sides alternate in short rounds, so a machine that speeds up or slows down during
+the run (a shared VM does) moves both alike; each side's latencies are pooled over its
+rounds. Where ``/proc`` is there, each row also says where the CPU went per operation."""
 
 from __future__ import annotations
 
 import argparse
-import http.client
+import itertools
 import os
 import socket
 import subprocess
@@ -18,7 +22,8 @@ from uuid import UUID
 import httpx
 import msgspec
 
-from api.bench.common import RunStats, run_threads, scratch_database
+from api.bench.common import RunStats, run_threads, scratch_database, summarize, timed_threads
+from api.bench.cpu import CpuPerOperation, cpu_ticks, per_operation
 from api.bench.write import sentence
 from api.runtime import Runtime, api_runtime
 from domain.model.identity import Identity
@@ -27,6 +32,8 @@ from domain.model.policies import PolicyBody
 
 TARGET_OVERHEAD_MS = 1.0
 TENANT = "benchapi"
+ROUNDS = 4
+Worker = Callable[[int], Callable[[int], None]]
 
 
 class ApiBenchRow(msgspec.Struct, frozen=True):
@@ -36,6 +43,8 @@ class ApiBenchRow(msgspec.Struct, frozen=True):
     in_process: RunStats
     overhead_p50_ms: float
     target_ms: float
+    http_cpu_us: CpuPerOperation | None = None
+    in_process_cpu_us: CpuPerOperation | None = None
 
 
 def _free_port() -> int:
@@ -91,10 +100,10 @@ def run_api_bench(args: argparse.Namespace) -> int:
             port = _free_port()
             server = _serve(env, port, args.server_workers)
             try:
-                base = f"http://127.0.0.1:{port}"
-                floor, httpx_floor = _http_floor(base, port, args.seconds)
+                floor, httpx_floor = _http_floor(f"http://127.0.0.1:{port}", port, args.seconds)
+                bench = _Bench(runtime, port, server.pid, keys, identities)
                 for clients in counts:
-                    rows.extend(_measure(runtime, port, keys, identities, clients, args.seconds))
+                    rows.extend(bench.measure(clients, args.seconds))
             finally:
                 server.terminate()
                 server.wait(timeout=30)
@@ -116,40 +125,76 @@ def run_api_bench(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-class KeepAliveClient:
-    """One persistent HTTP/1.1 connection (the standard library's ``http.client``).
+class HttpClient:
+    """One persistent HTTP/1.1 connection on a plain socket: the request's bytes out, the
+    status line, headers and a ``Content-Length`` body back.
 
-    The client runs on the same two cores as the server: a light one keeps the client's own
-    cost (httpx costs about 0.35 ms a request more) out of what HTTP is said to add.
+    The client runs on the same two cores as the server, so its own cost is kept small, as a
+    load generator's is: ``http.client`` costs about 0.13 ms of CPU a request more, httpx
+    more again (its floor is reported beside).
     """
 
     def __init__(self, port: int, key: str | None = None) -> None:
-        self._connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self._headers = {"Content-Type": "application/json"}
-        if key is not None:
-            self._headers["Authorization"] = f"Bearer {key}"
+        self._port = port
+        self._socket: socket.socket | None = None
+        self._buffer = b""
+        self._headers = "Host: 127.0.0.1\r\nContent-Type: application/json\r\n" + (
+            f"Authorization: Bearer {key}\r\n" if key is not None else ""
+        )
 
     def call(self, method: str, path: str, body: object = None) -> tuple[int, bytes]:
-        payload = msgspec.json.encode(body) if body is not None else None
+        payload = msgspec.json.encode(body) if body is not None else b""
+        request = (
+            f"{method} {path} HTTP/1.1\r\n{self._headers}Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
         try:
-            return self._exchange(method, path, payload)
-        except (ConnectionError, http.client.HTTPException):
+            return self._exchange(request)
+        except ConnectionError:
             # The server closes a connection left idle past its keep-alive time: reconnect once.
-            self._connection.close()
-            return self._exchange(method, path, payload)
+            self.close()
+            return self._exchange(request)
 
-    def _exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, bytes]:
-        self._connection.request(method, path, body=payload, headers=self._headers)
-        response = self._connection.getresponse()
-        return response.status, response.read()
+    def _exchange(self, request: bytes) -> tuple[int, bytes]:
+        if self._socket is None:
+            self._socket = socket.create_connection(("127.0.0.1", self._port), timeout=30)
+            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._buffer = b""
+        self._socket.sendall(request)
+        while b"\r\n\r\n" not in self._buffer:
+            self._receive()
+        head, _, rest = self._buffer.partition(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        headers = {
+            name.strip().lower(): value.strip() for name, _, value in (h.partition(":") for h in header_lines)
+        }
+        if "chunked" in headers.get("transfer-encoding", ""):
+            raise RuntimeError("the bench client reads Content-Length bodies only")
+        length = int(headers.get("content-length", "0"))
+        self._buffer = rest
+        while len(self._buffer) < length:
+            self._receive()
+        body, self._buffer = self._buffer[:length], self._buffer[length:]
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return int(status_line.split(" ", 2)[1]), body
+
+    def _receive(self) -> None:
+        assert self._socket is not None
+        chunk = self._socket.recv(65536)
+        if not chunk:
+            raise ConnectionResetError("the server closed the connection")
+        self._buffer += chunk
 
     def close(self) -> None:
-        self._connection.close()
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
 
 
 def _http_floor(base: str, port: int, seconds: float) -> tuple[RunStats, RunStats]:
     """``GET /healthz`` (no key, no database) with the bench's client and with httpx."""
-    light, heavy = KeepAliveClient(port), httpx.Client(base_url=base, timeout=30)
+    light, heavy = HttpClient(port), httpx.Client(base_url=base, timeout=30)
     try:
         return (
             run_threads(
@@ -164,92 +209,129 @@ def _http_floor(base: str, port: int, seconds: float) -> tuple[RunStats, RunStat
         heavy.close()
 
 
-def _measure(
-    runtime: Runtime,
-    port: int,
-    keys: dict[int, str],
-    identities: dict[int, Identity],
-    clients: int,
-    seconds: float,
-) -> list[ApiBenchRow]:
-    # HTTP clients use keys [0, clients), in-process callers use [clients, 2*clients): separate namespaces.
-    http_clients = {i: KeepAliveClient(port, keys[i]) for i in range(clients)}
-    written: dict[int, list[UUID]] = {i: [] for i in range(clients * 2)}
-    tag = f"{clients}-{time.monotonic_ns()}"
+class _Bench:
+    """The two sides of one row: HTTP clients use keys ``[0, clients)``, in-process callers
+    the identities ``[clients, 2*clients)`` (separate namespaces, the same work)."""
 
-    def http_write(index: int) -> Callable[[int], None]:
-        client = http_clients[index]
+    def __init__(
+        self,
+        runtime: Runtime,
+        port: int,
+        server_pid: int,
+        keys: dict[int, str],
+        identities: dict[int, Identity],
+    ) -> None:
+        self.runtime = runtime
+        self.port = port
+        self.server_pid = server_pid
+        self.keys = keys
+        self.identities = identities
 
-        def work(n: int) -> None:
-            cmd = sentence(index, n)
-            status, data = client.call("POST", "/v1/mem/write", {"content": f"{cmd.content} [{tag}]"})
-            if status != 200:
-                raise RuntimeError(f"HTTP write failed: {status} {data[:300]!r}")
-            written[index].append(UUID(msgspec.json.decode(data)["id"]))
+    def measure(self, clients: int, seconds: float) -> list[ApiBenchRow]:
+        http_clients = {i: HttpClient(self.port, self.keys[i]) for i in range(clients)}
+        written: dict[int, list[UUID]] = {i: [] for i in range(clients * 2)}
+        tag = f"{clients}-{time.monotonic_ns()}"
+        counters = {i: itertools.count() for i in range(clients * 2)}  # no sentence written twice
 
-        return work
+        def http_write(index: int) -> Callable[[int], None]:
+            client, counter = http_clients[index], counters[index]
 
-    def local_write(index: int) -> Callable[[int], None]:
-        identity = identities[clients + index]
+            def work(_n: int) -> None:
+                cmd = sentence(index, next(counter))
+                status, data = client.call("POST", "/v1/mem/write", {"content": f"{cmd.content} [{tag}]"})
+                if status != 200:
+                    raise RuntimeError(f"HTTP write failed: {status} {data[:300]!r}")
+                written[index].append(UUID(msgspec.json.decode(data)["id"]))
 
-        def work(n: int) -> None:
-            cmd = sentence(index, n)
-            result = runtime.memory.write(
-                identity,
-                msgspec.structs.replace(
-                    cmd, content=f"{cmd.content} [{tag}]", subject=None, attribute=None, value=None
-                ),
-            )
-            assert result.id is not None
-            written[clients + index].append(result.id)
+            return work
 
-        return work
+        def local_write(index: int) -> Callable[[int], None]:
+            identity, counter = self.identities[clients + index], counters[clients + index]
 
-    def http_read(index: int) -> Callable[[int], None]:
-        client, ids = http_clients[index], written[index]
+            def work(_n: int) -> None:
+                cmd = sentence(index, next(counter))
+                result = self.runtime.memory.write(
+                    identity,
+                    msgspec.structs.replace(
+                        cmd, content=f"{cmd.content} [{tag}]", subject=None, attribute=None, value=None
+                    ),
+                )
+                assert result.id is not None
+                written[clients + index].append(result.id)
 
-        def work(n: int) -> None:
-            status, data = client.call("POST", "/v1/mem/read", {"id": str(ids[n % len(ids)])})
-            if status != 200:
-                raise RuntimeError(f"HTTP read failed: {status} {data[:300]!r}")
+            return work
 
-        return work
+        def http_read(index: int) -> Callable[[int], None]:
+            client, ids = http_clients[index], written[index]
 
-    def local_read(index: int) -> Callable[[int], None]:
-        identity, ids = identities[clients + index], written[clients + index]
+            def work(n: int) -> None:
+                status, data = client.call("POST", "/v1/mem/read", {"id": str(ids[n % len(ids)])})
+                if status != 200:
+                    raise RuntimeError(f"HTTP read failed: {status} {data[:300]!r}")
 
-        def work(n: int) -> None:  # the same work as the route: scoped read, then its audit record
-            memory_id = ids[n % len(ids)]
-            if runtime.reads.read(identity, memory_id) is None:
-                raise RuntimeError("in-process read missed")
-            runtime.core.governance.record_audit(identity, "read", "ok", "", memory_id)
+            return work
 
-        return work
+        def local_read(index: int) -> Callable[[int], None]:
+            identity, ids = self.identities[clients + index], written[clients + index]
 
-    rows = []
-    try:
-        run_threads("warm-up", clients, min(1.0, seconds), http_write)
-        run_threads("warm-up", clients, min(1.0, seconds), local_write)
-        results: dict[str, tuple[RunStats, RunStats]] = {}
-        for op, over_http, local in (("write", http_write, local_write), ("read", http_read, local_read)):
-            http_stats = run_threads(f"HTTP {op}", clients, seconds, over_http)
-            local_stats = run_threads(f"in-process {op}", clients, seconds, local)
-            results[op] = (http_stats, local_stats)
-        if results["read"][1].operations:
-            runtime.reads.wait_for(runtime.ledger.head_position())
-        for op, (http_stats, local_stats) in results.items():
-            overhead = round(http_stats.p50_ms - local_stats.p50_ms, 3)
-            rows.append(ApiBenchRow(op, clients, http_stats, local_stats, overhead, TARGET_OVERHEAD_MS))
-    finally:
-        for client in http_clients.values():
-            client.close()
-    return rows
+            def work(n: int) -> None:  # the same work as the route: scoped read, then its audit record
+                memory_id = ids[n % len(ids)]
+                if self.runtime.reads.read(identity, memory_id) is None:
+                    raise RuntimeError("in-process read missed")
+                self.runtime.core.governance.record_audit(identity, "read", "ok", "", memory_id)
+
+            return work
+
+        try:
+            run_threads("warm-up", clients, min(1.0, seconds), http_write)
+            run_threads("warm-up", clients, min(1.0, seconds), local_write)
+            self.runtime.reads.wait_for(self.runtime.ledger.head_position())
+            return [
+                self._row("write", clients, seconds, http_write, local_write),
+                self._row("read", clients, seconds, http_read, local_read),
+            ]
+        finally:
+            for client in http_clients.values():
+                client.close()
+
+    def _row(self, op: str, clients: int, seconds: float, over_http: Worker, local: Worker) -> ApiBenchRow:
+        """Alternate the sides in ``ROUNDS`` rounds; pool each side's latencies and CPU."""
+        pooled: dict[str, tuple[list[float], list[float], dict[str, int]]] = {
+            "http": ([], [], {}),
+            "local": ([], [], {}),
+        }
+        for _ in range(ROUNDS):
+            for side, make in (("http", over_http), ("local", local)):
+                latencies, elapsed, used = pooled[side]
+                before = cpu_ticks(self.server_pid)
+                took, spent = timed_threads(clients, seconds / ROUNDS, make)
+                after = cpu_ticks(self.server_pid)
+                latencies.extend(took)
+                elapsed.append(spent)
+                if before is not None and after is not None:
+                    for role, ticks in after.items():
+                        used[role] = used.get(role, 0) + ticks - before[role]
+        http_stats, local_stats = (
+            summarize(f"{label} {op}", clients, pooled[side][0], sum(pooled[side][1]))
+            for side, label in (("http", "HTTP"), ("local", "in-process"))
+        )
+        return ApiBenchRow(
+            op,
+            clients,
+            http_stats,
+            local_stats,
+            round(http_stats.p50_ms - local_stats.p50_ms, 3),
+            TARGET_OVERHEAD_MS,
+            per_operation(pooled["http"][2], http_stats.operations),
+            per_operation(pooled["local"][2], local_stats.operations),
+        )
 
 
 def _print(rows: list[ApiBenchRow], chain_ok: bool, events: int) -> None:
     out = sys.stdout.write
     out(
-        "memwarden bench api — over HTTP (memwarden serve, loopback) vs in-process, same database, same run\n"
+        "memwarden bench api — over HTTP (memwarden serve, loopback) vs in-process, same database,"
+        f" same run ({ROUNDS} alternating rounds a side)\n"
     )
     out(
         f"{'op':>5} {'clients':>7} | {'HTTP req/s':>10} {'p50 ms':>8} {'p95 ms':>8} | "
@@ -262,4 +344,18 @@ def _print(rows: list[ApiBenchRow], chain_ok: bool, events: int) -> None:
             f"{r.in_process.per_second:>12.1f} {r.in_process.p50_ms:>8.3f} {r.in_process.p95_ms:>8.3f} | "
             f"{r.overhead_p50_ms:>8.3f} {'<=' + str(r.target_ms):>7} {verdict}\n"
         )
+    out(
+        "CPU per operation, microseconds: api / projector / postgres / this process"
+        " (the HTTP clients, or the in-process callers) = total\n"
+    )
+    for r in rows:
+        if r.http_cpu_us is not None and r.in_process_cpu_us is not None:
+            out(
+                f"{r.op:>5} {r.clients:>7} | HTTP {_cpu_line(r.http_cpu_us)}"
+                f" | in-process {_cpu_line(r.in_process_cpu_us)}\n"
+            )
     out(f"ledger after the run: {events} events, chain {'verifies' if chain_ok else 'BROKEN'}\n")
+
+
+def _cpu_line(cpu: CpuPerOperation) -> str:
+    return f"{cpu.api:.0f} / {cpu.projector:.0f} / {cpu.postgres:.0f} / {cpu.bench:.0f} = {cpu.total:.0f}"

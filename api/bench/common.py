@@ -59,6 +59,14 @@ def run_threads(
     label: str, threads: int, seconds: float, make_worker: Callable[[int], Callable[[int], object]]
 ) -> RunStats:
     """Run ``threads`` workers for ``seconds``; each call of a worker is one timed operation."""
+    return summarize(label, threads, *timed_threads(threads, seconds, make_worker))
+
+
+def timed_threads(
+    threads: int, seconds: float, make_worker: Callable[[int], Callable[[int], object]]
+) -> tuple[list[float], float]:
+    """The latencies (seconds) of every operation of ``threads`` workers run for ``seconds``,
+    and the time it took."""
     latencies: list[list[float]] = [[] for _ in range(threads)]
     workers = [make_worker(i) for i in range(threads)]
     start_barrier = threading.Barrier(threads + 1)
@@ -82,16 +90,18 @@ def run_threads(
     start_barrier.wait()
     for t in pool:
         t.join()
-    elapsed = time.perf_counter() - began
-    flat = [x for per in latencies for x in per]
+    return [x for per in latencies for x in per], time.perf_counter() - began
+
+
+def summarize(label: str, threads: int, latencies: list[float], elapsed: float) -> RunStats:
     return RunStats(
         label=label,
         threads=threads,
-        operations=len(flat),
+        operations=len(latencies),
         seconds=round(elapsed, 3),
-        per_second=round(len(flat) / elapsed, 1),
-        p50_ms=round(percentile(flat, 0.50) * 1000, 3),
-        p95_ms=round(percentile(flat, 0.95) * 1000, 3),
+        per_second=round(len(latencies) / elapsed, 1) if elapsed > 0 else 0.0,
+        p50_ms=round(percentile(latencies, 0.50) * 1000, 3),
+        p95_ms=round(percentile(latencies, 0.95) * 1000, 3),
     )
 
 

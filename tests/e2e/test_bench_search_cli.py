@@ -1,4 +1,4 @@
-"""`memwarden bench search` and `memwarden bench locomo`, run as the CLI, on small inputs."""
+"""`memwarden bench search`, `bench locomo` and `bench api`, run as the CLI, on small inputs."""
 
 from __future__ import annotations
 
@@ -164,3 +164,25 @@ def test_bench_locomo_scores_evidence_recall(bench_env: dict[str, str], tmp_path
     assert overall["lexical_at10"] == pytest.approx(
         sum(rows[c]["lexical_at10"] for c in "1234") / 4, abs=1e-3
     )
+
+
+def test_bench_api_measures_both_sides_and_where_the_cpu_went(bench_env: dict[str, str]) -> None:
+    bench_env["MEMWARDEN_EMBEDDER"] = "none"  # the HTTP side is what is measured, not the model
+    report = run_cli(bench_env, "api", "--seconds", "0.8", "--clients", "1,2")
+    assert report["chain_ok"] is True
+    assert [(r["op"], r["clients"]) for r in report["rows"]] == [
+        ("write", 1),
+        ("read", 1),
+        ("write", 2),
+        ("read", 2),
+    ]
+    for row in report["rows"]:
+        assert row["http"]["operations"] > 0
+        assert row["in_process"]["operations"] > 0
+        assert row["overhead_p50_ms"] == pytest.approx(
+            row["http"]["p50_ms"] - row["in_process"]["p50_ms"], abs=0.002
+        )
+        # the served API does the HTTP side's work; the bench process does the in-process side's
+        assert row["http_cpu_us"]["api"] > row["in_process_cpu_us"]["api"]
+        assert row["in_process_cpu_us"]["bench"] > row["http_cpu_us"]["bench"]
+    assert report["http_floor"]["operations"] > 0

@@ -1,0 +1,76 @@
+"""CPU time by process role, read from ``/proc`` (Linux): where a benchmark's operations
+spend the machine's cores. On two cores a saturated run's latency follows its CPU per
+operation (Little's law), so this is what explains a gap, not just what shows it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+PROC = Path("/proc")
+ROLES = ("api", "projector", "postgres", "bench")
+
+
+class CpuPerOperation(msgspec.Struct, frozen=True):
+    """Microseconds of CPU per operation, by role: ``api`` the served API process(es),
+    ``projector`` its projector process, ``postgres`` every local PostgreSQL process,
+    ``bench`` this process (the HTTP clients, or the in-process callers)."""
+
+    api: float
+    projector: float
+    postgres: float
+    bench: float
+
+    @property
+    def total(self) -> float:
+        return self.api + self.projector + self.postgres + self.bench
+
+
+def _stat(pid: str) -> tuple[int, str, int] | None:
+    """(parent pid, command name, CPU ticks) of a process, or None if it is gone."""
+    try:
+        raw = (PROC / pid / "stat").read_text()
+    except OSError:
+        return None
+    name = raw[raw.index("(") + 1 : raw.rindex(")")]
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return int(fields[1]), name, int(fields[11]) + int(fields[12])
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_ticks(server_pid: int) -> dict[str, int] | None:
+    """CPU ticks so far by role (None where ``/proc`` is not there)."""
+    if not (PROC / "self" / "stat").exists():
+        return None
+    stats = {int(p.name): s for p in PROC.iterdir() if p.name.isdigit() and (s := _stat(p.name)) is not None}
+    served = {server_pid}
+    grew = True
+    while grew:  # the served process and everything it started
+        children = {pid for pid, (ppid, _, _) in stats.items() if ppid in served} - served
+        served |= children
+        grew = bool(children)
+    ticks = dict.fromkeys(ROLES, 0)
+    for pid, (_, name, used) in stats.items():
+        if pid in served:
+            ticks["projector" if " project" in _cmdline(pid) else "api"] += used
+        elif name == "postgres":
+            ticks["postgres"] += used
+        elif pid == os.getpid():
+            ticks["bench"] += used
+    return ticks
+
+
+def per_operation(used: dict[str, int], operations: int) -> CpuPerOperation | None:
+    """Ticks used (by role) over ``operations`` operations, as microseconds per operation."""
+    if not used or operations == 0:
+        return None
+    per_tick_us = 1_000_000 / os.sysconf("SC_CLK_TCK") / operations
+    return CpuPerOperation(**{role: round(used.get(role, 0) * per_tick_us, 1) for role in ROLES})
