@@ -93,6 +93,44 @@ def test_forget_over_http_then_read_and_certificates(api: Api) -> None:
     assert api.runtime.ledger.verify().ok
 
 
+def test_forget_a_subtree_over_http_erases_its_knowledge_documents(api: Api) -> None:
+    from domain.model.identity import Identity  # noqa: PLC0415
+    from domain.services.knowledge import KnowledgeService  # noqa: PLC0415
+    from tests.unit.builders import EXPENSE_POLICY  # noqa: PLC0415
+
+    core = api.runtime.core
+    knowledge = KnowledgeService(core.ledger, core.embedder, core.governance.write_policy)
+    owner = Identity("acme", "olga", "owner")
+    inside = knowledge.publish(owner, EXPENSE_POLICY, "expenses.md", "acme/eng/finance")
+    beside = knowledge.publish(owner, EXPENSE_POLICY, "expenses.md", "acme/engineering")
+    assert inside.document_id is not None
+    admin = api.key("acme/eng", "alice", "admin")
+    auditor = api.key("acme/eng", "audrey", "auditor")
+    api.settle()
+
+    response = api.mem(admin, "forget", {"subtree": ".", "reason": "team dissolved"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    certificate = body["certificate"]
+    assert certificate["erased_documents"] == [str(inside.document_id)]
+    assert certificate["erased_ids"] == []
+    assert body["erased"] == certificate["count"] == 1
+    assert knowledge.current(inside.document_id).erased  # type: ignore[union-attr]
+    assert beside.document_id is not None
+    assert not knowledge.current(beside.document_id).erased  # type: ignore[union-attr]
+
+    verified = api.call(auditor, "/v1/compliance/certificates/verify", certificate)
+    assert verified.json()["valid"] is True
+    hidden = {**certificate, "erased_documents": [], "count": 0}
+    assert api.call(auditor, "/v1/compliance/certificates/verify", hidden).json()["valid"] is False
+
+    # an id that names no memory nor document (here: an audit record) is a clear 404
+    record = next(r for r in api.audit_records() if r.op == "forget")
+    missing = api.mem(admin, "forget", {"ids": [str(record.record_id)], "reason": "x"})
+    assert missing.status_code == 404, missing.text
+    assert api.runtime.ledger.verify().ok
+
+
 def test_cli_certificates_verify_and_rotate_kek(
     cli_env: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
