@@ -31,7 +31,7 @@ from domain.model.erasure import (
 from domain.model.errors import DomainError, InvalidState
 from domain.model.events import AuditRecorded, ErasureCertified, KnowledgePublished
 from domain.model.identity import Identity
-from domain.model.knowledge import KnowledgeState, fold_knowledge
+from domain.model.knowledge import KnowledgeState, current_state, fold_knowledge
 from domain.model.memory import MemoryState
 from domain.services.audit import Audit, AuditOutcome
 from domain.services.memory import utcnow, version_events
@@ -153,10 +153,17 @@ class ErasureService:
         targets = tuple(self.lookup.in_subtree(root, position))
         documents: Mapping[UUID, KnowledgeState] = {}
         if not own_only:  # a member erases its own writes: never a document
-            found = self.lookup.documents_in_subtree(root, position)
-            documents = _documents(self.ledger.streams(found).values()) if found else {}
+            documents = self._current_documents(self.lookup.documents_in_subtree(root, position))
         memories = self._load_chains(self.streams.memories(targets))
         return ForgetState(targets=targets, memories=memories, documents=documents)
+
+    def _current_documents(self, document_ids: list[UUID]) -> dict[UUID, KnowledgeState]:
+        """Each document's state from the latest event of its stream alone (every version is
+        whole); one already erased (its stream ends with the erasure) is left out."""
+        heads = self.ledger.stream_heads(document_ids) if document_ids else {}
+        return {
+            i: current_state(h.event) for i, h in heads.items() if isinstance(h.event, KnowledgePublished)
+        }
 
     def _load_chains(self, memories: dict[UUID, MemoryState]) -> dict[UUID, MemoryState]:
         """The loaded targets and every version in their supersedence chains, from the ledger."""
