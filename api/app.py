@@ -37,6 +37,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         await anyio.to_thread.run_sync(api.open)
 
     async def shutdown() -> None:
+        await api.callers.close()
         await anyio.to_thread.run_sync(api.close)
 
     return Litestar(

@@ -162,9 +162,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from api.projector import ProjectorProcess  # noqa: PLC0415
 
-    projector = ProjectorProcess() if args.projector == "process" else None
-    # The API processes (uvicorn's workers included) inherit this.
+    # The API processes (uvicorn's workers included) inherit these.
+    # Several API processes agree on buckets and last writes through Redis.
+    if args.workers > 1 and os.environ.setdefault("MEMWARDEN_SHARED_STATE", "redis") != "redis":
+        sys.stderr.write(
+            "memwarden serve: --workers above 1 needs MEMWARDEN_SHARED_STATE=redis: each process"
+            " would keep its own rate limits and know only its own writes\n"
+        )
+        return 2
     os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
+    projector = ProjectorProcess() if args.projector == "process" else None
     try:
         uvicorn.run(
             "api.app:app_from_env",

@@ -22,7 +22,7 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
 from api.errors import RateLimited, Unauthenticated, audit_outcome, classify
-from api.limits import LastWrites, TokenBuckets  # noqa: F401 - re-exported
+from api.limits import HEAD
 from api.schemas import Body
 from api.state import STATE_KEY, ApiState
 from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidRequest, NotFound, TooLarge
@@ -45,7 +45,7 @@ class Principal(msgspec.Struct, frozen=True):
 class Call:
     """One syscall in flight: who, which op, and whether its audit record exists yet."""
 
-    __slots__ = ("audited", "body", "identity", "key_id", "op", "policy")
+    __slots__ = ("audited", "body", "identity", "key_id", "last_write", "op", "policy")
 
     def __init__(self, principal: Principal, op: str) -> None:
         self.identity = principal.identity
@@ -54,6 +54,8 @@ class Call:
         self.audited = False
         self.body: Any = None
         self.policy: EffectivePolicy | None = None
+        self.last_write: int | None = None
+        """The key's last write position: what its reads wait for (read-your-writes)."""
 
 
 def api_state(request: ASGIConnection[Any, Any, Any, Any]) -> ApiState:
@@ -131,14 +133,28 @@ async def gate(request: Request[Any, Any, Any]) -> None:
         policy = governance.cached_policy(call.identity.namespace)
         if policy is None:
             policy = await anyio.to_thread.run_sync(governance.effective_policy, call.identity.namespace)
-        _check(state, call, opt, raw, query, too_large, policy)  # pure: no I/O on the event loop
+        _check_access(call, opt, policy)
+        wait, call.last_write = await state.callers.admit(call.key_id, policy.rate_limit_per_minute)
+        _check_request(state, call, opt, raw, query, too_large, policy, wait)  # pure: no I/O
+        if call.last_write == HEAD:  # unknown (the shared store is down): everything so far
+            call.last_write = await anyio.to_thread.run_sync(state.runtime.ledger.head_position)
     except DomainError as error:
         outcome, detail = audit_outcome(error), f"{error.code}: {error.detail}"
         await anyio.to_thread.run_sync(lambda: audit(state, call, outcome, detail))
         raise
 
 
-def _check(
+def _check_access(call: Call, opt: dict[str, Any], policy: EffectivePolicy) -> None:
+    """Role, then the tenant gate: refused before a token is taken."""
+    roles: frozenset[str] = opt.get("roles", ALL_ROLES)
+    if call.identity.role not in roles:
+        raise Forbidden(f"role {call.identity.role!r} may not call {call.op}")
+    call.policy = policy
+    if opt.get("tenant_gate", True):
+        check_not_suspended(policy)
+
+
+def _check_request(
     state: ApiState,
     call: Call,
     opt: dict[str, Any],
@@ -146,14 +162,9 @@ def _check(
     query: list[str],
     too_large: HTTPException | None,
     policy: EffectivePolicy,
+    wait: float,
 ) -> None:
-    roles: frozenset[str] = opt.get("roles", ALL_ROLES)
-    if call.identity.role not in roles:
-        raise Forbidden(f"role {call.identity.role!r} may not call {call.op}")
-    call.policy = policy
-    if opt.get("tenant_gate", True):
-        check_not_suspended(policy)
-    wait = state.buckets.take(call.key_id, policy.rate_limit_per_minute)
+    """The rate limit's verdict, then the request itself (size, query, body)."""
     if wait > 0.0:
         raise RateLimited(
             f"more than {policy.rate_limit_per_minute} requests per minute", max(1, math.ceil(wait))
@@ -243,7 +254,7 @@ def command(request: Request[Any, Any, Any], run: Callable[[Call], T]) -> T:
     state.metrics.count("audit_ok")
     position = _position_of(result)
     if position:
-        state.last_writes.note(call.key_id, position)
+        state.callers.note_write(call.key_id, position)
     return result
 
 

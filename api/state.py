@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from api.limits import LastWrites, TokenBuckets
+import hashlib
+
+from api.limits import CallerState, ProcessCallerState, RedisCallerState, TokenBuckets
 from api.metrics import Metrics
 from api.runtime import Runtime, api_runtime
 from api.schemas import WriteBody
@@ -10,7 +12,7 @@ from api.tickets import TicketStore, TicketWorker
 from domain.model.identity import Identity
 from domain.services.governance import GovernanceService
 from domain.services.memory import MemoryService, WriteResult
-from domain.settings import Settings
+from domain.settings import SCHEMA, Settings
 from projections.reads import ReadModels
 
 MAX_BODY_BYTES = 1_048_576
@@ -25,10 +27,9 @@ class ApiState:
         self._given = runtime
         self._runtime = runtime
         self.metrics = Metrics()
-        self.buckets = TokenBuckets()
+        self.callers: CallerState = ProcessCallerState()
         self.anonymous_audits = TokenBuckets()
         self.anonymous_audits_per_minute = 6_000
-        self.last_writes = LastWrites()
         self.max_body_bytes = MAX_BODY_BYTES
         self._tickets: TicketStore | None = None
         self._ticket_worker: TicketWorker | None = None
@@ -63,8 +64,11 @@ class ApiState:
         return self._ticket_worker
 
     def open(self) -> None:
+        settings = self.settings or Settings.from_env()
         if self._runtime is None:
-            self._runtime = api_runtime(self.settings or Settings.from_env())
+            self._runtime = api_runtime(settings)
+        if settings.shared_state == "redis":
+            self.callers = RedisCallerState(settings.redis_url, _deployment(settings), self.metrics)
         ledger = self.runtime.ledger
         self._tickets = TicketStore(ledger.datastore, ledger.schema)
         self._tickets.create_table()
@@ -80,3 +84,9 @@ class ApiState:
         if self._given is None and self._runtime is not None:
             self._runtime.close()
             self._runtime = None
+
+
+def _deployment(settings: Settings) -> str:
+    """The Redis key prefix of one deployment (its database), so several can share a Redis."""
+    database = settings.database_url or str(settings.data_dir)
+    return f"memwarden:{SCHEMA}:{hashlib.sha256(database.encode()).hexdigest()[:16]}"

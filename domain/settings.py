@@ -16,11 +16,12 @@ def default_data_dir() -> Path:
 
 
 PROJECTORS = ("thread", "external")
+SHARED_STATES = ("process", "redis")
 
 
-def _projector(value: str) -> str:
-    if value not in PROJECTORS:
-        msg = f"MEMWARDEN_PROJECTOR must be one of {', '.join(PROJECTORS)}, not {value!r}"
+def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        msg = f"{name} must be one of {', '.join(choices)}, not {value!r}"
         raise ValueError(msg)
     return value
 
@@ -39,6 +40,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     the process) or ``external`` (another process, e.g. ``memwarden project``; this one only
     watches how far the read models are, and a reader that must wait catches up itself
     when nothing else projects)."""
+    shared_state: str = "process"
+    """Where the API keeps each key's rate-limit bucket and last write: ``process`` (one API
+    process) or ``redis`` (several: ``serve --workers N``, several machines)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -53,7 +57,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             max_content_bytes=int(values.get("MEMWARDEN_MAX_CONTENT_BYTES") or 16_384),
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
-            projector=_projector(values.get("MEMWARDEN_PROJECTOR") or "thread"),
+            projector=_one_of(
+                "MEMWARDEN_PROJECTOR", values.get("MEMWARDEN_PROJECTOR") or "thread", PROJECTORS
+            ),
+            shared_state=_one_of(
+                "MEMWARDEN_SHARED_STATE", values.get("MEMWARDEN_SHARED_STATE") or "process", SHARED_STATES
+            ),
         )
 
     @property

@@ -65,7 +65,7 @@ class AdminController(Controller):
         state = api_state(request)
 
         def run(c: Call) -> list[KeyView]:
-            state.reads.wait_for(state.last_writes.get(c.key_id))
+            state.reads.wait_for(c.last_write)
             keys: list[KeyView] = state.reads.keys(c.identity.namespace)
             return keys
 
@@ -121,7 +121,7 @@ class AdminController(Controller):
             if status not in {"open", "resolved", "all"}:
                 raise InvalidRequest("status must be open, resolved or all")
             found: list[DisputeView] = state.reads.disputes(
-                c.identity, None if status == "all" else status, after=state.last_writes.get(c.key_id)
+                c.identity, None if status == "all" else status, after=c.last_write
             )
             return found
 

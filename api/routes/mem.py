@@ -92,7 +92,7 @@ class MemController(Controller):
             status = state.tickets.status(data.ticket, c.identity)
             position = (status.result or {}).get("position") if status is not None else None
             if isinstance(position, int):  # read-your-writes, wherever the ticket ran
-                state.last_writes.note(c.key_id, position)
+                state.callers.note_write(c.key_id, position)
             return status
 
         return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
@@ -110,7 +110,7 @@ class MemController(Controller):
             )
         return query(
             request,
-            lambda c: state.reads.read(c.identity, data.id, after=state.last_writes.get(c.key_id)),
+            lambda c: state.reads.read(c.identity, data.id, after=c.last_write),
             subject=data.id,
         )
 
@@ -120,7 +120,7 @@ class MemController(Controller):
         return query(
             request,
             lambda c: state.reads.search.search(
-                c.identity, data, c.policy.driver if c.policy else None, after=state.last_writes.get(c.key_id)
+                c.identity, data, c.policy.driver if c.policy else None, after=c.last_write
             ),
             lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
         )
@@ -128,24 +128,22 @@ class MemController(Controller):
     @post("/assemble", opt=syscall("assemble", AssembleBody), sync_to_thread=True, status_code=200)
     def assemble(self, request: Req, data: JSONBody[AssembleBody]) -> Capsule:
         sets = api_state(request).runtime.working_sets
-        last = api_state(request).last_writes
         return command(
             request,
-            lambda c: sets.assemble(c.identity, data.budget_tokens, data.task_hint, last.get(c.key_id)),
+            lambda c: sets.assemble(c.identity, data.budget_tokens, data.task_hint, c.last_write),
         )
 
     @post("/fault", opt=syscall("fault", FaultBody), sync_to_thread=True, status_code=200)
     def fault(self, request: Req, data: JSONBody[FaultBody]) -> FaultAnswer:
         sets = api_state(request).runtime.working_sets
-        last = api_state(request).last_writes
-        return command(request, lambda c: sets.fault(c.identity, data.question, last.get(c.key_id)))
+        return command(request, lambda c: sets.fault(c.identity, data.question, c.last_write))
 
     @post("/history", opt=syscall("history", IdBody), sync_to_thread=True, status_code=200)
     def history(self, request: Req, data: JSONBody[IdBody]) -> HistoryResponse:
         state = api_state(request)
 
         def run(c: Call) -> HistoryResponse | None:
-            steps = state.reads.history(c.identity, data.id, after=state.last_writes.get(c.key_id))
+            steps = state.reads.history(c.identity, data.id, after=c.last_write)
             return None if steps is None else HistoryResponse(versions=list(steps))
 
         return query(request, run, lambda h: f"{len(h.versions)} versions", subject=data.id)
@@ -162,7 +160,7 @@ class MemController(Controller):
         state = api_state(request)
 
         def run(c: Call) -> StatsResponse:
-            counts = state.reads.counts(c.identity, after=state.last_writes.get(c.key_id))
+            counts = state.reads.counts(c.identity, after=c.last_write)
             lag = max(0, state.runtime.ledger.head_position() - state.reads.runner.position())
             return StatsResponse(
                 namespace=c.identity.namespace,
@@ -213,7 +211,7 @@ def _pin(request: Req, data: IdBody, pinned: bool) -> PinResponse:
     state = api_state(request)
 
     def run(c: Call) -> int:
-        visible = state.reads.read(c.identity, data.id, after=state.last_writes.get(c.key_id)) is not None
+        visible = state.reads.read(c.identity, data.id, after=c.last_write) is not None
         position: int = state.governance.pin(c.identity, data.id, visible, pinned)
         return position
 
