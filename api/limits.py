@@ -37,6 +37,9 @@ class TokenBuckets:
             return (1.0 - tokens) / refill
 
 
+MAX_KEYS_REMEMBERED = 100_000
+
+
 class LastWrites:
     """Each key's last write position in this process (read-your-writes)."""
 
@@ -49,10 +52,15 @@ class LastWrites:
 
     def note(self, key_id: str, position: int) -> None:
         with self._lock:
-            if len(self._positions) > 100_000:
-                self._positions.clear()
+            if len(self._positions) > MAX_KEYS_REMEMBERED:
+                self._forget_oldest()
             if position > self._positions.get(key_id, 0):
                 self._positions[key_id] = position
+
+    def _forget_oldest(self) -> None:
+        """Keep the newer half: the oldest writes are the ones the read models have long passed."""
+        newest = sorted(self._positions.items(), key=lambda item: item[1])[len(self._positions) // 2 :]
+        self._positions = dict(newest)
 
 
 # -- what every API process must agree on: each key's bucket and last write ---------------------

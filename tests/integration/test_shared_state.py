@@ -10,7 +10,7 @@ from uuid import uuid4
 import pytest
 import redis
 
-from api.limits import HEAD, ProcessCallerState, RedisCallerState
+from api.limits import HEAD, LastWrites, ProcessCallerState, RedisCallerState
 from api.metrics import Metrics
 from domain.settings import Settings
 
@@ -86,3 +86,16 @@ def test_one_process_keeps_its_state_in_memory() -> None:
         assert last == 5
 
     asyncio.run(run())
+
+
+def test_a_full_memory_of_last_writes_forgets_the_oldest_not_the_newest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("api.limits.MAX_KEYS_REMEMBERED", 4)
+    writes = LastWrites()
+    for position in range(1, 6):
+        writes.note(f"key{position}", position)
+    writes.note("key6", 6)
+    assert writes.get("key6") == 6
+    assert writes.get("key5") == 5
+    assert writes.get("key1") is None
