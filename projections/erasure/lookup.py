@@ -8,6 +8,7 @@ The subtree is matched as ``namespace = root OR namespace LIKE <escaped root>/%`
 
 from __future__ import annotations
 
+from typing import LiteralString
 from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
@@ -21,33 +22,35 @@ class ProjectionErasureLookup:
         self.reads = reads
 
     def in_subtree(self, root: str, position: int) -> list[UUID]:
-        self.reads.wait_for(position)
-        query = SQL(
+        return self._ids(
             "SELECT id FROM {s}.memory_objects WHERE (namespace = %s OR namespace LIKE %s ESCAPE '\\')"
-            " AND status <> 'erased'"
-        ).format(s=Identifier(self.reads.ledger.schema))
-        with self.reads.ledger.datastore.get_connection() as conn:
-            rows = conn.execute(query, (root, subtree_like_pattern(root))).fetchall()
-        return [row["id"] for row in rows]
+            " AND status <> 'erased'",
+            (root, subtree_like_pattern(root)),
+            position,
+        )
 
     def naming_subject(self, root: str, keys: frozenset[str], position: int) -> list[UUID]:
         """Memories whose subject, tags or selectors go by one of ``keys`` (GIN-indexed)."""
-        self.reads.wait_for(position)
-        query = SQL(
+        return self._ids(
             "SELECT id FROM {s}.memory_objects WHERE erasure_keys && %s::text[]"
-            " AND (namespace = %s OR namespace LIKE %s ESCAPE '\\') AND status <> 'erased'"
-        ).format(s=Identifier(self.reads.ledger.schema))
-        with self.reads.ledger.datastore.get_connection() as conn:
-            rows = conn.execute(query, (sorted(keys), root, subtree_like_pattern(root))).fetchall()
-        return [row["id"] for row in rows]
+            " AND (namespace = %s OR namespace LIKE %s ESCAPE '\\') AND status <> 'erased'",
+            (sorted(keys), root, subtree_like_pattern(root)),
+            position,
+        )
 
     def documents_in_subtree(self, root: str, position: int) -> list[UUID]:
         """The knowledge documents published in the subtree (an erased one has no row)."""
+        return self._ids(
+            "SELECT document_id AS id FROM {s}.knowledge_documents"
+            " WHERE namespace = %s OR namespace LIKE %s ESCAPE '\\'",
+            (root, subtree_like_pattern(root)),
+            position,
+        )
+
+    def _ids(self, query: LiteralString, params: tuple[object, ...], position: int) -> list[UUID]:
+        """The ``id`` column of a query over read models that have reached ``position``."""
         self.reads.wait_for(position)
-        query = SQL(
-            "SELECT document_id FROM {s}.knowledge_documents"
-            " WHERE namespace = %s OR namespace LIKE %s ESCAPE '\\'"
-        ).format(s=Identifier(self.reads.ledger.schema))
+        statement = SQL(query).format(s=Identifier(self.reads.ledger.schema))
         with self.reads.ledger.datastore.get_connection() as conn:
-            rows = conn.execute(query, (root, subtree_like_pattern(root))).fetchall()
-        return [row["document_id"] for row in rows]
+            rows = conn.execute(statement, params).fetchall()
+        return [row["id"] for row in rows]
