@@ -27,7 +27,7 @@ class Projection(Protocol):
 
 
 @runtime_checkable
-class DeferredIndexes(Protocol):
+class DeferredIndexes(Projection, Protocol):
     """A projection with an index far cheaper to build once over all its rows than to keep
     up row by row (an HNSW graph). A runner far behind the ledger drops it, catches up
     without it, and builds it again once near the head; the tables' rows are the same

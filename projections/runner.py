@@ -209,12 +209,11 @@ class ProjectionRunner:
                     return
                 self._build_pending = False
                 with conn.cursor() as curs:
-                    for projection in self.projections:
-                        if isinstance(projection, DeferredIndexes) and projection.name not in self.errors:
-                            began = time.perf_counter()
-                            projection.build_indexes(curs, self.schema)
-                            took = time.perf_counter() - began
-                            log.info("deferred indexes of %s built in %.1f s", projection.name, took)
+                    for projection in self._deferring():
+                        began = time.perf_counter()
+                        projection.build_indexes(curs, self.schema)
+                        took = time.perf_counter() - began
+                        log.info("deferred indexes of %s built in %.1f s", projection.name, took)
         except Exception:
             self._build_pending = False  # checked again at the next batch near the head
             log.exception("building deferred indexes failed")
