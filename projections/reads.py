@@ -11,7 +11,7 @@ from psycopg.sql import SQL, Identifier
 
 from domain.embedding import Embedder, EmbedderUnavailable
 from domain.ledger.app import Ledger
-from domain.model.identity import Identity
+from domain.model.identity import COMPLIANCE_ROLES, REVIEWER_ROLES, Identity
 from domain.model.namespaces import ancestors
 from projections.base import Projection
 from projections.disputes.projection import DisputesProjection
@@ -28,7 +28,7 @@ from projections.governance.views import (
     shared_into,
 )
 from projections.memory_objects.projection import MemoryObjectsProjection
-from projections.memory_objects.views import HistoryStep, MemoryView, history, read_memory
+from projections.memory_objects.views import HistoryScope, HistoryStep, MemoryView, history, read_memory
 from projections.runner import TRACKING_TABLE, ProjectionRunner
 from projections.search.projection import SearchIndexProjection
 from projections.search.service import SearchService
@@ -114,13 +114,18 @@ class ReadModels:
     def history(
         self, identity: Identity, memory_id: UUID, after: int | None = None
     ) -> list[HistoryStep] | None:
+        """A chain the caller may see: what ``read`` shows it, and for compliance staff the
+        chains of their subtree (DESIGN.md §7), quarantined versions for its reviewers."""
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             scope = self.scope(identity)
-            shared = shared_into(conn, self.ledger.schema, scope, [memory_id])
-            if shared:  # the rest of a shared memory's chain stays in its own namespace
-                return history(conn, self.ledger.schema, scope, memory_id, shared)
-            return history(conn, self.ledger.schema, scope, memory_id)
+            seen = HistoryScope(
+                scope=scope,
+                shared=tuple(shared_into(conn, self.ledger.schema, scope, [memory_id])),
+                subtree=identity.namespace if identity.role in COMPLIANCE_ROLES else None,
+                quarantined=identity.role in REVIEWER_ROLES,
+            )
+            return history(conn, self.ledger.schema, seen, memory_id)
 
     def disputes(
         self, identity: Identity, status: str | None = "open", after: int | None = None

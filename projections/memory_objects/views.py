@@ -17,6 +17,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
 from domain.model.classification import Classification
+from domain.model.namespaces import subtree_like_pattern
 
 
 class ProvenanceView(msgspec.Struct, frozen=True):
@@ -103,15 +104,19 @@ def read_memory(
     return None if row is None else to_view(row)
 
 
-def history(
-    conn: Connection[Any], schema: str, scope: Sequence[str], memory_id: UUID, shared: Sequence[UUID] = ()
-) -> list[HistoryStep] | None:
-    """The whole supersedence chain through a memory, both directions, oldest first."""
-    if read_memory(conn, schema, scope, memory_id, shared) is None:
-        return None
-    rows = conn.execute(
-        SQL(
-            """
+class HistoryScope(msgspec.Struct, frozen=True, kw_only=True):
+    """Which versions of a chain a caller sees. Everyone: ``scope`` (its namespace and
+    ancestors) and ``shared`` ids, as ``read`` does, never a quarantined one. Compliance
+    staff also look down ``subtree``; reviewers (``quarantined``), who settle disputes
+    there, see its quarantined memories too."""
+
+    scope: tuple[str, ...]
+    shared: tuple[UUID, ...] = ()
+    subtree: str | None = None
+    quarantined: bool = False
+
+
+_HISTORY = """
 WITH RECURSIVE chain(id) AS (
     SELECT %(id)s::uuid
     UNION
@@ -123,10 +128,30 @@ SELECT m.id, m.content, m.status, m.trust_tier, m.recorded_at, m.retired_at, m.v
   FROM chain c
   JOIN {s}.memory_objects m ON m.id = c.id
   LEFT JOIN {s}.memory_supersedence e ON e.old_id = m.id
- WHERE (m.namespace = ANY(%(scope)s) OR m.id = ANY(%(shared)s)) AND m.status <> 'disputed'
+ WHERE ((m.namespace = ANY(%(scope)s) OR m.id = ANY(%(shared)s)) AND m.status <> 'disputed')
+    OR ({below} AND (m.status <> 'disputed' OR %(quarantined)s))
  ORDER BY m.recorded_at, m.id, e.at
 """
-        ).format(s=Identifier(schema)),
-        {"id": memory_id, "scope": list(scope), "shared": list(shared)},
+
+
+def history(
+    conn: Connection[Any], schema: str, seen: HistoryScope, memory_id: UUID
+) -> list[HistoryStep] | None:
+    """The whole supersedence chain through a memory, both directions, oldest first; the
+    versions ``seen`` hides are left out, and None when it hides the memory itself."""
+    below = SQL("FALSE")
+    if seen.subtree is not None:
+        below = SQL("(m.namespace = %(root)s OR m.namespace LIKE %(pattern)s ESCAPE '\\')")
+    rows = conn.execute(
+        SQL(_HISTORY).format(s=Identifier(schema), below=below),
+        {
+            "id": memory_id,
+            "scope": list(seen.scope),
+            "shared": list(seen.shared),
+            "root": seen.subtree,
+            "pattern": None if seen.subtree is None else subtree_like_pattern(seen.subtree),
+            "quarantined": seen.quarantined,
+        },
     ).fetchall()
-    return [msgspec.convert(row, HistoryStep) for row in rows]
+    steps = [msgspec.convert(row, HistoryStep) for row in rows]
+    return steps if any(step.id == memory_id for step in steps) else None
