@@ -1,24 +1,20 @@
 """An embedder behind an OpenAI-compatible ``POST {base_url}/embeddings`` endpoint.
 
-Standard library HTTP (``urllib.request``) and msgspec JSON only. Every failure -- refused
+The HTTP plumbing is :mod:`domain.endpoint`'s; msgspec JSON. Every failure -- refused
 connection, timeout, HTTP error status, a body that is not the expected shape -- becomes
 :class:`EmbedderUnavailable`, so callers can fall back to lexical search.
 """
 
 from __future__ import annotations
 
-import http.client
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Sequence
-from typing import Any
 
 import msgspec
 import numpy as np
 
 from domain.embedding.base import EmbedderUnavailable, Matrix, check_texts, normalize_rows
+from domain.endpoint import EndpointError, endpoint_url, post_json
 
 MAX_INPUTS_PER_REQUEST = 128
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -31,16 +27,6 @@ class _Item(msgspec.Struct):
 
 class _Response(msgspec.Struct):
     data: list[_Item]
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is an error here: following it would resend the API key elsewhere."""
-
-    def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class OpenAIEmbedder:
@@ -60,16 +46,14 @@ class OpenAIEmbedder:
         dimensions: int | None = None,
         timeout: float = 5.0,
     ):
-        parts = urllib.parse.urlsplit(base_url)
-        if parts.scheme not in {"http", "https"} or not parts.netloc:
-            raise ValueError(f"the embedder URL must be an http(s) URL, got {base_url!r}")
+        url = endpoint_url(base_url, "embeddings", "embedder")
         if not model:
             raise ValueError("the embedder model name must not be empty")
         if dimensions is not None and dimensions < 1:
             raise ValueError("dimensions must be at least 1")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
-        self.url = base_url.rstrip("/") + "/embeddings"
+        self.url = url
         self.model = model
         self.timeout = timeout
         self._api_key = api_key or None
@@ -105,21 +89,12 @@ class OpenAIEmbedder:
 
     def _request(self, texts: list[str]) -> Matrix:
         body = msgspec.json.encode({"model": self.model, "input": texts})
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")  # noqa: S310 -- scheme checked in __init__
         try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
-                payload = response.read(MAX_RESPONSE_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            detail = _error_detail(exc)
-            exc.close()
-            raise EmbedderUnavailable(f"{self.url}: HTTP {exc.code} {exc.reason}{detail}") from exc
-        except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
-            raise EmbedderUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
-        if len(payload) > MAX_RESPONSE_BYTES:
-            raise EmbedderUnavailable(f"{self.url}: response larger than {MAX_RESPONSE_BYTES} bytes")
+            payload = post_json(
+                self.url, body, api_key=self._api_key, timeout=self.timeout, max_bytes=MAX_RESPONSE_BYTES
+            )
+        except EndpointError as exc:
+            raise EmbedderUnavailable(str(exc)) from exc
         return self._rows(payload, len(texts))
 
     def _rows(self, payload: bytes, count: int) -> Matrix:
@@ -145,10 +120,3 @@ class OpenAIEmbedder:
             raise EmbedderUnavailable(f"{self.url}: embeddings with non-finite values or zero length")
         return normalize_rows(rows / norms[:, np.newaxis])
 
-
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    try:
-        text = exc.read(500).decode("utf-8", "replace").strip()
-    except (OSError, http.client.HTTPException):
-        return ""
-    return f": {text}" if text else ""
