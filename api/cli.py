@@ -35,9 +35,9 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def cmd_demo(_args: argparse.Namespace) -> int:
-    from api.demo import run_demo  # noqa: PLC0415 - only this command needs it
+    from api.demo import demo_settings, run_demo  # noqa: PLC0415 - only this command needs it
 
-    with Runtime() as runtime:
+    with demo_settings() as settings, Runtime(settings) as runtime:
         facts = run_demo(runtime)
     ok = facts["report"].ok and not facts["tampered"].ok
     sys.stdout.write("\ndemo complete.\n" if ok else "\ndemo FAILED.\n")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,9 +19,29 @@ from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory,
 from domain.model.errors import DomainError
 from domain.model.identity import Identity
 from domain.services.memory import WriteResult
+from domain.settings import Settings
 from projections.search.service import SearchQuery
 
 Say = Callable[[str], None]
+
+
+@contextmanager
+def demo_settings(env: Mapping[str, str] | None = None, say: Say = print) -> Iterator[Settings]:
+    """The settings the tour runs on.
+
+    With ``MEMWARDEN_DATA_DIR`` or ``DATABASE_URL`` set, the configured deployment, as for
+    every command. Otherwise a fresh data directory in the system temp dir, removed when the
+    tour ends (its embedded server stopped first): a guided tour starts from an empty ledger
+    and leaves no demo tenant, keys or server behind in the default data directory.
+    """
+    values = dict(os.environ if env is None else env)
+    if values.get("MEMWARDEN_DATA_DIR") or values.get("DATABASE_URL"):
+        yield Settings.from_env(values)
+        return
+    with tempfile.TemporaryDirectory(prefix="memwarden-demo-") as scratch:
+        say("no MEMWARDEN_DATA_DIR or DATABASE_URL: the tour runs in a fresh temporary data directory")
+        say("(removed when it ends; set MEMWARDEN_DATA_DIR to keep its data)")
+        yield Settings.from_env({**values, "MEMWARDEN_DATA_DIR": scratch})
 
 
 def _step(say: Say, number: int, title: str) -> None:
