@@ -22,6 +22,7 @@ from domain.model.events import (
 from domain.model.identity import REVIEWER_ROLES, Identity
 from domain.model.memory import Claim, DisputeState, MemoryState
 from domain.model.namespaces import is_within
+from domain.model.storable import check_storable
 from domain.model.text import normalize
 from domain.model.write import stays_current, supersede, verify_content
 
@@ -54,6 +55,7 @@ def decide_resolve(
     replacement_id: UUID,
 ) -> tuple[Event, ...]:
     dispute = check_reviewer(reviewer, state.dispute)
+    check_storable(command)
     if dispute.status != "open":
         raise InvalidState(f"dispute already resolved ({dispute.decision})")
     new, incumbent = state.new, state.incumbent

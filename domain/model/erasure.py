@@ -25,6 +25,7 @@ from domain.model.identity import REVIEWER_ROLES, Identity
 from domain.model.knowledge import KnowledgeState
 from domain.model.memory import MemoryState
 from domain.model.namespaces import ancestors, is_within, validate_namespace
+from domain.model.storable import check_storable
 from domain.model.text import normalize
 
 MAX_FORGET_IDS = 100_000
@@ -70,6 +71,7 @@ class ForgetDecision(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def target_kind(command: Forget) -> TargetKind:
+    check_storable(command)
     given = [k for k in ("ids", "subject", "subtree") if getattr(command, k) is not None]
     if len(given) != 1:
         raise InvalidRequest("give exactly one of ids, subject or subtree")

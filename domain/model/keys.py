@@ -15,6 +15,7 @@ from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFoun
 from domain.model.events import Event, KeyIssued, KeyRevoked
 from domain.model.identity import REVIEWER_ROLES, ROLE_LEVEL, ROLES, Identity, Role
 from domain.model.namespaces import is_within, validate_namespace
+from domain.model.storable import check_storable
 
 KEY_PREFIX = "mw"
 _KEY = re.compile(r"mw_([0-9a-f]{32})_([A-Za-z0-9]{20,128})")
@@ -66,6 +67,7 @@ def decide_issue(caller: Identity, command: IssueKey, key_id: str, key_hash: str
     """Mint a key for ``command.target``: only admins and owners, never above their own role,
     never outside their subtree."""
     check_key_admin(caller)
+    check_storable(command)
     validate_namespace(command.target)
     if command.role not in ROLES:
         raise InvalidRequest(f"role must be one of {', '.join(ROLES)}")

@@ -27,6 +27,8 @@ from domain.model.errors import Forbidden, InvalidRequest, InvalidState, Outside
 from domain.model.events import Event, KnowledgeChunk, KnowledgeErased, KnowledgePublished
 from domain.model.identity import REVIEWER_ROLES, Identity
 from domain.model.namespaces import is_within, tenant_of, validate_namespace
+from domain.model.storable import unstorable_field
+from domain.model.text import quote_text
 from domain.model.write import MAX_TAG_LENGTH, MAX_TAGS, Rejection, verify_content
 
 FRONT_MATTER_KEYS = frozenset({"title", "slug", "namespace", "tags"})
@@ -354,7 +356,11 @@ def check_publisher(identity: Identity, target_namespace: str) -> None:
 
 
 def verify_document(draft: KnowledgeDraft, policy: WritePolicy) -> None:
-    """The write path's content checks over everything a document publishes."""
+    """The write path's content checks over everything a document publishes: storable
+    text first (a file may hold a NUL, its name undecodable bytes), then the content."""
+    unstorable = unstorable_field(draft)
+    if unstorable is not None:
+        raise InvalidRequest(f"{quote_text(draft.source, 200)}: {unstorable}")
     text = "\n\n".join([draft.title, " ".join(draft.tags), draft.body])
     _classification, rejections = verify_content(text, policy)
     if rejections:

@@ -5,14 +5,20 @@ from __future__ import annotations
 import re
 
 from domain.model.errors import InvalidRequest
+from domain.model.text import quote_text, storable_text_problem
 
 MAX_NAMESPACE_LENGTH = 255
 MAX_DEPTH = 16
 _SEGMENT = re.compile(r"[^\s/\x00-\x1f]{1,64}")
+_PATH_OPERATORS = frozenset({".", ".."})
 
 
 def validate_namespace(namespace: str) -> str:
-    """Return the namespace unchanged, or raise InvalidRequest naming what is wrong."""
+    """Return the namespace unchanged, or raise InvalidRequest naming what is wrong.
+
+    ``.`` and ``..`` are never segments: they would read as path operators where a
+    subtree is resolved relative to a caller (``forget``), so no namespace may be named so.
+    """
     if not isinstance(namespace, str) or not namespace:
         raise InvalidRequest("namespace must be a non-empty string")
     if len(namespace) > MAX_NAMESPACE_LENGTH:
@@ -23,8 +29,13 @@ def validate_namespace(namespace: str) -> str:
     for segment in segments:
         if not _SEGMENT.fullmatch(segment):
             raise InvalidRequest(
-                f"namespace segment {segment!r} must be 1-64 characters without '/' or spaces"
+                f"namespace segment {quote_text(segment)} must be 1-64 characters without '/' or spaces"
             )
+        if segment in _PATH_OPERATORS:
+            raise InvalidRequest(f"namespace segment {segment!r} is a path operator, not a name")
+    problem = storable_text_problem(namespace)
+    if problem is not None:
+        raise InvalidRequest(f"namespace {problem}")
     return namespace
 
 

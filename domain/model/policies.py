@@ -23,6 +23,7 @@ from domain.model.errors import (
 from domain.model.events import ConflictReview, Directive, DirectiveAcknowledged, PolicySet
 from domain.model.identity import REVIEWER_ROLES, Identity
 from domain.model.namespaces import ancestors, is_within, validate_namespace
+from domain.model.storable import check_storable
 
 DEFAULT_CONFLICT_REVIEW: ConflictReview = "lower_trust"
 DEFAULT_RATE_LIMIT_PER_MINUTE = 1_200
@@ -155,6 +156,7 @@ def decide_set_policy(
     now: datetime,
 ) -> PolicySet:
     check_policy_admin(caller, target)
+    check_storable(body)
     version = current.version if current is not None else 0
     if expected_version is not None and expected_version != version:
         raise InvalidState(f"policy of {target!r} is at version {version}, not {expected_version}")

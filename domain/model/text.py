@@ -1,4 +1,5 @@
-"""Text rules: normalization for dedupe, and the low-information test."""
+"""Text rules: what text may be stored at all, normalization for dedupe and slots, the
+low-information test, and safe quoting of caller text in messages."""
 
 from __future__ import annotations
 
@@ -52,7 +53,47 @@ MIN_ALNUM_CHARACTERS = 3
 _MEANINGFUL_EDGE_PUNCTUATION = frozenset("#%\u2030\u2031")
 _SIGNS = frozenset("-\u2212")
 _INVISIBLE = frozenset({"Cc", "Cf"})  # control and format characters: BOM, zero-width space
+# Fillers render as nothing but are letters (category Lo/Mn), so no category catches them.
+_FILLERS = frozenset("\u115f\u1160\u17b4\u17b5\u3164\uffa0")
+# Dash variants spelled differently in identity-bearing text (slots, refs) mean "-".
+_DASHES = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"))
 _MAX_PASSES = 8
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def storable_text_problem(text: str) -> str | None:
+    """Why PostgreSQL text cannot hold ``text`` (a NUL, a lone surrogate), or None when it can.
+
+    The one rule for text at every way in (HTTP, CLI, import) and in the deciders. The
+    answer never quotes the text itself, so it is safe to put in an error or an audit record.
+    """
+    if "\x00" in text:
+        return "contains a NUL character (U+0000)"
+    surrogate = _SURROGATES.search(text)
+    if surrogate is not None:
+        return f"contains a lone surrogate (U+{ord(surrogate.group()):04X}), which is not valid UTF-8"
+    return None
+
+
+def quote_text(text: str, limit: int = 60) -> str:
+    """Caller text made safe to show in an error or an audit record: at most ``limit``
+    characters, quoted, with everything not printable escaped (NUL, surrogates, controls)."""
+    clipped = text[:limit]
+    quoted = "'" + escape_unprintable(clipped).replace("'", "\\'") + "'"
+    return quoted + ("…" if len(text) > limit else "")
+
+
+def escape_unprintable(text: str) -> str:
+    """``text`` with every character that is not printable written as its escape (``\\x00``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _invisible(char: str) -> bool:
+    if char in _FILLERS:
+        return True
+    return unicodedata.category(char) in _INVISIBLE and not char.isspace()
 
 
 def _strippable(text: str, index: int, start: int, end: int) -> bool:
@@ -84,30 +125,48 @@ def _strip_edges(text: str) -> str:
     return text[start:end]
 
 
-def _normalize_once(text: str) -> str:
+def _normalize_once(text: str, *, dashes: bool) -> str:
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return _strip_edges(_SPACE.sub(" ", folded))
+    if dashes:
+        folded = folded.translate(_DASHES)
+    visible = "".join(c for c in folded if not _invisible(c))
+    return _strip_edges(_SPACE.sub(" ", visible))
 
 
-@functools.lru_cache(maxsize=16_384)
-def normalize(text: str) -> str:
-    """Canonical form used for exact dedupe: NFKC, case-folded, single spaces, no edge punctuation.
-
-    Case folding can undo NFKC composition (``ß`` + accent folds to ``ss`` + accent, which
-    composes again), so the steps repeat until the text is stable: ``normalize`` is
-    idempotent, and equal texts always get equal claims.
-    """
+def _normalized(text: str, *, dashes: bool) -> str:
     current = text
     for _ in range(_MAX_PASSES):
-        following = _normalize_once(current)
+        following = _normalize_once(current, dashes=dashes)
         if following == current:
             break
         current = following
     return current
 
 
+@functools.lru_cache(maxsize=16_384)
+def normalize(text: str) -> str:
+    """Canonical form used for exact dedupe: NFKC, case-folded, single spaces, no edge
+    punctuation, and no invisible character anywhere (format characters such as zero-width
+    space or soft hyphen, controls, Hangul fillers): text that looks the same is the same.
+
+    Case folding can undo NFKC composition (``ß`` + accent folds to ``ss`` + accent, which
+    composes again), so the steps repeat until the text is stable: ``normalize`` is
+    idempotent, and equal texts always get equal claims.
+    """
+    return _normalized(text, dashes=False)
+
+
+@functools.lru_cache(maxsize=16_384)
+def normalize_key(text: str) -> str:
+    """Canonical form of identity-bearing text (a slot's subject and attribute, a source
+    ref): ``normalize``, with every dash variant (U+2010..U+2015, minus U+2212) read as "-",
+    so ``db\\u2010host`` and ``db-host`` name the same slot. Idempotent, like ``normalize``."""
+    return _normalized(text, dashes=True)
+
+
 def is_low_information(text: str) -> bool:
-    """Too little to be worth remembering: almost no letters/digits, or only filler words."""
+    """Too little to be worth remembering: almost no visible letters/digits, or only filler
+    words. Invisible characters count for nothing (``normalize`` drops them)."""
     words = _WORD.findall(normalize(text))
     if sum(len(w) for w in words) < MIN_ALNUM_CHARACTERS:
         return True

@@ -10,6 +10,7 @@ from domain.model.events import MemoryVerified
 from domain.model.identity import WRITER_ROLES, Identity
 from domain.model.memory import MemoryState, Verification, trust_tier_from
 from domain.model.namespaces import ancestors
+from domain.model.storable import check_storable
 
 MAX_NOTE_LENGTH = 2_000
 
@@ -27,6 +28,7 @@ def decide_verify(
         raise Forbidden("an actor cannot verify its own write")
     if memory.status != "active" or memory.retired_at is not None:
         raise InvalidState(f"memory is {memory.status}; only active memories can be verified")
+    check_storable(command)
     if command.note is not None and len(command.note) > MAX_NOTE_LENGTH:
         raise InvalidRequest(f"note longer than {MAX_NOTE_LENGTH} characters")
     verifications = (

@@ -23,6 +23,7 @@ from domain.model.events import (
 )
 from domain.model.identity import WRITER_ROLES, Identity
 from domain.model.memory import Claim, MemoryState, trust_tier_from
+from domain.model.storable import unstorable_field
 from domain.model.text import is_low_information, normalize
 from domain.model.trust import HUMAN_ONLY_SOURCES, source_rank
 
@@ -145,6 +146,9 @@ def decide_write(
     dispute_id: UUID,
 ) -> WriteDecision:
     check_write_allowed(identity, command.provenance.source)
+    unstorable = unstorable_field(command)
+    if unstorable is not None:  # before anything reads the text: it may not even encode
+        return WriteDecision(outcome="rejected", rejected=(Rejection("unstorable", unstorable),))
     _check_shape(command)
     classification, rejections = verify_content(command.content, policy)
     if rejections:

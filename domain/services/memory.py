@@ -33,7 +33,7 @@ from domain.model.events import (
 )
 from domain.model.identity import Identity
 from domain.model.memory import Claim, DisputeState, MemoryState
-from domain.model.text import normalize
+from domain.model.text import normalize, normalize_key
 from domain.model.verification import decide_verify
 from domain.model.write import Outcome, Rejection, WriteState, decide_write
 from domain.services.audit import Audit, AuditOutcome
@@ -93,17 +93,19 @@ class ClaimIds:
         self._key = key
 
     def _id(self, *parts: str) -> UUID:
-        digest = hmac.new(self._key, "\x00".join(parts).encode(), hashlib.sha256).digest()
+        # surrogatepass: a lone surrogate still gets an id; the decider then rejects the write
+        joined = "\x00".join(parts).encode("utf-8", "surrogatepass")
+        digest = hmac.new(self._key, joined, hashlib.sha256).digest()
         return UUID(bytes=digest[:16], version=4)
 
     def text(self, namespace: str, content: str) -> UUID:
         return self._id("text", namespace, normalize(content))
 
     def slot(self, namespace: str, subject: str, attribute: str) -> UUID:
-        return self._id("slot", namespace, normalize(subject), normalize(attribute))
+        return self._id("slot", namespace, normalize_key(subject), normalize_key(attribute))
 
     def source_ref(self, namespace: str, source: str, ref: str) -> UUID:
-        return self._id("source_ref", namespace, source, ref)
+        return self._id("source_ref", namespace, source, normalize_key(ref))
 
 
 def version_events(events: Iterable[Event], versions: dict[UUID, int]) -> list[Recorded]:

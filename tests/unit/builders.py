@@ -31,7 +31,7 @@ from domain.model.memory import (
     evolve_dispute,
     evolve_memory,
 )
-from domain.model.text import normalize
+from domain.model.text import normalize, normalize_key
 from domain.model.write import WriteDecision, WriteState, decide_write
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -195,11 +195,11 @@ def text_claim_id(content: str, namespace: str = NS) -> UUID:
 
 
 def slot_claim_id(subject: str, attribute: str, namespace: str = NS) -> UUID:
-    return uuid5(NAMESPACE_OID, f"slot\x00{namespace}\x00{normalize(subject)}\x00{normalize(attribute)}")
+    return uuid5(NAMESPACE_OID, f"slot\x00{namespace}\x00{normalize_key(subject)}\x00{normalize_key(attribute)}")
 
 
 def ref_claim_id(source: str, ref: str, namespace: str = NS) -> UUID:
-    return uuid5(NAMESPACE_OID, f"source_ref\x00{namespace}\x00{source}\x00{ref}")
+    return uuid5(NAMESPACE_OID, f"source_ref\x00{namespace}\x00{source}\x00{normalize_key(ref)}")
 
 
 class Store:
