@@ -16,7 +16,8 @@ from psycopg.sql import SQL, Identifier
 from api.runtime import Runtime
 from domain.model.asof import AsOfAnswer, AsOfMemory
 from domain.model.errors import DomainError
-from domain.model.namespaces import ancestors, validate_namespace
+from domain.model.namespaces import validate_namespace
+from domain.model.scopes import Subtree
 from projections.runner import Rebuilder, RebuildFailed
 from projections.timeline.service import AsOfQuestion
 
@@ -73,7 +74,7 @@ def _answer_text(answer: AsOfAnswer) -> str:
 
 def cmd_asof(args: argparse.Namespace) -> int:
     try:
-        scope = ancestors(validate_namespace(args.namespace)) if args.namespace else None
+        scope: tuple[str, ...] | Subtree | None = Subtree(validate_namespace(args.namespace)) if args.namespace else None
     except DomainError as error:
         sys.stderr.write(f"refused: {error.detail}\n")
         return 2
@@ -191,7 +192,7 @@ def register(sub: Subcommands, projections: Subcommands) -> None:
     asof.add_argument("time", type=parse_time, help="as known at (ISO-8601 with zone, a date, or 'now')")
     asof.add_argument("--valid-at", type=parse_time, help="true in the world at (default: TIME)")
     asof.add_argument(
-        "--namespace", help="the caller: this namespace and its ancestors (default: every namespace)"
+        "--namespace", help="this namespace and its subtree, as POST asof (default: every namespace)"
     )
     asof.add_argument("--query", help="only memories whose content has every term")
     asof.add_argument("--limit", type=int)

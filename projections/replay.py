@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -41,6 +41,7 @@ from domain.model.asof import (
 )
 from domain.model.events import MemoryWritten
 from domain.model.memory import MemoryState, evolve_memory
+from domain.model.scopes import Subtree
 
 READ_BATCH = 5000
 SNAPSHOT_TABLE = "replay_snapshots"
@@ -85,7 +86,7 @@ class ReplayEngine:
 
     def answer(
         self,
-        scope: Sequence[str],
+        scope: Sequence[str] | Subtree,
         as_of: datetime,
         valid_at: datetime | None = None,
         *,
@@ -98,7 +99,7 @@ class ReplayEngine:
         started = time.perf_counter()
         valid_at = valid_at or as_of
         cap = self.ledger.head_position() if upto is None else upto
-        in_scope = frozenset(scope)
+        in_scope: Container[str] = scope if isinstance(scope, Subtree) else frozenset(scope)
         states: dict[UUID, MemoryState] = {}
         from_snapshot: set[UUID] = set()
         start = 0
@@ -139,7 +140,7 @@ class ReplayEngine:
         start: int,
         cap: int,
         as_of: datetime,
-        scope: frozenset[str] | None,
+        scope: Container[str] | None,
     ) -> tuple[int, int]:
         """Fold events after ``start`` until the first one later than ``as_of`` (or ``cap``);
         return ``position(T)`` and the number of events read. ``scope`` None = every namespace."""
@@ -264,7 +265,7 @@ class ReplayEngine:
             )
 
 
-def _apply(states: dict[UUID, MemoryState], recorded: Recorded, scope: frozenset[str] | None) -> None:
+def _apply(states: dict[UUID, MemoryState], recorded: Recorded, scope: Container[str] | None) -> None:
     event = recorded.event
     if isinstance(event, MemoryWritten):
         if scope is None or event.namespace in scope:

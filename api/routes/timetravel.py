@@ -2,8 +2,8 @@
 projections/timeline/service.py (as-of) and projections/runner.py (rebuilds).
 
 - ``POST /v1/compliance/asof`` (auditor, admin, owner): the memories as known at
-  ``as_of`` (and true at ``valid_at``) in the caller's scope, or ``target``'s (a namespace
-  inside the caller's subtree), and the ledger position that time maps to.
+  ``as_of`` (and true at ``valid_at``) in the subtree of the caller's namespace, or of
+  ``target`` (a namespace inside it), and the ledger position that time maps to.
 - ``GET /v1/ops/projections`` and ``POST /v1/ops/projections/{name}/rebuild`` (owner).
 """
 
@@ -21,11 +21,11 @@ from api.schemas import Body
 from domain.model.asof import AsOfMemory
 from domain.model.commands import AwareDatetime
 from domain.model.errors import NotFound
+from domain.model.identity import COMPLIANCE_ROLES
 from projections.runner import ProjectionStatus, Rebuilder, RebuildFailed, RebuildReport
 from projections.timeline.service import AsOfQuestion, check_limit, parse_cursor, scope_for
 
 Req = Request[Any, Any, Any]
-COMPLIANCE_ROLES = frozenset({"auditor", "admin", "owner"})
 OWNER = frozenset({"owner"})
 
 

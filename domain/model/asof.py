@@ -26,6 +26,7 @@ hold at V by that knowledge: ``valid_from <= V < valid_to`` (``valid_to`` null =
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import datetime
 from uuid import UUID
 
@@ -128,7 +129,7 @@ def holds_at(standing: Standing, valid_at: datetime) -> bool:
     return standing.valid_from <= valid_at and (standing.valid_to is None or standing.valid_to > valid_at)
 
 
-def answers(standing: Standing, scope: frozenset[str], valid_at: datetime) -> bool:
+def answers(standing: Standing, scope: Container[str], valid_at: datetime) -> bool:
     return standing.namespace in scope and believed(standing) and holds_at(standing, valid_at)
 
 

@@ -14,10 +14,10 @@ from uuid import UUID
 
 import msgspec
 from psycopg import Connection
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Composable, Identifier
 
 from domain.model.classification import Classification
-from domain.model.namespaces import subtree_like_pattern
+from projections.scopes import in_subtree
 
 
 class ProvenanceView(msgspec.Struct, frozen=True):
@@ -139,19 +139,16 @@ def history(
 ) -> list[HistoryStep] | None:
     """The whole supersedence chain through a memory, both directions, oldest first; the
     versions ``seen`` hides are left out, and None when it hides the memory itself."""
-    below = SQL("FALSE")
+    below: Composable = SQL("FALSE")
+    params: dict[str, Any] = {}
     if seen.subtree is not None:
-        below = SQL("(m.namespace = %(root)s OR m.namespace LIKE %(pattern)s ESCAPE '\\')")
-    rows = conn.execute(
-        SQL(_HISTORY).format(s=Identifier(schema), below=below),
-        {
-            "id": memory_id,
-            "scope": list(seen.scope),
-            "shared": list(seen.shared),
-            "root": seen.subtree,
-            "pattern": None if seen.subtree is None else subtree_like_pattern(seen.subtree),
-            "quarantined": seen.quarantined,
-        },
-    ).fetchall()
+        below, params = in_subtree("m.namespace", seen.subtree)
+    params |= {
+        "id": memory_id,
+        "scope": list(seen.scope),
+        "shared": list(seen.shared),
+        "quarantined": seen.quarantined,
+    }
+    rows = conn.execute(SQL(_HISTORY).format(s=Identifier(schema), below=below), params).fetchall()
     steps = [msgspec.convert(row, HistoryStep) for row in rows]
     return steps if any(step.id == memory_id for step in steps) else None

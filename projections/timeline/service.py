@@ -14,7 +14,8 @@ from domain.ledger.app import Ledger
 from domain.model.asof import AsOfAnswer, AsOfMemory, differences
 from domain.model.errors import InvalidRequest, OutsideSubtree
 from domain.model.identity import Identity
-from domain.model.namespaces import ancestors, is_within, validate_namespace
+from domain.model.namespaces import is_within, validate_namespace
+from domain.model.scopes import Subtree
 from projections.replay import ReplayEngine
 from projections.timeline.views import as_of_memories, memory_at, position_at
 
@@ -22,9 +23,11 @@ MAX_LIMIT = 1000
 
 
 class AsOfQuestion(msgspec.Struct, frozen=True, kw_only=True):
-    """``as_of`` None = now (everything the ledger holds); ``valid_at`` None = ``as_of``."""
+    """``as_of`` None = now (everything the ledger holds); ``valid_at`` None = ``as_of``.
+    ``scope``: enumerated namespaces (an agent's own and its ancestors), or a ``Subtree``
+    (compliance staff look down)."""
 
-    scope: tuple[str, ...]
+    scope: tuple[str, ...] | Subtree
     as_of: datetime | None = None
     valid_at: datetime | None = None
     query: str | None = None
@@ -42,14 +45,15 @@ class Verification(msgspec.Struct, frozen=True, kw_only=True):
         return not self.differences
 
 
-def scope_for(identity: Identity, target: str | None = None) -> tuple[str, ...]:
-    """The caller's scope, or a namespace inside the caller's subtree (``target``)."""
+def scope_for(identity: Identity, target: str | None = None) -> Subtree:
+    """What compliance staff look at: the subtree of ``target``, a namespace inside the
+    caller's subtree, or of the caller's own namespace (DESIGN.md §7)."""
     if target is None:
-        return ancestors(identity.namespace)
+        return Subtree(identity.namespace)
     validate_namespace(target)
     if not is_within(target, identity.namespace):
         raise OutsideSubtree(f"{target!r} is not inside {identity.namespace!r}")
-    return ancestors(target)
+    return Subtree(target)
 
 
 def parse_cursor(cursor: str | None) -> UUID | None:

@@ -1,7 +1,8 @@
 """As-of queries over ``memory_timeline`` (indexed SQL), always inside the caller's scope.
 
-The scope is an enumerated list of namespaces (the caller's and its ancestors), bound as
-one array, never a pattern. Content comes from ``memory_objects``: erasure nulls it there,
+The scope is an enumerated list of namespaces (an agent's own and its ancestors), bound as
+one array, or a subtree (compliance), matched by its root and an escaped, ``/``-anchored
+LIKE pattern. Content comes from ``memory_objects``: erasure nulls it there,
 so an erased memory is a tombstone at every instant.
 """
 
@@ -14,9 +15,11 @@ from uuid import UUID
 
 import msgspec
 from psycopg import Connection
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Composable, Composed, Identifier
 
 from domain.model.asof import AsOfMemory
+from domain.model.scopes import Subtree
+from projections.scopes import in_subtree
 
 
 def position_at(conn: Connection[Any], schema: str, as_of: datetime, cap: int) -> int:
@@ -34,10 +37,18 @@ def position_at(conn: Connection[Any], schema: str, as_of: datetime, cap: int) -
     return min(int(row["position"]) - 1, cap)
 
 
+def _within(scope: Sequence[str] | Subtree) -> tuple[Composable, dict[str, Any]]:
+    """The condition on ``t.namespace`` and its parameters: an enumerated list bound as one
+    array, or a subtree as its root plus an escaped LIKE pattern anchored on ``/``."""
+    if isinstance(scope, Subtree):
+        return in_subtree("t.namespace", scope.root)
+    return SQL("t.namespace = ANY(%(scope)s)"), {"scope": list(scope)}
+
+
 def as_of_memories(
     conn: Connection[Any],
     schema: str,
-    scope: Sequence[str],
+    scope: Sequence[str] | Subtree,
     position: int,
     valid_at: datetime,
     query: str | None = None,
@@ -46,8 +57,8 @@ def as_of_memories(
 ) -> list[AsOfMemory]:
     """The memories believed at ``position`` that hold at ``valid_at``, ordered by id."""
     s = Identifier(schema)
-    params: dict[str, Any] = {
-        "scope": list(scope),
+    within, params = _within(scope)
+    params |= {
         "p": position,
         "v": valid_at,
         "after": after or UUID(int=0),
@@ -62,12 +73,12 @@ def as_of_memories(
             "SELECT t.memory_id AS id, t.namespace, m.content, t.status, t.trust_tier, t.recorded_at,"
             " t.valid_from, t.valid_to, t.retired_at"
             " FROM {s}.memory_timeline t LEFT JOIN {s}.memory_objects m ON m.id = t.memory_id"
-            " WHERE t.namespace = ANY(%(scope)s) AND t.status = 'active' AND t.retired_at IS NULL"
+            " WHERE {within} AND t.status = 'active' AND t.retired_at IS NULL"
             " AND t.opened <= %(p)s AND (t.closed IS NULL OR t.closed > %(p)s)"
             " AND t.valid_from <= %(v)s AND (t.valid_to IS NULL OR t.valid_to > %(v)s)"
             " AND t.memory_id > %(after)s{terms}"
             " ORDER BY t.memory_id LIMIT %(limit)s"
-        ).format(s=s, terms=SQL("").join(terms)),
+        ).format(s=s, within=within, terms=SQL("").join(terms)),
         params,
     ).fetchall()
     return [msgspec.convert(row, AsOfMemory) for row in rows]

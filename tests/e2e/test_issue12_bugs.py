@@ -4,8 +4,16 @@ outside assets, and an OpenAPI document whose error bodies are the ones the API 
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+from typing import Any
+
 import pytest
 
+from api.cli import main
+from domain.model.namespaces import is_within
+from domain.model.scopes import Subtree
+from projections.timeline.service import AsOfQuestion
 from tests.e2e.api_helpers import Api
 
 MANUAL = {
@@ -63,3 +71,54 @@ def test_history_of_a_quarantined_memory_answers_whoever_may_see_it(api: Api, de
     steps = {s["id"]: s for s in api.mem(agent, "history", {"id": old}).json()["versions"]}
     settled = (old, new["id"]) if decision == "uphold_new" else (new["id"], old)
     assert steps[settled[0]]["superseded_by"] == settled[1]
+
+
+def test_compliance_asof_looks_down_the_subtree_by_sql_replay_and_cli(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    placed = {
+        "acme": "The company is named Acme",
+        "acme/hr": "Payroll runs on the 25th",
+        "acme/eng": "Deploys happen on Tuesday",
+        "acme/eng/db": "The primary database is db-1",
+        "acme/engineering": "The engineering wiki moved",
+        "acme/e_g": "Underscore team exists",
+        "acme/e%": "Percent team exists",
+        "globex": "Globex is a competitor",
+    }
+    for namespace, content in placed.items():
+        key = api.key(namespace, "writer", "member")
+        assert api.mem(key, "write", {"content": content}).json()["outcome"] == "stored"
+    api.settle()
+    auditor = api.key("acme", "audrey", "auditor")
+    now = datetime.now(UTC).isoformat()
+
+    def seen(body: dict[str, Any]) -> set[str]:
+        answer = api.call(auditor, "/v1/compliance/asof", {"as_of": now, **body})
+        assert answer.status_code == 200, answer.text
+        return {m["namespace"] for m in answer.json()["memories"]}
+
+    assert seen({}) == set(placed) - {"globex"}
+    assert seen({"target": "acme/hr"}) == {"acme/hr"}
+    assert seen({"target": "acme/eng"}) == {"acme/eng", "acme/eng/db"}  # not acme/engineering
+    assert seen({"target": "acme/e_g"}) == {"acme/e_g"}  # _ and % are literal
+    assert seen({"target": "acme/e%"}) == {"acme/e%"}
+    outside = api.call(auditor, "/v1/compliance/asof", {"as_of": now, "target": "globex"})
+    assert outside.status_code == 403
+    assert outside.json()["error"] == "outside_subtree"
+    below = api.key("acme/eng", "lead", "admin")
+    assert api.call(below, "/v1/compliance/asof", {"as_of": now, "target": "acme"}).status_code == 403
+
+    travel = api.runtime.reads.time_travel
+    for root in ("acme", "acme/eng", "acme/e_g", "acme/e%"):
+        check = travel.verify(AsOfQuestion(scope=Subtree(root), as_of=datetime.fromisoformat(now)))
+        assert check.ok, check.differences
+        assert {m.namespace for m in check.replay.memories} == {n for n in placed if is_within(n, root)}
+
+    monkeypatch.setenv("DATABASE_URL", api.runtime.settings.database_url or "")
+    monkeypatch.setenv("MEMWARDEN_DATA_DIR", str(api.runtime.settings.data_dir))
+    capsys.readouterr()
+    assert main(["asof", now, "--namespace", "acme/eng", "--verify", "--json"]) == 0
+    verified = json.loads(capsys.readouterr().out)
+    assert {m["namespace"] for m in verified["replay"]["memories"]} == {"acme/eng", "acme/eng/db"}
+    assert {m["namespace"] for m in verified["sql"]["memories"]} == {"acme/eng", "acme/eng/db"}

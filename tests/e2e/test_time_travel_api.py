@@ -20,7 +20,7 @@ def test_asof_answers_in_scope_with_position_and_cursor(api: Api) -> None:
     assert mine.status_code == 403  # agents are not compliance staff
     root = api.call(auditor, "/v1/compliance/asof", {"as_of": now})
     assert root.status_code == 200
-    assert root.json()["memories"] == []  # acme's own scope: eng's facts are below it
+    assert len(root.json()["memories"]) == 3  # compliance looks down: acme/eng is in acme's subtree
     page = api.call(auditor, "/v1/compliance/asof", {"as_of": now, "target": "acme/eng", "limit": 2})
     assert page.status_code == 200, page.text
     body = page.json()
