@@ -14,12 +14,12 @@ from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 
 from api.errors import handle
-from api.gate import KeyAuthentication, gate
+from api.gate import KeyAuthentication, audit_unaudited, gate
 from api.metrics import metrics_middleware
 from api.routes.admin import AdminController
 from api.routes.compliance import ComplianceController
 from api.routes.erasure import ErasureController
-from api.routes.health import healthz, metrics, readyz
+from api.routes.health import HEALTH_ROUTES
 from api.routes.mem import MemController
 from api.routes.timetravel import AsOfController, OpsController
 from api.runtime import Runtime
@@ -48,9 +48,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             ErasureController,
             AsOfController,
             OpsController,
-            healthz,
-            readyz,
-            metrics,
+            *HEALTH_ROUTES,
         ],
         on_startup=[startup],
         on_shutdown=[shutdown],
@@ -61,6 +59,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         ],
         before_request=gate,
         exception_handlers={Exception: handle},
+        after_exception=[audit_unaudited],
         request_max_body_size=MAX_BODY_BYTES,
         openapi_config=OpenAPIConfig(title="memwarden", version="0.1.0", path="/schema"),
         debug=False,

@@ -8,15 +8,18 @@ import logging
 from typing import Any, Literal
 
 import msgspec
-import psycopg
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 
+from domain.ledger.database import unavailable
 from domain.model.errors import DomainError, NotFound
 from domain.model.policies import TenantSuspended
 from projections.runner import ProjectionLag
 
 log = logging.getLogger(__name__)
+RETRY_AFTER = 2
+"""Seconds a client is asked to wait after a database failure (a restart of the embedded
+server takes about that long)."""
 
 
 class ErrorBody(msgspec.Struct, frozen=True):
@@ -95,10 +98,10 @@ def classify(error: BaseException) -> tuple[int, str, str, dict[str, str]]:
         code = _HTTP_CODES.get(error.status_code, "invalid_request")
         status = error.status_code if error.status_code in _HTTP_CODES else 400
         return status, code, str(error.detail), {}
-    if isinstance(error, psycopg.OperationalError | psycopg.errors.ConnectionTimeout):
-        return 503, "unavailable", "the database is unavailable; retry", {"Retry-After": "1"}
+    if unavailable(error):
+        return 503, "unavailable", "the database is unavailable; retry", {"Retry-After": str(RETRY_AFTER)}
     if isinstance(error, TimeoutError):
-        return 503, "unavailable", "timed out; retry", {"Retry-After": "1"}
+        return 503, "unavailable", "timed out; retry", {"Retry-After": str(RETRY_AFTER)}
     return 500, "internal", "internal error (logged)", {}
 
 
@@ -117,11 +120,10 @@ def error_response(error: BaseException) -> Response[ErrorBody]:
 
 
 def handle(request: Request[Any, Any, Any], error: Exception) -> Response[ErrorBody]:
-    """The app's exception handler. Audits the request when nothing did yet (fallback)."""
+    """The app's exception handler. It runs on the event loop, so it does no I/O: the
+    fallback audit of a request nothing audited yet is the ``after_exception`` hook
+    (``api.gate.audit_unaudited``), which runs before it, in a thread."""
     status, _code, _detail, _ = classify(error)
-    if status >= 500 and not isinstance(error, ProjectionLag | Unavailable):
+    if status >= 500 and not isinstance(error, ProjectionLag | Unavailable) and not unavailable(error):
         log.exception("request failed: %s %s", request.method, request.url.path, exc_info=error)
-    from api.gate import audit_unaudited  # noqa: PLC0415 - the gate imports this module
-
-    audit_unaudited(request, error)
     return error_response(error)

@@ -14,17 +14,20 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
+import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.types import Scope
 
 from api.errors import RateLimited, Unauthenticated, audit_outcome, classify
 from api.limits import HEAD
 from api.schemas import Body
 from api.state import STATE_KEY, ApiState
+from domain.ledger.database import unavailable
 from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidRequest, NotFound, TooLarge
 from domain.model.identity import Identity
 from domain.model.keys import parse_key
@@ -283,10 +286,17 @@ def query(
 
 
 def _audit_failure(state: ApiState, call: Call, error: BaseException) -> None:
+    """Record a failed call. Not when the failure is the database's: the record would wait
+    for the same database (a connection timeout per request) and fail anyway."""
+    if unavailable(error):
+        call.audited = True  # settled: the fallback hook does not try (and count) again
+        state.metrics.count("audit_failed")
+        return
     _status, code, detail, _ = classify(error)
     try:
         audit(state, call, audit_outcome(error), f"{code}: {detail}")
     except Exception:  # noqa: BLE001 - the original failure is what the caller must see
+        call.audited = True  # settled, as above
         state.metrics.count("audit_failed")
 
 
@@ -304,8 +314,19 @@ def _position_of(result: Any) -> int | None:
     return None
 
 
-def audit_unaudited(request: Request[Any, Any, Any], error: BaseException) -> None:
-    """Fallback for failures outside the gate and the runners: keep one record per call."""
-    call = getattr(request.state, "call", None)
-    if isinstance(call, Call) and not call.audited:
-        _audit_failure(api_state(request), call, error)
+AUDIT_FALLBACK_SECONDS = 2.0
+"""The longest a failed request's answer waits for its fallback audit record."""
+
+
+async def audit_unaudited(error: Exception, scope: Scope) -> None:
+    """The app's ``after_exception`` hook: the fallback audit of a failure outside the gate
+    and the runners (one record per call). It runs in a thread, never on the event loop,
+    and the answer does not wait for it longer than ``AUDIT_FALLBACK_SECONDS`` (the thread
+    finishes on its own, bounded by the database's connection timeout)."""
+    connection: ASGIConnection[Any, Any, Any, Any] = ASGIConnection(scope)
+    call = getattr(connection.state, "call", None)
+    if not isinstance(call, Call) or call.audited:
+        return
+    state = api_state(connection)
+    with anyio.move_on_after(AUDIT_FALLBACK_SECONDS):
+        await anyio.to_thread.run_sync(_audit_failure, state, call, error, abandon_on_cancel=True)

@@ -35,6 +35,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_content_bytes: int = 16_384
     read_wait_seconds: float = 5.0
     pool_size: int = 8
+    db_timeout_seconds: float = 3.0
+    """How long a request waits for a database connection (and a connection attempt for
+    the server) before it fails with 503 ``unavailable``."""
     projector: str = "thread"
     """Where an API process's read models are projected: ``thread`` (a background thread of
     the process) or ``external`` (another process, e.g. ``memwarden project``; this one only
@@ -57,6 +60,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             max_content_bytes=int(values.get("MEMWARDEN_MAX_CONTENT_BYTES") or 16_384),
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
+            db_timeout_seconds=float(values.get("MEMWARDEN_DB_TIMEOUT_SECONDS") or 3.0),
             projector=_one_of(
                 "MEMWARDEN_PROJECTOR", values.get("MEMWARDEN_PROJECTOR") or "thread", PROJECTORS
             ),

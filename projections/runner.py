@@ -21,6 +21,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
 from domain.ledger.app import Ledger
+from domain.ledger.database import unavailable
 from domain.ledger.mapper import Recorded
 from projections.base import DeferredIndexes, Projection
 
@@ -28,6 +29,11 @@ log = logging.getLogger(__name__)
 BATCH_SIZE = 1000
 DEFERRED_CHECK_SECONDS = 1.0
 """How often a runner near the head asks whether another runner left an index deferred."""
+STOP_CHECK_SECONDS = 1.0
+"""How often a runner with a stopped projection asks whether a rebuild (in any process)
+has since carried it past its stop."""
+RETRY_SECONDS = 0.5
+"""The pause before a background thread tries again after a failure."""
 TRACKING_TABLE = "projection_tracking"
 ERRORS_TABLE = "projection_errors"
 """Where a runner records the event a projection stopped at, so every process (an API
@@ -80,6 +86,7 @@ class ProjectionRunner:
         self._build_pending = False
         self._deferring_all = [p for p in self.projections if isinstance(p, DeferredIndexes)]
         self._next_deferred_check = 0.0
+        self._next_stop_check = 0.0
         tracking = SQL("{}.{}").format(Identifier(self.schema), Identifier(TRACKING_TABLE))
         # rendered once, not composed again for every batch
         self._positions_sql = (
@@ -222,6 +229,9 @@ class ProjectionRunner:
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
             if not self._try_lock(conn):
                 return self.position(), 0
+            if self.errors and time.monotonic() >= self._next_stop_check:
+                self._next_stop_check = time.monotonic() + STOP_CHECK_SECONDS
+                self._resume_rebuilt(conn)
             live = [p for p in self.projections if p.name not in self.errors]
             if not live:
                 return self.position(), 0
@@ -242,6 +252,19 @@ class ProjectionRunner:
                     near_head = len(events) < BATCH_SIZE
                     self._apply_all(curs, live, positions, events, last, defer=defer, near_head=near_head)
             return last, len(events)
+
+    def _resume_rebuilt(self, conn: Connection[Any]) -> None:
+        """Follow again a stopped projection that a rebuild (by any process: the CLI, an
+        API process) has carried past the event it stopped at; its stop is cleared."""
+        tracked = self._positions_in(conn, list(self.errors))
+        for name, (stopped_at, _message) in list(self.errors.items()):
+            if tracked[name] >= stopped_at:
+                del self.errors[name]
+                log.warning(
+                    "projection %s: rebuilt past its stop at position %s; following it again",
+                    name,
+                    stopped_at,
+                )
 
     def _apply_all(
         self,
@@ -268,19 +291,25 @@ class ProjectionRunner:
             # the announcement is delivered only if this batch commits
             self._track(curs, [p.name for p in live], last, announce=len(live) == len(self.projections))
         except Exception as error:
+            if unavailable(error):  # the database's failure, not the batch's: retried as it is
+                raise
             raise _FastPathFailed from error
 
     def _apply(self, curs: Any, projection: Projection, pending: list[Recorded], last: int) -> None:
         """Apply a batch in a savepoint; on failure, find the poison event one by one.
 
         A projection that cannot process an event stops just before it (the events
-        before it are applied and tracked) and reports it; it never skips it.
+        before it are applied and tracked) and reports it; it never skips it. A failure
+        of the database itself (down, restarting) is no event's fault: it stops nothing,
+        and the batch is tried again.
         """
         try:
             with curs.connection.transaction():
                 projection.apply(curs, self.schema, pending)
                 self._track(curs, [projection.name], last)
-        except Exception:  # noqa: BLE001 - any failure is narrowed down below
+        except Exception as error:
+            if unavailable(error):
+                raise
             self._apply_one_by_one(curs, projection, pending)
 
     def _apply_one_by_one(self, curs: Any, projection: Projection, pending: list[Recorded]) -> None:
@@ -291,6 +320,8 @@ class ProjectionRunner:
                     projection.apply(curs, self.schema, [recorded])
                     self._track(curs, [projection.name], position)
             except Exception as error:
+                if unavailable(error):
+                    raise
                 message = f"{type(error).__name__}: {error}"
                 self.errors[projection.name] = (position, message)
                 log.exception("projection %s stopped at position %s", projection.name, position)
@@ -399,33 +430,77 @@ class ProjectionRunner:
                 for _ in listener.notifies(timeout=0.2, stop_after=1):
                     pass
 
-        self._follow(self.ledger.recorder.channel_name, step)
+        self._follow(self.ledger.recorder.channel_name, step, "projector")
 
     def _watch(self) -> None:
         def step(listener: Connection[Any]) -> None:
             for notice in listener.notifies(timeout=0.2):
                 self.reached_hint = max(self.reached_hint, int(notice.payload))
 
-        self._follow(self.projected_channel, step)
+        self._follow(self.projected_channel, step, "projection watch")
 
-    def _follow(self, channel: str, step: Callable[[Connection[Any]], None]) -> None:
-        """Run ``step`` with a listener on ``channel`` until stopped; reconnect after failures."""
+    def _follow(self, channel: str, step: Callable[[Connection[Any]], None], label: str) -> None:
+        """Run ``step`` with a listener on ``channel`` until stopped; reconnect after failures.
+        A run of failures is logged once when it starts and once when it ends, with its count."""
         listener: Connection[Any] | None = None
+        failures = FailureRun(label)
         while not self._stop.is_set():
             try:
                 if listener is None:
-                    listener = Connection.connect(self.listen_conninfo, autocommit=True)
+                    listener = Connection.connect(
+                        self.listen_conninfo, autocommit=True, connect_timeout=LISTEN_CONNECT_SECONDS
+                    )
                     listener.execute(SQL("LISTEN {}").format(Identifier(channel)))
                 step(listener)
-            except Exception:
-                log.exception("following %s failed; retrying", channel)
+            except Exception as error:  # noqa: BLE001 - logged by the run; tried again
+                failures.failed(error)
                 if listener is not None:
                     with contextlib.suppress(Exception):
                         listener.close()
                 listener = None
-                self._stop.wait(0.5)
+                self._stop.wait(RETRY_SECONDS)
+            else:
+                failures.ended()
         if listener is not None:
             listener.close()
+
+
+LISTEN_CONNECT_SECONDS = 5
+
+
+class FailureRun:
+    """Repeated failures of a background loop, logged once when they start (a database
+    outage as one line, anything else with its traceback) and once when they end, with
+    the count of retries between, instead of once per retry."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.count = 0
+        self._since = 0.0
+
+    def failed(self, error: Exception) -> None:
+        self.count += 1
+        if self.count > 1:
+            return
+        self._since = time.monotonic()
+        if unavailable(error):
+            log.warning("%s: database unavailable (%s); retrying", self.label, _first_line(error))
+        else:
+            log.exception("%s: failed; retrying", self.label, exc_info=error)
+
+    def ended(self) -> None:
+        if self.count:
+            log.warning(
+                "%s: recovered after %d retries in %.1f s",
+                self.label,
+                self.count,
+                time.monotonic() - self._since,
+            )
+            self.count = 0
+
+
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:200]
 
 
 # -- rebuilds ---------------------------------------------------------------------------------

