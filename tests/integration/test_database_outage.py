@@ -1,0 +1,197 @@
+"""A database that fails: every library layer's failure is a fast 503, an outage never
+stops a projection and is logged once, and a stop cleared by a rebuild elsewhere is
+followed again by a runner that is already running."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing import persistence
+from eventsourcing.postgres import PostgresDatastore
+from psycopg import Cursor
+
+from api.errors import classify
+from api.runtime import Runtime
+from domain.ledger.database import ConnectionParams, unavailable
+from domain.ledger.mapper import Recorded
+from domain.model.commands import VerifyMemory, WriteMemory
+from domain.model.events import MemoryVerified
+from domain.model.identity import Identity
+from domain.settings import Settings
+from projections.disputes.projection import DisputesProjection
+from projections.memory_objects.projection import MemoryObjectsProjection
+from projections.reads import ReadModels
+from projections.runner import Rebuilder
+
+AGENT = Identity("acme/eng", "agent-1", "agent")
+PEER = Identity("acme/eng", "agent-2", "agent")
+
+
+@pytest.fixture(autouse=True)
+def hash_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMWARDEN_EMBEDDER", "hash")
+
+
+def _caught(action: Any) -> Exception:
+    try:
+        action()
+    except Exception as error:  # noqa: BLE001 - the error is what the test looks at
+        return error
+    raise AssertionError("no error")
+
+
+def _nowhere(tmp_path: Path) -> ConnectionParams:
+    """A server that is not there: a socket directory no postmaster listens in."""
+    return ConnectionParams(dbname="memwarden", host=str(tmp_path), port="5432", user="postgres", password="")
+
+
+def _datastore(params: ConnectionParams) -> PostgresDatastore:
+    return PostgresDatastore(
+        params.dbname, params.host, params.port, params.user, params.password, connect_timeout=1
+    )
+
+
+def test_a_pool_that_cannot_connect_is_a_503_within_its_timeout(tmp_path: Path) -> None:
+    datastore = _datastore(_nowhere(tmp_path))
+    began = time.monotonic()
+
+    def use() -> None:
+        with datastore.get_connection() as conn:
+            conn.execute("SELECT 1")
+
+    error = _caught(use)
+    took = time.monotonic() - began
+    datastore.close()
+    assert isinstance(error, persistence.OperationalError)  # eventsourcing's, not psycopg's
+    assert not isinstance(error, psycopg.Error)
+    assert took < 3, f"a request waited {took:.1f} s for a database that is down"
+    status, code, _detail, headers = classify(error)
+    assert (status, code) == (503, "unavailable")
+    assert int(headers["Retry-After"]) >= 1
+
+
+def test_psycopg_failures_to_connect_and_lost_connections_are_503(
+    tmp_path: Path, database: ConnectionParams
+) -> None:
+    refused = _caught(lambda: psycopg.connect(_nowhere(tmp_path).conninfo(), connect_timeout=1))
+    assert isinstance(refused, psycopg.OperationalError)
+    assert classify(refused)[:2] == (503, "unavailable")
+
+    # a connection the server ends (a restart, an admin) fails at its next use
+    datastore = _datastore(database)
+    try:
+        with datastore.get_connection() as conn:
+            pid = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]  # type: ignore[index]
+            with psycopg.connect(database.conninfo(), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            lost = _caught(lambda: conn.execute("SELECT 1"))
+    except persistence.PersistenceError as wrapped:  # the library wraps it on the way out
+        lost = wrapped
+    finally:
+        datastore.close()
+    assert unavailable(lost)
+    assert classify(lost)[:2] == (503, "unavailable")
+
+
+def test_a_statement_that_is_wrong_stays_a_500(database: ConnectionParams) -> None:
+    """Only the database's failures are a 503: a bug is not something to retry."""
+    datastore = _datastore(database)
+
+    def run(statement: str) -> None:
+        with datastore.get_connection() as conn:
+            conn.execute(statement)
+
+    try:
+        for statement in ("SELECT 1 / 0", "SELECT * FROM no_such_table"):
+            error = _caught(lambda s=statement: run(s))
+            assert isinstance(error, persistence.PersistenceError)
+            assert not unavailable(error)
+            assert classify(error)[:2] == (500, "internal")
+    finally:
+        datastore.close()
+
+
+def _messages(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def test_a_follower_that_cannot_reach_the_database_logs_once_and_once_when_back(
+    settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Runtime(settings, follow=False) as runtime:
+        reads = ReadModels(runtime.ledger, _nowhere(tmp_path).conninfo(), [DisputesProjection()], 0.5)
+        runner = reads.runner
+        caplog.set_level(logging.INFO, logger="projections.runner")
+        runner.start()
+        try:
+            deadline = time.monotonic() + 10
+            while len(caplog.records) == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(2.0)  # about four retries
+            assert len(_messages(caplog, "projector: database unavailable")) == 1, caplog.text
+            assert "Traceback" not in caplog.text
+            runner.listen_conninfo = runtime.core.params.conninfo()  # the database is back
+            deadline = time.monotonic() + 10
+            while not _messages(caplog, "recovered") and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            runner.stop()
+    recovered = _messages(caplog, "projector: recovered after")
+    assert len(recovered) == 1, caplog.text
+    retries = int(recovered[0].split("after ")[1].split(" ")[0])
+    assert retries >= 3
+    assert len(_messages(caplog, "database unavailable")) == 1
+
+
+class _Poisoned(MemoryObjectsProjection):
+    """Fails on any verification event: stands for a bug in a projection."""
+
+    def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        if any(isinstance(r.event, MemoryVerified) for r in events):
+            raise TypeError("cannot process verification")
+        super().apply(curs, schema, events)
+
+
+@pytest.fixture
+def runtime(settings: Settings) -> Iterator[Runtime]:
+    with Runtime(settings, follow=False) as opened:
+        yield opened
+
+
+def test_a_rebuild_elsewhere_clears_the_stop_of_a_running_runner(runtime: Runtime) -> None:
+    first = runtime.memory.write(AGENT, WriteMemory(content="Incidents are reviewed on Fridays"))
+    assert first.id is not None
+    verified = runtime.memory.verify(PEER, VerifyMemory(memory_id=first.id, supports=True))
+    conninfo = runtime.core.params.conninfo()
+    running = ReadModels(runtime.ledger, conninfo, [_Poisoned(), DisputesProjection()], 0.5)
+    with runtime.ledger.datastore.get_connection() as conn:
+        conn.execute("TRUNCATE memwarden.memory_objects, memwarden.memory_supersedence, memwarden.disputes")
+        conn.execute("DELETE FROM memwarden.projection_tracking")
+    running.runner.start()  # the projector of a process that keeps running
+    try:
+        deadline = time.monotonic() + 15
+        while "memory_objects" not in running.runner.errors and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert running.runner.errors["memory_objects"][0] == verified.position - 1
+
+        # The fixed code, in another process (the CLI): a rebuild carries it past the stop.
+        fixed = ReadModels(runtime.ledger, conninfo, [MemoryObjectsProjection(), DisputesProjection()], 0.5)
+        report = Rebuilder(fixed.runner).rebuild("memory_objects")
+        assert report.switched
+        assert report.position >= verified.position
+
+        later = runtime.memory.write(AGENT, WriteMemory(content="Postmortems are blameless"))
+        assert later.id is not None
+        # the running runner follows memory_objects again, without a restart
+        running.runner.wait_for(later.position, timeout=10)
+        assert "memory_objects" not in running.runner.errors
+        assert running.read(AGENT, later.id) is not None
+        assert all(s.error is None for s in running.runner.status())
+    finally:
+        running.runner.stop()
