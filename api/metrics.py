@@ -5,9 +5,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class Gauge(msgspec.Struct, frozen=True):
+    """One gauge family read at scrape time: ``samples`` are (labels, value)."""
+
+    name: str
+    help: str
+    samples: list[tuple[Labels, float]]
 
 
 class Metrics:
@@ -16,6 +28,7 @@ class Metrics:
         self.counters: dict[str, int] = defaultdict(int)
         self.requests: dict[tuple[str, str, int], int] = defaultdict(int)
         self.seconds: dict[tuple[str, str], float] = defaultdict(float)
+        self.calls: dict[tuple[str, str], int] = defaultdict(int)
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -25,26 +38,53 @@ class Metrics:
         with self._lock:
             self.requests[(method, route, status)] += 1
             self.seconds[(method, route)] += seconds
+            self.calls[(method, route)] += 1
 
-    def render(self, gauges: dict[str, float]) -> str:
-        lines = ["# TYPE memwarden_http_requests_total counter"]
+    def render(self, gauges: Sequence[Gauge]) -> str:
+        """The Prometheus text exposition format (0.0.4): one HELP and TYPE per family,
+        named without labels, label values escaped."""
         with self._lock:
-            for (method, route, status), n in sorted(self.requests.items()):
-                lines.append(
-                    f'memwarden_http_requests_total{{method="{method}",route="{route}",status="{status}"}} {n}'
-                )
-            lines.append("# TYPE memwarden_http_request_seconds_sum counter")
-            for (method, route), s in sorted(self.seconds.items()):
-                lines.append(
-                    f'memwarden_http_request_seconds_sum{{method="{method}",route="{route}"}} {s:.6f}'
-                )
-            lines.append("# TYPE memwarden_events_total counter")
-            for name, n in sorted(self.counters.items()):
-                lines.append(f'memwarden_events_total{{event="{name}"}} {n}')
-        for name, value in sorted(gauges.items()):
-            lines.append(f"# TYPE memwarden_{name} gauge")
-            lines.append(f"memwarden_{name} {value}")
+            requests = sorted(self.requests.items())
+            seconds = sorted(self.seconds.items())
+            calls = dict(self.calls)
+            counters = sorted(self.counters.items())
+        lines = _family("memwarden_http_requests_total", "counter", "HTTP requests answered, by status")
+        lines += [
+            _sample("memwarden_http_requests_total", (("method", m), ("route", r), ("status", str(c))), n)
+            for (m, r, c), n in requests
+        ]
+        lines += _family("memwarden_http_request_seconds", "summary", "Time spent answering HTTP requests")
+        for (m, r), total in seconds:
+            labels = (("method", m), ("route", r))
+            lines.append(_sample("memwarden_http_request_seconds_sum", labels, total))
+            lines.append(_sample("memwarden_http_request_seconds_count", labels, calls[(m, r)]))
+        lines += _family("memwarden_events_total", "counter", "Process events (audits, fallbacks), by kind")
+        lines += [_sample("memwarden_events_total", (("event", e),), n) for e, n in counters]
+        for gauge in gauges:
+            lines += _family(f"memwarden_{gauge.name}", "gauge", gauge.help)
+            lines += [_sample(f"memwarden_{gauge.name}", labels, v) for labels, v in gauge.samples]
         return "\n".join(lines) + "\n"
+
+
+def _family(name: str, kind: str, help_text: str) -> list[str]:
+    return [f"# HELP {name} {_escape_help(help_text)}", f"# TYPE {name} {kind}"]
+
+
+def _sample(name: str, labels: Labels, value: float) -> str:
+    rendered = ",".join(f'{key}="{_escape_label(text)}"' for key, text in labels)
+    return f"{name}{{{rendered}}} {_number(value)}" if labels else f"{name} {_number(value)}"
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
 def metrics_middleware(app: ASGIApp) -> ASGIApp:

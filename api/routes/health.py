@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import MediaType, Request, Response, get
+import anyio.to_thread
+from litestar import Request, Response, get, head
 
 from api.gate import api_state
+from api.metrics import Gauge, Labels
 
 Req = Request[Any, Any, Any]
 READY_MAX_LAG = 10_000
@@ -17,8 +19,26 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@get("/readyz", sync_to_thread=True)
-def readyz(request: Req) -> Response[dict[str, Any]]:
+@head("/healthz")
+async def healthz_head() -> None:
+    """What load balancers and ``curl -I`` ask: up, no body."""
+
+
+@get("/readyz")
+async def readyz(request: Req) -> Response[dict[str, Any]]:
+    return await anyio.to_thread.run_sync(readiness, request)
+
+
+@head("/readyz")
+async def readyz_head(request: Req) -> Response[None]:
+    """The status and headers of ``GET /readyz``, no body. (Both handlers are async: with a
+    HEAD handler on its path, Litestar 2.25 fails a GET handler run with ``sync_to_thread``.)"""
+    ready = await anyio.to_thread.run_sync(readiness, request)
+    return Response(None, status_code=ready.status_code, headers=ready.headers)
+
+
+def readiness(request: Req) -> Response[dict[str, Any]]:
+    """200 when the ledger answers and every projection runs within ``READY_MAX_LAG``; else 503."""
     state = api_state(request)
     try:
         statuses = state.reads.runner.status()
@@ -46,18 +66,24 @@ def readyz(request: Req) -> Response[dict[str, Any]]:
     return Response({"status": "ready", "projections": projections})
 
 
-@get("/metrics", sync_to_thread=True, media_type=MediaType.TEXT)
+@get("/metrics", sync_to_thread=True, media_type="text/plain; version=0.0.4; charset=utf-8")
 def metrics(request: Req) -> str:
     state = api_state(request)
-    gauges: dict[str, float] = {}
+    gauges: list[Gauge] = []
     try:
         head = state.runtime.ledger.head_position()
-        gauges["ledger_head_position"] = head
-        for s in state.reads.runner.status():
-            gauges[f'projection_lag{{projection="{s.name}"}}'] = s.lag
+        statuses = state.reads.runner.status()
     except Exception:  # noqa: BLE001 - metrics must answer even when the database does not
-        gauges["ledger_reachable"] = 0
+        reachable = 0
     else:
-        gauges["ledger_reachable"] = 1
+        reachable = 1
+        gauges.append(Gauge("ledger_head_position", "Position of the ledger's last event", [((), head)]))
+        lags: list[tuple[Labels, float]] = [((("projection", s.name),), float(s.lag)) for s in statuses]
+        gauges.append(Gauge("projection_lag", "Events a projection is behind the ledger head", lags))
+    gauges.append(Gauge("ledger_reachable", "1 when the ledger answered this scrape", [((), reachable)]))
     rendered: str = state.metrics.render(gauges)
     return rendered
+
+
+HEALTH_ROUTES = [healthz, healthz_head, readyz, readyz_head, metrics]
+"""The public routes: no key, nothing audited (``PUBLIC_PATHS`` in api/app.py)."""

@@ -9,8 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.cli import main
+from api.metrics import Gauge, Metrics
+from api.routes import health
 from domain.model.namespaces import is_within
 from domain.model.scopes import Subtree
 from projections.timeline.service import AsOfQuestion
@@ -122,3 +125,54 @@ def test_compliance_asof_looks_down_the_subtree_by_sql_replay_and_cli(
     verified = json.loads(capsys.readouterr().out)
     assert {m["namespace"] for m in verified["replay"]["memories"]} == {"acme/eng", "acme/eng/db"}
     assert {m["namespace"] for m in verified["sql"]["memories"]} == {"acme/eng", "acme/eng/db"}
+
+
+def test_head_on_the_health_routes_answers_like_get_without_a_body(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for path in ("/healthz", "/readyz"):
+        got = api.client.get(path)
+        headed = api.client.head(path)
+        assert headed.status_code == got.status_code == 200, path
+        assert headed.content == b""
+    monkeypatch.setattr(health, "READY_MAX_LAG", -1)  # any lag is too much: not ready
+    got = api.client.get("/readyz")
+    headed = api.client.head("/readyz")
+    assert headed.status_code == got.status_code == 503
+    assert headed.headers["Retry-After"] == got.headers["Retry-After"] == "1"
+    assert headed.content == b""
+
+
+def test_metrics_are_valid_prometheus_exposition(api: Api) -> None:
+    agent = api.key("acme/eng", "bot", "agent")
+    api.mem(agent, "write", {"content": "Deploys happen on Tuesday"})
+    api.mem(agent, "read", {"id": "not-a-uuid"})
+    text = api.client.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["memwarden_http_requests"].type == "counter"
+    assert families["memwarden_events"].type == "counter"
+    assert families["memwarden_http_request_seconds"].type == "summary"
+    lag = families["memwarden_projection_lag"]
+    assert lag.type == "gauge"
+    assert {s.labels["projection"] for s in lag.samples} >= {"memory_objects", "memory_timeline"}
+    assert families["memwarden_ledger_reachable"].samples[0].value == 1
+    statuses = {s.labels["status"] for s in families["memwarden_http_requests"].samples}
+    assert {"200", "400"} <= statuses
+    for line in text.splitlines():
+        if line.startswith(("# TYPE", "# HELP")):
+            assert "{" not in line.split()[2], line
+    types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert len(types) == len(set(types))
+
+
+def test_metric_label_values_are_escaped() -> None:
+    metrics = Metrics()
+    odd = 'a "quoted" back\\slash\nnewline'
+    metrics.observe("GET", odd, 200, 0.5)
+    metrics.count(odd)
+    text = metrics.render([Gauge("projection_lag", "lag", [((("projection", odd),), 3.0)])])
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["memwarden_http_requests"].samples[0].labels["route"] == odd
+    assert families["memwarden_events"].samples[0].labels["event"] == odd
+    assert families["memwarden_projection_lag"].samples[0].labels["projection"] == odd
+    assert families["memwarden_http_request_seconds"].samples[0].value == 0.5
