@@ -14,6 +14,7 @@ from litestar.exceptions import HTTPException, NotAuthorizedException, Validatio
 from domain.ledger.database import unavailable
 from domain.model.errors import DomainError, NotFound
 from domain.model.policies import TenantSuspended
+from domain.model.text import escape_unprintable
 from projections.runner import ProjectionLag
 
 log = logging.getLogger(__name__)
@@ -106,12 +107,13 @@ def classify(error: BaseException) -> tuple[int, str, str, dict[str, str]]:
 
 
 def _validation_detail(error: ValidationException) -> str:
+    """The decoder's first message, escaped: it may quote the caller's text (a field name)."""
     extra: Any = error.extra
     if isinstance(extra, list) and extra:
         first = extra[0]
         if isinstance(first, dict) and first.get("message"):
-            return str(first["message"])[:300]
-    return str(error.detail)[:300]
+            return escape_unprintable(str(first["message"])[:300])
+    return escape_unprintable(str(error.detail)[:300])
 
 
 def error_response(error: BaseException) -> Response[ErrorBody]:

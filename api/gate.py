@@ -1,7 +1,8 @@
 """The gate in front of every syscall, in order: identity from the key (the
 authentication middleware) -> role -> effective policy -> tenant gate -> rate limit ->
-the request itself (no identity in body or query, no unknown fields) -> the syscall ->
-exactly one audit record.
+the request itself (no identity in body or query, no unknown fields, no text PostgreSQL
+cannot store, no JSON nested deeper than ``MAX_JSON_DEPTH``) -> the syscall -> exactly
+one audit record.
 
 Every decision here fails closed: an error while evaluating identity, scope or policy
 is an error response, never a permit.
@@ -10,6 +11,7 @@ is an error response, never a permit.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 from uuid import UUID
@@ -32,12 +34,18 @@ from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidR
 from domain.model.identity import Identity
 from domain.model.keys import parse_key
 from domain.model.policies import EffectivePolicy, check_not_suspended
+from domain.model.storable import check_storable
+from domain.model.text import escape_unprintable, quote_text, storable_text_problem
 from domain.services.governance import GovernanceService
 
 T = TypeVar("T")
 Outcome = Literal["ok", "denied", "miss", "error"]
 IDENTITY_FIELDS = frozenset({"namespace", "actor", "role", "tenant", "agent_id"})
 ALL_ROLES = frozenset({"agent", "member", "auditor", "admin", "owner"})
+MAX_JSON_DEPTH = 32
+"""No body needs more nesting; a deeper one is refused before it is decoded."""
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
 
 
 class Principal(msgspec.Struct, frozen=True):
@@ -129,7 +137,7 @@ async def gate(request: Request[Any, Any, Any]) -> None:
         if error.status_code != 413:
             raise
         raw, too_large = None, error
-    query = list(request.query_params.keys())
+    query = list(request.query_params.multi_items())
     state = api_state(request)
     governance = state.governance
     try:
@@ -162,7 +170,7 @@ def _check_request(
     call: Call,
     opt: dict[str, Any],
     raw: bytes | None,
-    query: list[str],
+    query: list[tuple[str, str]],
     too_large: HTTPException | None,
     policy: EffectivePolicy,
     wait: float,
@@ -182,45 +190,69 @@ def _check_request(
         raise InvalidRequest("this route takes no body")
 
 
-def _check_query(names: Iterable[str], expected: frozenset[str], allowed: frozenset[str]) -> None:
-    for name in names:
+def _check_query(
+    params: Iterable[tuple[str, str]], expected: frozenset[str], allowed: frozenset[str]
+) -> None:
+    for name, value in params:
+        problem = storable_text_problem(name)
+        if problem is not None:
+            raise InvalidRequest(f"a query parameter's name {problem}")
         if name in IDENTITY_FIELDS and name not in allowed:
             raise IdentityInBody(f"identity comes from the API key; the query names {name!r}")
         if name not in expected:
-            raise InvalidRequest(f"unknown query parameter {name[:50]!r}")
+            raise InvalidRequest(f"unknown query parameter {quote_text(name, 50)}")
+        problem = storable_text_problem(value)
+        if problem is not None:
+            raise InvalidRequest(f"query parameter {name} {problem}")
 
 
-def _identity_names(value: Any, allowed: frozenset[str], top: bool = True) -> str | None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in IDENTITY_FIELDS and not (top and key in allowed):
-                return str(key)
-            found = _identity_names(item, allowed, top=False)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for item in value:
-            found = _identity_names(item, allowed, top=False)
-            if found:
-                return found
+def _identity_names(value: Any, allowed: frozenset[str]) -> str | None:
+    """The first identity field named anywhere in the decoded body (``allowed`` ones only at
+    the top level). Iterative: a deeply nested body cannot exhaust the stack."""
+    pending: list[tuple[Any, bool]] = [(value, True)]
+    while pending:
+        item, top = pending.pop()
+        if isinstance(item, dict):
+            for key, member in item.items():
+                if key in IDENTITY_FIELDS and not (top and key in allowed):
+                    return str(key)
+                pending.append((member, False))
+        elif isinstance(item, list):
+            pending.extend((member, False) for member in item)
     return None
 
 
+def _nests_deeper_than(raw: bytes, limit: int) -> bool:
+    """Whether the JSON text opens more than ``limit`` arrays/objects inside each other
+    (brackets inside strings do not count). Checked before decoding: the decoder recurses."""
+    depth = 0
+    for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub(b"", raw)):
+        depth += 1 if bracket in b"[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
 def _decode(raw: bytes, body_type: type[Body], allowed: frozenset[str]) -> Any:
+    """The body as ``body_type``, or InvalidRequest naming what is wrong. Messages never copy
+    caller text raw: storable problems name the field, decoder messages are escaped."""
     data = raw if raw.strip() else b"{}"
+    if _nests_deeper_than(data, MAX_JSON_DEPTH):
+        raise InvalidRequest(f"the body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels")
     try:
         generic = msgspec.json.decode(data)
     except msgspec.DecodeError as error:
-        raise InvalidRequest(f"malformed JSON: {error}"[:300]) from error
+        raise InvalidRequest(escape_unprintable(f"malformed JSON: {error}"[:300])) from error
     if not isinstance(generic, dict):
         raise InvalidRequest("the body must be a JSON object")
+    check_storable(generic)
     named = _identity_names(generic, allowed)
     if named is not None:
         raise IdentityInBody(f"identity comes from the API key; the body names {named!r}")
     try:
         return msgspec.json.decode(data, type=body_type)
     except (msgspec.ValidationError, msgspec.DecodeError) as error:
-        raise InvalidRequest(str(error)[:300]) from error
+        raise InvalidRequest(escape_unprintable(str(error)[:300])) from error
 
 
 # -- running the syscall and auditing it ------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, overload
 from uuid import UUID
 
 import msgspec
@@ -11,8 +11,11 @@ import msgspec
 from domain.ledger.checkpoints import Checkpoint
 from domain.model.classification import Classification
 from domain.model.commands import WriteMemory
+from domain.model.errors import InvalidRequest
 from domain.model.events import ConflictReview, Directive, DisputeDecision
 from domain.model.policies import PolicyBody
+from domain.model.storable import unstorable_field
+from domain.model.times import parse_time_text
 from domain.model.write import Rejection
 from projections.governance.views import AuditView
 from projections.search.service import SearchQuery
@@ -21,8 +24,41 @@ AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time on the wire must carry its zone (API.md): a naive time is refused (400)."""
 
 
+ComplianceTime = Annotated[
+    str,
+    msgspec.Meta(
+        description="RFC 3339 with a zone, or a bare date meaning midnight UTC",
+        examples=["2026-03-01T09:30:00Z", "2026-03-01"],
+    ),
+]
+"""A compliance time (API.md): the forms the CLI accepts too; read it with ``compliance_time``."""
+
+
+@overload
+def compliance_time(name: str, text: str) -> datetime: ...
+@overload
+def compliance_time(name: str, text: None) -> None: ...
+@overload
+def compliance_time(name: str, text: str | None) -> datetime | None: ...
+def compliance_time(name: str, text: str | None) -> datetime | None:
+    """The time a compliance field names, or InvalidRequest naming the field."""
+    if text is None:
+        return None
+    try:
+        return parse_time_text(text)
+    except ValueError as error:
+        raise InvalidRequest(f"{name} {error}") from None
+
+
 class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Base of every request body."""
+    """Base of every request body. Every field of every body holds only what PostgreSQL can
+    store: text without NUL or lone surrogates, times within years 1-9999 in UTC (else the
+    decode fails naming the field: a 400)."""
+
+    def __post_init__(self) -> None:
+        problem = unstorable_field(self)
+        if problem is not None:
+            raise ValueError(problem)
 
 
 class Empty(Body, frozen=True, kw_only=True):

@@ -18,21 +18,22 @@ from domain.model.asof import AsOfAnswer, AsOfMemory
 from domain.model.errors import DomainError
 from domain.model.namespaces import validate_namespace
 from domain.model.scopes import Subtree
+from domain.model.text import quote_text
+from domain.model.times import parse_time_text
 from projections.runner import Rebuilder, RebuildFailed
 from projections.timeline.service import AsOfQuestion
 
 
 def parse_time(text: str) -> datetime:
-    """ISO-8601; a date alone is midnight UTC; a time without a zone is refused."""
+    """``now``, or the forms HTTP accepts (``parse_time_text``: RFC 3339 with a zone, or a
+    date meaning midnight UTC, within years 1-9999 in UTC)."""
     if text == "now":
         return datetime.now(UTC)
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if len(text) == 10:
-        return moment.replace(tzinfo=UTC)
-    if moment.tzinfo is None:
-        msg = f"{text!r} has no time zone (write e.g. 2026-03-01T00:00:00Z)"
-        raise argparse.ArgumentTypeError(msg)
-    return moment
+    try:
+        return parse_time_text(text)
+    except ValueError as error:
+        msg = f"{quote_text(text)} {error}"
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 class ProgressBar:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -10,9 +9,17 @@ from litestar import Controller, Request, get, post
 from litestar.params import JSONBody
 
 from api.gate import Call, api_state, query
-from api.schemas import AuditResponse, Head, VerifyLedgerBody, VerifyLedgerResponse
+from api.schemas import (
+    AuditResponse,
+    ComplianceTime,
+    Head,
+    VerifyLedgerBody,
+    VerifyLedgerResponse,
+    compliance_time,
+)
 from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from domain.model.errors import InvalidRequest
+from domain.model.text import quote_text
 from projections.governance.views import AuditFilter
 
 Req = Request[Any, Any, Any]
@@ -25,8 +32,8 @@ def compliance(op: str, body: type | None, **extra: Any) -> dict[str, Any]:
 
 
 class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    since: datetime | None = None
-    until: datetime | None = None
+    since: ComplianceTime | None = None
+    until: ComplianceTime | None = None
     actor: str | None = None
     op: str | None = None
     outcome: str | None = None
@@ -101,8 +108,8 @@ class ComplianceController(Controller):
                     raise InvalidRequest("malformed cursor")
                 after = int(asked.cursor)
             where = AuditFilter(
-                since=asked.since,
-                until=asked.until,
+                since=compliance_time("since", asked.since),
+                until=compliance_time("until", asked.until),
                 actor=asked.actor,
                 op=asked.op,
                 outcome=asked.outcome,
@@ -113,4 +120,4 @@ class ComplianceController(Controller):
             cursor = str(records[-1].position) if len(records) == asked.limit else None
             return AuditResponse(records=list(records), next_cursor=cursor)
 
-        return query(request, run, lambda r: f"{len(r.records)} records; {request.url.query}"[:200])
+        return query(request, run, lambda r: f"{len(r.records)} records; {quote_text(request.url.query, 150)}")

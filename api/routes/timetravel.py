@@ -17,7 +17,7 @@ from litestar.params import FromPath, JSONBody
 
 from api.errors import Unavailable
 from api.gate import api_state, query
-from api.schemas import Body
+from api.schemas import Body, ComplianceTime, compliance_time
 from domain.model.asof import AsOfMemory
 from domain.model.commands import AwareDatetime
 from domain.model.errors import NotFound
@@ -30,8 +30,8 @@ OWNER = frozenset({"owner"})
 
 
 class AsOfBody(Body, frozen=True, kw_only=True):
-    as_of: AwareDatetime
-    valid_at: AwareDatetime | None = None
+    as_of: ComplianceTime
+    valid_at: ComplianceTime | None = None
     query: str | None = None
     target: str | None = None
     limit: int = 100
@@ -70,8 +70,8 @@ class AsOfController(Controller):
         def run(c: Any) -> AsOfResponse:
             question = AsOfQuestion(
                 scope=scope_for(c.identity, data.target),
-                as_of=data.as_of,
-                valid_at=data.valid_at,
+                as_of=compliance_time("as_of", data.as_of),
+                valid_at=compliance_time("valid_at", data.valid_at),
                 query=data.query,
                 limit=check_limit(data.limit),
                 after=parse_cursor(data.cursor),
@@ -88,7 +88,7 @@ class AsOfController(Controller):
         return query(
             request,
             run,
-            lambda r: f"as_of {data.as_of.isoformat()} position {r.position}: {len(r.memories)} memories",
+            lambda r: f"as_of {r.as_of.isoformat()} position {r.position}: {len(r.memories)} memories",
         )
 
 

@@ -16,10 +16,18 @@ from domain.ledger.mapper import Recorded
 from domain.model.errors import DomainError, NotFound
 from domain.model.events import AuditRecorded
 from domain.model.identity import Identity
+from domain.model.text import escape_unprintable
 
 AuditOutcome = Literal["ok", "denied", "miss", "error"]
 T = TypeVar("T")
 MAX_DETAIL = 200
+
+
+def safe_detail(detail: str) -> str:
+    """An audit detail fit for the ledger and every projection: at most ``MAX_DETAIL``
+    characters, nothing unprintable (a NUL or a lone surrogate quoted from a caller's text
+    or a file name is written as its escape, never stored raw)."""
+    return escape_unprintable(detail[:MAX_DETAIL])[:MAX_DETAIL]
 
 
 class Audit:
@@ -44,7 +52,7 @@ class Audit:
             role=identity.role,
             op=op,
             outcome=outcome,
-            detail=detail[:MAX_DETAIL],
+            detail=safe_detail(detail),
             subject_ids=(subject_id,) if subject_id is not None else (),
             at=now,
         )

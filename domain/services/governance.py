@@ -47,7 +47,7 @@ from domain.model.policies import (
     policy_stream,
 )
 from domain.model.shares import decide_pin, decide_share
-from domain.services.audit import Audit, AuditOutcome
+from domain.services.audit import Audit, AuditOutcome, safe_detail
 from domain.services.memory import utcnow, version_events
 from domain.services.ttl_cache import TTLCache
 
@@ -293,7 +293,7 @@ class GovernanceService:
             role="none",
             op=op,
             outcome="denied",
-            detail=detail[:200],
+            detail=safe_detail(detail),
             at=self.clock(),
         )
         return self.ledger.append([Recorded(audit.record_id, 1, audit)])
