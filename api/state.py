@@ -76,7 +76,7 @@ class ApiState:
         self._ticket_worker.start()
 
     def _write_ticket(self, identity: Identity, body: WriteBody) -> WriteResult:
-        return self.memory.write(identity, body.command())
+        return self.memory.write(identity, body.command(), verbatim=body.verbatim)
 
     def close(self) -> None:
         if self._ticket_worker is not None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -26,6 +29,21 @@ def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def positive_number(values: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float | None:
+    """``values[name]`` as a positive ``kind``, or None when unset or blank; ``ValueError``
+    naming the variable when it is not one."""
+    raw = (values.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        number = kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be positive, got {raw!r}")
+    return number
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: Path
     database_url: str | None = None
@@ -46,6 +64,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     shared_state: str = "process"
     """Where the API keeps each key's rate-limit bucket and last write: ``process`` (one API
     process) or ``redis`` (several: ``serve --workers N``, several machines)."""
+    extractor_url: str | None = None
+    """The base URL of an OpenAI-compatible API whose ``chat/completions`` splits a write
+    into facts (DESIGN.md section 4, step 2); None: every write is stored verbatim."""
+    extractor_model: str = ""
+    extractor_api_key: str | None = None
+    extractor_timeout: float = 10.0
+    """Seconds for the connect and for each read of one extraction."""
+    extractor_max_input_chars: int = 16_384
+    """Longer content is not sent to the extractor: it is stored verbatim (``over_budget``)."""
+    extractor_max_facts: int = 32
+    """An answer with more facts is not used: the content is stored verbatim (``over_budget``)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -67,8 +96,35 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             shared_state=_one_of(
                 "MEMWARDEN_SHARED_STATE", values.get("MEMWARDEN_SHARED_STATE") or "process", SHARED_STATES
             ),
+            **_extractor(values),
         )
 
     @property
     def keys_dir(self) -> Path:
         return self.data_dir / "keys"
+
+
+def _extractor(values: Mapping[str, str]) -> dict[str, Any]:
+    """The ``extractor_*`` settings; the model is required once a URL is given."""
+    url = (values.get("MEMWARDEN_EXTRACTOR_URL") or "").strip() or None
+    model = (values.get("MEMWARDEN_EXTRACTOR_MODEL") or "").strip()
+    if url is not None and not model:
+        raise ValueError(
+            "MEMWARDEN_EXTRACTOR_URL needs MEMWARDEN_EXTRACTOR_MODEL, the model name to ask for"
+        )
+    found: dict[str, Any] = {
+        "extractor_url": url,
+        "extractor_model": model,
+        "extractor_api_key": values.get("MEMWARDEN_EXTRACTOR_API_KEY") or None,
+    }
+    timeout = positive_number(values, "MEMWARDEN_EXTRACTOR_TIMEOUT", float)
+    if timeout is not None:
+        found["extractor_timeout"] = timeout
+    for field, name in (
+        ("extractor_max_input_chars", "MEMWARDEN_EXTRACTOR_MAX_INPUT_CHARS"),
+        ("extractor_max_facts", "MEMWARDEN_EXTRACTOR_MAX_FACTS"),
+    ):
+        number = positive_number(values, name, int)
+        if number is not None:
+            found[field] = int(number)
+    return found

@@ -76,7 +76,9 @@ class MemController(Controller):
             ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data))
             state.ticket_worker.wake.set()
             return Response(TicketResponse(ticket), status_code=202)
-        result = command(request, lambda c: state.memory.write(c.identity, data.command()))
+        result = command(
+            request, lambda c: state.memory.write(c.identity, data.command(), verbatim=data.verbatim)
+        )
         return Response(WriteResponse(**{f: getattr(result, f) for f in WriteResponse.__struct_fields__}))
 
     @post(

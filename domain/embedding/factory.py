@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 
@@ -22,6 +21,7 @@ from domain.embedding.batching import BatchingEmbedder
 from domain.embedding.hashing import HashEmbedder
 from domain.embedding.minilm import shared_minilm
 from domain.embedding.openai import OpenAIEmbedder
+from domain.settings import positive_number
 
 CHOICES = ("minilm", "openai", "hash", "none")
 
@@ -57,8 +57,8 @@ def _openai(values: Mapping[str, str]) -> OpenAIEmbedder:
         raise ValueError(
             "MEMWARDEN_EMBEDDER=openai needs MEMWARDEN_EMBEDDER_MODEL, the model name to ask for"
         )
-    dimensions = _number(values, "MEMWARDEN_EMBEDDER_DIMENSIONS", int)
-    timeout = _number(values, "MEMWARDEN_EMBEDDER_TIMEOUT", float)
+    dimensions = positive_number(values, "MEMWARDEN_EMBEDDER_DIMENSIONS", int)
+    timeout = positive_number(values, "MEMWARDEN_EMBEDDER_TIMEOUT", float)
     try:
         return OpenAIEmbedder(
             url,
@@ -70,15 +70,3 @@ def _openai(values: Mapping[str, str]) -> OpenAIEmbedder:
     except ValueError as exc:
         raise ValueError(f"MEMWARDEN_EMBEDDER=openai: {exc}") from exc
 
-
-def _number(values: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float | None:
-    raw = (values.get(name) or "").strip()
-    if not raw:
-        return None
-    try:
-        number = kind(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be positive, got {raw!r}")
-    return number

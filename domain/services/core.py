@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from domain.embedding import Embedder, embedder_from_env
+from domain.extraction import extractor_from_settings
 from domain.ledger.app import Ledger, ledger_env
 from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
@@ -35,6 +36,7 @@ class Core:
             ClaimIds(self.ledger.secret("claim-ids")),
             policy_for=self.governance.write_policy,
             embedder=self.embedder,
+            extractor=extractor_from_settings(settings),
         )
         governance = self.governance
         self.erasure = ErasureService(

@@ -17,6 +17,7 @@ from uuid import UUID
 import msgspec
 
 from domain.embedding import Embedder, EmbedderUnavailable, embed_one, vector_to_bytes
+from domain.extraction import ExtractionFailed, Extractor
 from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
@@ -35,7 +36,15 @@ from domain.model.identity import Identity
 from domain.model.memory import Claim, DisputeState, MemoryState
 from domain.model.text import normalize, normalize_key
 from domain.model.verification import decide_verify
-from domain.model.write import Outcome, Rejection, WriteState, decide_write
+from domain.model.write import (
+    MAX_TAGS,
+    Outcome,
+    Rejection,
+    WriteDecision,
+    WriteState,
+    check_write_allowed,
+    decide_write,
+)
 from domain.services.audit import Audit, AuditOutcome
 from domain.services.streams import Streams
 
@@ -43,9 +52,31 @@ MAX_ATTEMPTS = 12
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 EMBEDDING_UNAVAILABLE = "embedding unavailable"
+# Why a write's content was stored verbatim (besides an ExtractionFailed's reason):
+NO_EXTRACTOR = "no_extractor"
+VERBATIM_REQUESTED = "verbatim_requested"
+STRUCTURED = "structured"  # a slot's value is one fact already
+TAGS_FULL = "tags_full"  # no room for the marker tag
+EXTRACTED_TAG = "extracted"
+"""The tag every extracted fact carries (its provenance is the write's own)."""
+
+
+class FactResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The decision on one extracted fact (its text is not repeated: read it by ``id``)."""
+
+    outcome: Outcome
+    id: UUID | None
+    supersedes: tuple[UUID, ...] = ()
+    dispute_id: UUID | None = None
+    classification: Classification | None = None
+    rejected: tuple[Rejection, ...] = ()
 
 
 class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A write's result: when the content was split (``extracted``), ``facts`` holds each
+    fact's decision and the top-level fields describe the first; otherwise
+    ``verbatim_reason`` says why the content was stored as it came."""
+
     outcome: Outcome
     id: UUID | None
     supersedes: tuple[UUID, ...] = ()
@@ -53,6 +84,20 @@ class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
     position: int
     classification: Classification | None = None
     rejected: tuple[Rejection, ...] = ()
+    extracted: bool = False
+    verbatim_reason: str | None = None
+    facts: tuple[FactResult, ...] = ()
+
+
+class Split(msgspec.Struct, frozen=True, kw_only=True):
+    """What a write decides: the extracted facts, or the command itself and why."""
+
+    commands: tuple[WriteMemory, ...]
+    verbatim_reason: str | None
+
+    @property
+    def extracted(self) -> bool:
+        return self.verbatim_reason is None
 
 
 class ResolveResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -129,9 +174,11 @@ class MemoryService:
         clock: Callable[[], datetime] = utcnow,
         new_id: Callable[[], UUID] = new_uuid,
         embedder: Embedder | None = None,
+        extractor: Extractor | None = None,
     ) -> None:
         self.ledger = ledger
         self.embedder = embedder
+        self.extractor = extractor
         self.streams = Streams(ledger)
         self.claim_ids = claim_ids
         self.policy_for = policy_for or (lambda _namespace: WritePolicy())
@@ -142,59 +189,123 @@ class MemoryService:
 
     # -- write ----------------------------------------------------------------------------
 
-    def write(self, identity: Identity, command: WriteMemory, now: datetime | None = None) -> WriteResult:
+    def write(
+        self,
+        identity: Identity,
+        command: WriteMemory,
+        now: datetime | None = None,
+        *,
+        verbatim: bool = False,
+    ) -> WriteResult:
+        """Decide and append one write. With an extractor configured and ``verbatim``
+        false, the content is first split into facts, each decided on its own, all in one
+        append; otherwise (or when extraction fails) the content is stored verbatim and the
+        result and the audit record say why."""
         return self._audited(
-            identity, "write", lambda: self._write(identity, validated(command), now or self.clock())
+            identity, "write", lambda: self._write(identity, validated(command), now, verbatim)
         )
 
-    def _write(self, identity: Identity, command: WriteMemory, now: datetime) -> WriteResult:
-        memory_id, dispute_id = self.new_id(), self.new_id()
+    def _write(
+        self, identity: Identity, command: WriteMemory, at: datetime | None, verbatim: bool
+    ) -> WriteResult:
+        check_write_allowed(identity, command.provenance.source)  # before any extractor call
+        split = self._split(command, verbatim)
+        now = at or self.clock()
         policy = self.policy_for(identity.namespace)
-        wanted = self._write_claims(identity.namespace, command)
-        text_claim_id = wanted[0][0]
-        assume_absent = frozenset({text_claim_id})
-        new_key: NewMemoryKey | None = None
+        items = [
+            _Item(fact, self.new_id(), self.new_id(), self._write_claims(identity.namespace, fact, split))
+            for fact in split.commands
+        ]
+        assume_absent = frozenset(item.text_claim_id for item in items)
+        new_keys: dict[UUID, NewMemoryKey] = {}
         vectors: dict[str, bytes | None] = {}  # embedded once, whatever the retries
         for _ in range(MAX_ATTEMPTS):
-            claims = self.streams.claims(wanted, assume_absent)
+            claims = self.streams.claims([w for item in items for w in item.wanted], assume_absent)
             holders = self.streams.memories(h for c in claims.values() for h in c.holders)
-            slot = next((claims[c] for c, kind, _ in wanted if kind == "slot"), None)
-            ref = next((claims[c] for c, kind, _ in wanted if kind == "source_ref"), None)
-            state = WriteState(
-                text_claim=claims[text_claim_id], slot_claim=slot, source_ref_claim=ref, holders=holders
-            )
-            decision = decide_write(command, identity, state, policy, now, memory_id, dispute_id)
-            outcome: AuditOutcome = "denied" if decision.outcome == "rejected" else "ok"
-            detail: str = decision.outcome
-            if decision.rejected:
-                detail += ": " + ", ".join(r.reason for r in decision.rejected)
-            writes_memory = any(isinstance(e, MemoryWritten) for e in decision.events)
-            if writes_memory and new_key is None:
-                new_key = self.ledger.new_data_key(memory_id)
-            events = self._embedded(decision.events, vectors)
-            if None in vectors.values():
-                detail += "; " + EMBEDDING_UNAVAILABLE
-            versions = _versions(claims.values(), holders.values())
-            recorded = version_events(events, versions)
-            audit = self.audit.event(identity, "write", outcome, detail, now, decision.memory_id)
+            decisions = [
+                decide_write(
+                    item.command,
+                    identity,
+                    item.state(claims, holders),
+                    policy,
+                    now,
+                    item.memory_id,
+                    item.dispute_id,
+                )
+                for item in items
+            ]
+            writers = [d.memory_id for d in decisions if d.memory_id is not None and _writes_memory(d)]
+            for memory_id in writers:
+                if memory_id not in new_keys:
+                    new_keys[memory_id] = self.ledger.new_data_key(memory_id)
+            events = self._embedded([e for d in decisions for e in d.events], vectors)
+            recorded = version_events(events, _versions(claims.values(), holders.values()))
+            audit = self._write_audit(identity, decisions, split, None in vectors.values(), now)
+            keys = [new_keys[memory_id] for memory_id in writers]
             try:
-                position = self._append(recorded, audit, [new_key] if writes_memory and new_key else [])
+                position = self._append(recorded, audit, keys)
             except StreamConflict:
                 self.streams.cache.drop(r.originator_id for r in recorded)
                 assume_absent = frozenset()
                 continue
-            return WriteResult(
-                outcome=decision.outcome,
-                id=decision.memory_id,
-                supersedes=decision.supersedes,
-                dispute_id=decision.dispute_id,
-                position=position,
-                classification=decision.classification,
-                rejected=decision.rejected,
-            )
+            return _write_result(decisions, split, position)
         raise TooMuchContention("the memory's claims kept changing; retry the write")
 
-    def _write_claims(self, namespace: str, command: WriteMemory) -> list[tuple[UUID, ClaimKind, str]]:
+    def _split(self, command: WriteMemory, verbatim: bool) -> Split:
+        """The write's facts, or the command itself with the reason it stays verbatim."""
+        reason = self._verbatim_reason(command, verbatim)
+        if reason is None:
+            assert self.extractor is not None
+            try:
+                facts = self.extractor.extract(command.content)
+            except ExtractionFailed as error:
+                log.warning("extraction failed (%s), content stored verbatim: %s", error.reason, error)
+                reason = error.reason
+            else:
+                tags = command.tags if EXTRACTED_TAG in command.tags else (*command.tags, EXTRACTED_TAG)
+                extracted = [msgspec.structs.replace(command, content=f, tags=tags) for f in facts]
+                return Split(commands=tuple(extracted), verbatim_reason=None)
+        return Split(commands=(command,), verbatim_reason=reason)
+
+    def _verbatim_reason(self, command: WriteMemory, verbatim: bool) -> str | None:
+        if self.extractor is None:
+            return NO_EXTRACTOR
+        if verbatim:
+            return VERBATIM_REQUESTED
+        if command.subject is not None or command.attribute is not None:
+            return STRUCTURED
+        if EXTRACTED_TAG not in command.tags and len(command.tags) >= MAX_TAGS:
+            return TAGS_FULL
+        return None
+
+    def _write_audit(
+        self,
+        identity: Identity,
+        decisions: Sequence[WriteDecision],
+        split: Split,
+        unembedded: bool,
+        now: datetime,
+    ) -> AuditRecorded:
+        """One record for the whole write: every fact's outcome, how the content was taken
+        (extracted, or verbatim and why), and every memory it names."""
+        outcomes = ", ".join(_outcome_detail(d) for d in decisions)
+        if split.extracted:
+            detail = f"extracted=true, {len(decisions)} facts: {outcomes}"
+        else:
+            detail = f"extracted=false ({split.verbatim_reason}): {outcomes}"
+        if unembedded:
+            detail += "; " + EMBEDDING_UNAVAILABLE
+        rejected = all(d.outcome == "rejected" for d in decisions)
+        subjects = tuple(d.memory_id for d in decisions if d.memory_id is not None)
+        audit = self.audit.event(identity, "write", "denied" if rejected else "ok", detail, now)
+        return msgspec.structs.replace(audit, subject_ids=subjects)
+
+    def _write_claims(
+        self, namespace: str, command: WriteMemory, split: Split
+    ) -> list[tuple[UUID, ClaimKind, str]]:
+        """The claims the write touches, its text claim first. An extracted fact claims no
+        source ref: the ref names the whole content, and one fact must not refresh (retire)
+        another fact of the same content."""
         wanted: list[tuple[UUID, ClaimKind, str]] = [
             (self.claim_ids.text(namespace, command.content), "text", namespace)
         ]
@@ -202,7 +313,7 @@ class MemoryService:
             wanted.append(
                 (self.claim_ids.slot(namespace, command.subject, command.attribute), "slot", namespace)
             )
-        if command.provenance.ref is not None:
+        if command.provenance.ref is not None and not split.extracted:
             ref_id = self.claim_ids.source_ref(namespace, command.provenance.source, command.provenance.ref)
             wanted.append((ref_id, "source_ref", namespace))
         return wanted
@@ -348,6 +459,65 @@ class MemoryService:
 
     def _audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
         return self.audit.audited(identity, op, run)
+
+
+class _Item:
+    """One command of a write (the content, or one extracted fact) and its claims."""
+
+    def __init__(
+        self, command: WriteMemory, memory_id: UUID, dispute_id: UUID, wanted: list[tuple[UUID, ClaimKind, str]]
+    ) -> None:
+        self.command = command
+        self.memory_id = memory_id
+        self.dispute_id = dispute_id
+        self.wanted = wanted
+
+    @property
+    def text_claim_id(self) -> UUID:
+        return self.wanted[0][0]
+
+    def state(self, claims: dict[UUID, Claim], holders: dict[UUID, MemoryState]) -> WriteState:
+        def claim(kind: ClaimKind) -> Claim | None:
+            return next((claims[c] for c, k, _ in self.wanted if k == kind), None)
+
+        return WriteState(
+            text_claim=claims[self.text_claim_id],
+            slot_claim=claim("slot"),
+            source_ref_claim=claim("source_ref"),
+            holders=holders,
+        )
+
+
+def _writes_memory(decision: WriteDecision) -> bool:
+    return any(isinstance(e, MemoryWritten) for e in decision.events)
+
+
+def _outcome_detail(decision: WriteDecision) -> str:
+    if not decision.rejected:
+        return decision.outcome
+    return decision.outcome + ": " + ", ".join(r.reason for r in decision.rejected)
+
+
+def _write_result(decisions: Sequence[WriteDecision], split: Split, position: int) -> WriteResult:
+    facts = tuple(
+        FactResult(
+            outcome=d.outcome,
+            id=d.memory_id,
+            supersedes=d.supersedes,
+            dispute_id=d.dispute_id,
+            classification=d.classification,
+            rejected=d.rejected,
+        )
+        for d in decisions
+    )
+    first = facts[0]
+    return WriteResult(
+        **msgspec.structs.asdict(first),
+        position=position,
+        extracted=split.extracted,
+        verbatim_reason=split.verbatim_reason,
+        facts=facts if split.extracted else (),
+    )
 
 
 def _versions(*groups: Iterable[Claim | MemoryState | DisputeState]) -> dict[UUID, int]:

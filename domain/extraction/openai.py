@@ -1,0 +1,90 @@
+"""An extractor behind an OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint."""
+
+from __future__ import annotations
+
+import msgspec
+
+from domain.endpoint import EndpointError, endpoint_url, post_json
+from domain.extraction.base import ExtractionFailed
+from domain.extraction.parsing import facts_from_completion
+from domain.settings import Settings
+
+MAX_RESPONSE_BYTES = 1024 * 1024
+SYSTEM_PROMPT = (
+    "You turn what an agent wants to remember into memories. List the short, self-contained "
+    "facts the user's content states: one statement each, understandable on its own (name "
+    "people, places and things instead of pronouns; keep numbers, dates and names exact), "
+    "nothing the content does not say, no commentary. Answer with a JSON array of strings "
+    "and nothing else."
+)
+
+
+class OpenAIExtractor:
+    """Content in, facts out, via an OpenAI-compatible chat-completions API.
+
+    ``timeout`` bounds the connect and each read, in seconds. The budget: content longer
+    than ``max_input_chars`` is not sent, and an answer of more than ``max_facts`` facts is
+    not used (both ``over_budget``: a write is never silently cut short).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 10.0,
+        max_input_chars: int = 16_384,
+        max_facts: int = 32,
+    ) -> None:
+        url = endpoint_url(base_url, "chat/completions", "extractor")
+        if not model:
+            raise ValueError("the extractor model name must not be empty")
+        if timeout <= 0 or max_input_chars < 1 or max_facts < 1:
+            raise ValueError("the extractor's timeout and budget must be positive")
+        self.url = url
+        self.model = model
+        self.timeout = timeout
+        self.max_input_chars = max_input_chars
+        self.max_facts = max_facts
+        self._api_key = api_key or None
+
+    def __repr__(self) -> str:  # never shows the API key
+        return f"OpenAIExtractor(url={self.url!r}, model={self.model!r})"
+
+    def extract(self, content: str) -> tuple[str, ...]:
+        if len(content) > self.max_input_chars:
+            raise ExtractionFailed.over_budget(
+                f"content of {len(content)} characters; the budget is {self.max_input_chars}"
+            )
+        body = msgspec.json.encode(
+            {
+                "model": self.model,
+                "temperature": 0,
+                "messages": [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": content},
+                ],
+            }
+        )
+        try:
+            payload = post_json(
+                self.url, body, api_key=self._api_key, timeout=self.timeout, max_bytes=MAX_RESPONSE_BYTES
+            )
+        except EndpointError as error:
+            raise ExtractionFailed.failed(error.kind, str(error)) from error
+        return facts_from_completion(payload, self.max_facts)
+
+
+def extractor_from_settings(settings: Settings) -> OpenAIExtractor | None:
+    """The configured extractor, or None when ``MEMWARDEN_EXTRACTOR_URL`` is not set."""
+    if settings.extractor_url is None:
+        return None
+    return OpenAIExtractor(
+        settings.extractor_url,
+        settings.extractor_model,
+        api_key=settings.extractor_api_key,
+        timeout=settings.extractor_timeout,
+        max_input_chars=settings.extractor_max_input_chars,
+        max_facts=settings.extractor_max_facts,
+    )
