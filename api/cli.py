@@ -14,6 +14,7 @@ from psycopg.sql import SQL, Identifier
 
 from api.erasure_cli import register as register_erasure_commands
 from api.knowledge_cli import register as register_knowledge_commands
+from api.listening import announce_when_listening
 from api.runtime import Runtime
 from api.timecli import register as register_time_commands
 from api.timecli import register_time_bench
@@ -156,6 +157,11 @@ def _all_keys(runtime: Runtime) -> list[KeyView]:
     return [k for row in rows for k in runtime.reads.keys(row["tenant"])]
 
 
+def _say(line: str) -> None:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """The API; by default with a projector process beside it (see api/projector.py)."""
     import uvicorn  # noqa: PLC0415 - only this command needs it
@@ -172,6 +178,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
     projector = ProjectorProcess() if args.projector == "process" else None
+    announce_when_listening(args.host, args.port, args.workers, _say)
     try:
         uvicorn.run(
             "api.app:app_from_env",

@@ -5,19 +5,30 @@ outside assets, and an OpenAPI document whose error bodies are the ones the API 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.cli import main
 from api.metrics import Gauge, Metrics
 from api.routes import health
+from domain.ledger.database import ConnectionParams
 from domain.model.namespaces import is_within
 from domain.model.scopes import Subtree
 from projections.timeline.service import AsOfQuestion
+from tests.conftest import url_of
 from tests.e2e.api_helpers import Api
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MANUAL = {
     "content": "Dana lives in Oslo",
@@ -176,3 +187,36 @@ def test_metric_label_values_are_escaped() -> None:
     assert families["memwarden_events"].samples[0].labels["event"] == odd
     assert families["memwarden_projection_lag"].samples[0].labels["projection"] == odd
     assert families["memwarden_http_request_seconds"].samples[0].value == 0.5
+
+
+def test_serve_prints_one_listening_line_once_it_accepts_connections(
+    database: ConnectionParams, tmp_path: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "DATABASE_URL": url_of(database),
+        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
+        "MEMWARDEN_EMBEDDER": "hash",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(120, server.kill)  # a server that never says it is up fails the test
+    watchdog.start()
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()  # blocks until the line (or the end: a failed start)
+        assert line == f"memwarden listening on http://127.0.0.1:{port} (1 worker)\n"
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    finally:
+        watchdog.cancel()
+        server.terminate()
+        server.wait(timeout=30)
+    assert server.stdout.read() == ""  # said once
