@@ -17,6 +17,7 @@ from domain.model.policies import PolicyBody
 from domain.model.storable import unstorable_field
 from domain.model.times import parse_time_text
 from domain.model.write import Rejection
+from domain.services.memory import FactResult
 from projections.governance.views import AuditView
 from projections.search.service import SearchQuery
 
@@ -68,7 +69,8 @@ class Empty(Body, frozen=True, kw_only=True):
 class WriteBody(WriteMemory, Body, frozen=True, kw_only=True):
     """The write command's fields, plus how the API should run it."""
 
-    verbatim: bool = True
+    verbatim: bool = False
+    """True: store the content as it is, even when an extractor is configured to split it."""
     run_async: bool = msgspec.field(default=False, name="async")
 
     def command(self) -> WriteMemory:
@@ -83,6 +85,13 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
     position: int
     classification: Classification | None
     rejected: tuple[Rejection, ...]
+    extracted: bool
+    """Whether the content was split into facts (then ``facts`` holds each one's result,
+    and the fields above are the first fact's); false: stored verbatim, see ``verbatim_reason``."""
+    verbatim_reason: str | None
+    """Why not split: ``no_extractor``, ``verbatim_requested``, ``structured``, ``tags_full``,
+    ``over_budget`` or ``extractor_failed: <kind>``; null when extracted."""
+    facts: tuple[FactResult, ...]
 
 
 class TicketResponse(msgspec.Struct, frozen=True):

@@ -24,8 +24,12 @@ def test_write_read_history_verify_and_provenance(api: Api) -> None:
         "position",
         "classification",
         "rejected",
+        "extracted",
+        "verbatim_reason",
+        "facts",
     }
     assert body["outcome"] == "stored"
+    assert (body["extracted"], body["verbatim_reason"], body["facts"]) == (False, "no_extractor", [])
     read = api.mem(agent, "read", {"id": body["id"]}).json()  # read-your-writes: no sleep
     assert read["content"] == FACT
     assert read["namespace"] == "acme/eng"
