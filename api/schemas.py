@@ -90,7 +90,8 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
     and the fields above are the first fact's); false: stored verbatim, see ``verbatim_reason``."""
     verbatim_reason: str | None
     """Why not split: ``no_extractor``, ``verbatim_requested``, ``structured``, ``tags_full``,
-    ``over_budget`` or ``extractor_failed: <kind>``; null when extracted."""
+    ``over_budget``, ``extractor_failed: <kind>``, or ``facts_rejected`` (every fact was, so
+    the content was decided whole); null when extracted."""
     facts: tuple[FactResult, ...]
 
 

@@ -57,6 +57,7 @@ NO_EXTRACTOR = "no_extractor"
 VERBATIM_REQUESTED = "verbatim_requested"
 STRUCTURED = "structured"  # a slot's value is one fact already
 TAGS_FULL = "tags_full"  # no room for the marker tag
+FACTS_REJECTED = "facts_rejected"  # every extracted fact was rejected
 EXTRACTED_TAG = "extracted"
 """The tag every extracted fact carries (its provenance is the write's own)."""
 
@@ -212,10 +213,7 @@ class MemoryService:
         split = self._split(command, verbatim)
         now = at or self.clock()
         policy = self.policy_for(identity.namespace)
-        items = [
-            _Item(fact, self.new_id(), self.new_id(), self._write_claims(identity.namespace, fact, split))
-            for fact in split.commands
-        ]
+        items = self._items(identity.namespace, split)
         assume_absent = frozenset(item.text_claim_id for item in items)
         new_keys: dict[UUID, NewMemoryKey] = {}
         vectors: dict[str, bytes | None] = {}  # embedded once, whatever the retries
@@ -234,6 +232,12 @@ class MemoryService:
                 )
                 for item in items
             ]
+            if split.extracted and all(d.outcome == "rejected" for d in decisions):
+                # no fact is worth keeping: the content is judged whole instead, never lost
+                split = Split(commands=(command,), verbatim_reason=FACTS_REJECTED)
+                items = self._items(identity.namespace, split)
+                assume_absent = frozenset(item.text_claim_id for item in items)
+                continue
             writers = [d.memory_id for d in decisions if d.memory_id is not None and _writes_memory(d)]
             for memory_id in writers:
                 if memory_id not in new_keys:
@@ -250,6 +254,12 @@ class MemoryService:
                 continue
             return _write_result(decisions, split, position)
         raise TooMuchContention("the memory's claims kept changing; retry the write")
+
+    def _items(self, namespace: str, split: Split) -> list[_Item]:
+        return [
+            _Item(fact, self.new_id(), self.new_id(), self._write_claims(namespace, fact, split))
+            for fact in split.commands
+        ]
 
     def _split(self, command: WriteMemory, verbatim: bool) -> Split:
         """The write's facts, or the command itself with the reason it stays verbatim."""

@@ -175,7 +175,11 @@ def test_every_failure_of_the_extractor_stores_verbatim_and_says_why(api: Api, m
     model_failures.append((f"{TRANSCRIPT} (500)", "extractor_failed: http_error"))
     results.append(api.mem(agent, "write", {"content": model_failures[-1][0]}).json())
 
-    model.status, model.delay = 200, 4 * TIMEOUT
+    model.answer, model.status = json.dumps(["ok", "thanks"]), 200  # nothing worth keeping
+    model_failures.append((f"{TRANSCRIPT} (fragments)", "facts_rejected"))
+    results.append(api.mem(agent, "write", {"content": model_failures[-1][0]}).json())
+
+    model.delay = 4 * TIMEOUT
     model_failures.append((f"{TRANSCRIPT} (slow)", "extractor_failed: timeout"))
     started = time.monotonic()
     results.append(api.mem(agent, "write", {"content": model_failures[-1][0]}).json())
@@ -188,6 +192,9 @@ def test_every_failure_of_the_extractor_stores_verbatim_and_says_why(api: Api, m
     slot = {"content": "Dana's city is Berlin", "subject": "dana", "attribute": "city", "value": "Berlin"}
     model_failures.append((slot["content"], "structured"))  # a slot's value is one fact already
     results.append(api.mem(agent, "write", slot).json())
+    full = [f"t{n}" for n in range(64)]  # no room left for the extracted tag
+    model_failures.append((f"{TRANSCRIPT} (tags)", "tags_full"))
+    results.append(api.mem(agent, "write", {"content": model_failures[-1][0], "tags": full}).json())
     assert model.calls == calls
 
     model.server.stop()  # the extractor goes down
