@@ -109,10 +109,11 @@ class KeyAuthentication(AbstractAuthenticationMiddleware):
 
 
 def _op_of(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    """The op an unauthenticated request is audited under; a path is the caller's text."""
     try:
-        return str(connection.route_handler.opt.get("op") or connection.url.path)
+        return str(connection.route_handler.opt.get("op") or escape_unprintable(connection.url.path[:100]))
     except (AttributeError, KeyError):
-        return connection.url.path[:100]
+        return escape_unprintable(connection.url.path[:100])
 
 
 # -- the gate ---------------------------------------------------------------------------------

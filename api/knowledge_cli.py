@@ -21,6 +21,7 @@ from domain.embedding import ModelFileRejected, embedder_from_env
 from domain.model.errors import DomainError, InvalidRequest
 from domain.model.identity import Identity
 from domain.model.namespaces import tenant_of, validate_namespace
+from domain.model.storable import check_storable
 from domain.services.knowledge import KnowledgeLoadResult, KnowledgeService, chunk_count
 
 OPERATOR = "operator@cli"
@@ -30,6 +31,7 @@ _ACTOR = re.compile(r"[^\s/\x00-\x1f]{1,128}")
 def publisher(namespace: str | None, acting_as: str | None) -> tuple[Identity, str]:
     """(who publishes, where documents land) from ``--namespace`` and ``--as``."""
     if acting_as is not None:
+        check_storable(acting_as, "--as")
         where, _, actor = acting_as.rpartition("/")
         if not where or not _ACTOR.fullmatch(actor):
             raise InvalidRequest(f"--as {acting_as!r}: give NAMESPACE/ACTOR, e.g. acme/eng/dana")

@@ -18,6 +18,7 @@ from domain.model.asof import AsOfAnswer, AsOfMemory
 from domain.model.errors import DomainError
 from domain.model.namespaces import validate_namespace
 from domain.model.scopes import Subtree
+from domain.model.storable import check_storable
 from domain.model.text import quote_text
 from domain.model.times import parse_time_text
 from projections.runner import Rebuilder, RebuildFailed
@@ -76,6 +77,7 @@ def _answer_text(answer: AsOfAnswer) -> str:
 def cmd_asof(args: argparse.Namespace) -> int:
     try:
         scope: tuple[str, ...] | Subtree | None = Subtree(validate_namespace(args.namespace)) if args.namespace else None
+        check_storable(args.query, "--query")
     except DomainError as error:
         sys.stderr.write(f"refused: {error.detail}\n")
         return 2

@@ -41,6 +41,8 @@ from domain.model.knowledge import (
     resolve_namespace,
 )
 from domain.model.namespaces import validate_namespace
+from domain.model.storable import check_storable
+from domain.model.text import quote_text
 from domain.services.audit import Audit
 from domain.services.memory import utcnow
 
@@ -213,6 +215,7 @@ class KnowledgeService:
         self, identity: Identity, text: str, filename: str, namespace: str | None, known: _Known
     ) -> KnowledgeLoadResult:
         base = validate_namespace(namespace or identity.namespace)
+        check_storable(text, f"{quote_text(filename)}:")  # before encoding: it may not encode
         size = len(text.encode("utf-8"))
         limit = self.policy_for(base).max_content_bytes
         if size > limit:

@@ -5,11 +5,18 @@ text raw, and afterwards every projection still follows the ledger (/readyz is 2
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
-from domain.model.events import MemoryWritten
+from domain.model.commands import WriteMemory
+from domain.model.errors import InvalidRequest
+from domain.model.events import AuditRecorded, MemoryWritten
+from domain.model.identity import Identity
+from domain.model.keys import IssueKey
+from domain.services.knowledge import KnowledgeService
+from projections.runner import Rebuilder
 from tests.e2e.api_helpers import Api
 
 NUL = "nul \u0000 here"
@@ -272,3 +279,34 @@ def test_path_operators_and_empty_segments_are_never_namespaces(api: Api, target
     assert shared.status_code == 400, shared.text
     asof = api.call(keys["auditor"], "/v1/compliance/asof", {"as_of": "2026-03-01", "target": target})
     assert asof.status_code == 400, asof.text
+
+
+def test_no_way_around_the_edge_appends_poison(api: Api) -> None:
+    """The services called in-process (as the CLI, import and knowledge load do) refuse it
+    too; afterwards every projection rebuilds from the ledger and finds nothing to refuse."""
+    core = api.runtime.core
+    writer = Identity("acme/eng", "bot", "agent")
+    owner = Identity("acme", "boss", "owner")
+    for command in (
+        WriteMemory(content=NUL),
+        WriteMemory(content="lone \ud800 surrogate in the content"),
+        WriteMemory(content=FACT, tags=("\udcff",)),
+        WriteMemory(content=FACT, valid_from=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))),
+    ):
+        result = core.memory.write(writer, command)
+        assert result.outcome == "rejected", command
+        assert [r.reason for r in result.rejected] == ["unstorable"]
+    with pytest.raises(InvalidRequest, match="actor contains a lone surrogate"):
+        core.governance.issue_key(owner, IssueKey(target="acme/eng", actor="b\udcffot", role="agent"))
+    knowledge = KnowledgeService(api.runtime.ledger, None, core.governance.write_policy)
+    for text, name in (
+        ("# Runbook\n\nRestart \u0000 it", "a.md"),
+        ("# Runbook\n\nRestart \ud800", "b\udcff.md"),
+    ):
+        published = knowledge.publish(owner, text, name)
+        assert published.outcome == "rejected", published
+    assert all(isinstance(r.event, AuditRecorded) for r in api.runtime.ledger.read(0, 10_000))
+    _assert_still_healthy(api)
+    rebuilder = Rebuilder(api.runtime.reads.runner)
+    for projection in api.runtime.reads.runner.projections:
+        assert rebuilder.rebuild(projection.name).events > 0
