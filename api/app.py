@@ -11,11 +11,11 @@ import anyio.to_thread
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.middleware import DefineMiddleware
-from litestar.openapi import OpenAPIConfig
 
 from api.errors import handle
 from api.gate import KeyAuthentication, audit_unaudited, gate
 from api.metrics import metrics_middleware
+from api.openapi import docs_assets, document_errors, openapi_config
 from api.routes.admin import AdminController
 from api.routes.compliance import ComplianceController
 from api.routes.erasure import ErasureController
@@ -40,7 +40,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         await api.callers.close()
         await anyio.to_thread.run_sync(api.close)
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             MemController,
             AdminController,
@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             AsOfController,
             OpsController,
             *HEALTH_ROUTES,
+            docs_assets(),
         ],
         on_startup=[startup],
         on_shutdown=[shutdown],
@@ -61,9 +62,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         exception_handlers={Exception: handle},
         after_exception=[audit_unaudited],
         request_max_body_size=MAX_BODY_BYTES,
-        openapi_config=OpenAPIConfig(title="memwarden", version="0.1.0", path="/schema"),
+        openapi_config=openapi_config(),
         debug=False,
     )
+    document_errors(app)
+    return app
 
 
 def app_from_env() -> Litestar:

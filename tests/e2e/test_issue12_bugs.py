@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from datetime import UTC, datetime
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +221,69 @@ def test_serve_prints_one_listening_line_once_it_accepts_connections(
         server.terminate()
         server.wait(timeout=30)
     assert server.stdout.read() == ""  # said once
+
+
+class AssetLinks(HTMLParser):
+    """Every ``src`` and ``href`` of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.links += [value for name, value in attrs if name in {"src", "href"} and value]
+
+
+def test_the_docs_page_loads_only_assets_the_app_serves(api: Api) -> None:
+    page = api.client.get("/schema")
+    assert page.status_code == 200
+    assert "text/html" in page.headers["content-type"]
+    parser = AssetLinks()
+    parser.feed(page.text)
+    assert any(link.endswith("swagger-ui-bundle.js") for link in parser.links)
+    for link in parser.links:
+        assert link.startswith("/"), link  # a path of this app: no scheme, ...
+        assert not link.startswith("//"), link  # ... and no other host
+        asset = api.client.get(link)
+        assert asset.status_code == 200, link
+        assert asset.content
+    head = page.text.split("<body", 1)[0]
+    assert "http://" not in head
+    assert "https://" not in head
+    for cdn_page in ("/schema/redoc", "/schema/rapidoc", "/schema/elements"):
+        assert api.client.get(cdn_page).status_code == 404
+
+
+def test_the_openapi_document_declares_the_error_bodies_the_api_sends(api: Api) -> None:
+    document = api.client.get("/schema/openapi.json").json()
+    error_ref = "#/components/schemas/ErrorBody"
+    assert set(document["components"]["schemas"]["ErrorBody"]["required"]) == {"error", "detail"}
+    statuses: dict[tuple[str, str], set[int]] = {}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            rendered = json.dumps(operation["responses"])
+            assert '"status_code"' not in rendered, (path, method)
+            assert '"extra"' not in rendered, (path, method)
+            errors = {int(s) for s in operation["responses"] if s.startswith(("4", "5"))}
+            statuses[(path, method)] = errors
+            for status in errors:
+                response = operation["responses"][str(status)]
+                assert response["content"]["application/json"]["schema"] == {"$ref": error_ref}
+                assert ("Retry-After" in (response.get("headers") or {})) == (status in {429, 503})
+    gated = {400, 401, 403, 429, 503}
+    assert statuses[("/v1/mem/read", "post")] == gated | {404, 413}
+    assert statuses[("/v1/mem/search", "post")] == gated | {413}
+    assert statuses[("/v1/mem/write", "post")] == gated | {409, 413}
+    assert statuses[("/v1/admin/disputes/{dispute_id}/resolve", "post")] == gated | {404, 409, 413}
+    assert statuses[("/v1/admin/keys", "get")] == gated
+    assert statuses[("/readyz", "get")] == {503}
+    assert statuses[("/healthz", "get")] == set()
+
+    unauthenticated = api.mem(None, "read", {"id": "00000000-0000-4000-8000-000000000000"})
+    assert unauthenticated.status_code == 401
+    assert set(unauthenticated.json()) == {"error", "detail"}
+    assert unauthenticated.json()["error"] in document["components"]["schemas"]["ErrorBody"]["properties"][
+        "error"
+    ]["enum"]
