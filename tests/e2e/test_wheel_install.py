@@ -40,14 +40,19 @@ def _run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> st
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = tmp_path_factory.mktemp("source")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    copy = tmp_path_factory.mktemp("source")
     for name in SOURCES:
         origin = ROOT / name
         if origin.is_dir():
-            shutil.copytree(origin, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            shutil.copytree(origin, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
-            shutil.copy2(origin, source / name)
+            shutil.copy2(origin, copy / name)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def wheel(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheels")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)], cwd=source)
     (built,) = out.glob("memwarden-*.whl")
@@ -64,6 +69,20 @@ def test_the_wheel_ships_the_pinned_tokenizer_with_its_licence(wheel: Path) -> N
     assert "Apache License, Version 2.0" in notice
     assert "sentence-transformers/all-MiniLM-L6-v2" in notice
     assert not any(name.startswith("tests/") for name in names)
+
+
+def test_every_file_of_the_packages_is_in_the_wheel(source: Path, wheel: Path) -> None:
+    """Package data is listed in pyproject.toml; a file left out is missing only once installed."""
+    packaged = {
+        path.relative_to(source).as_posix()
+        for package in SOURCES
+        if (source / package).is_dir()
+        for path in (source / package).rglob("*")
+        if path.is_file()
+    }
+    with zipfile.ZipFile(wheel) as archive:
+        missing = packaged - set(archive.namelist())
+    assert sorted(missing) == []
 
 
 def _private_home_env(home: Path, data_dir: Path) -> dict[str, str]:
