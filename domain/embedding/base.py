@@ -60,12 +60,19 @@ def check_texts(texts: Sequence[str]) -> None:
             raise TypeError(f"texts must be str, got {type(text).__name__}")
 
 
+def embed_rows(embedder: Embedder, texts: Sequence[str]) -> Matrix:
+    """The rows of ``texts``, checked to be one per text."""
+    rows = embedder.embed(texts)
+    if rows.ndim != 2 or rows.shape[0] != len(texts):
+        raise EmbedderUnavailable(
+            f"{embedder.model_id}: expected {len(texts)} rows, got an array of shape {rows.shape}"
+        )
+    return rows
+
+
 def embed_one(embedder: Embedder, text: str) -> Matrix:
     """The 1-D vector of one text."""
-    rows = embedder.embed([text])
-    if rows.ndim != 2 or rows.shape[0] != 1:
-        raise EmbedderUnavailable(f"{embedder.model_id}: expected 1 row, got an array of shape {rows.shape}")
-    row: Matrix = rows[0]
+    row: Matrix = embed_rows(embedder, [text])[0]
     return row
 
 

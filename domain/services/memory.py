@@ -16,7 +16,7 @@ from uuid import UUID
 
 import msgspec
 
-from domain.embedding import Embedder, EmbedderUnavailable, embed_one, vector_to_bytes
+from domain.embedding import Embedder, EmbedderUnavailable, embed_rows, vector_to_bytes
 from domain.extraction import ExtractionFailed, Extractor
 from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
 from domain.ledger.entropy import new_uuid
@@ -220,18 +220,7 @@ class MemoryService:
         for _ in range(MAX_ATTEMPTS):
             claims = self.streams.claims([w for item in items for w in item.wanted], assume_absent)
             holders = self.streams.memories(h for c in claims.values() for h in c.holders)
-            decisions = [
-                decide_write(
-                    item.command,
-                    identity,
-                    item.state(claims, holders),
-                    policy,
-                    now,
-                    item.memory_id,
-                    item.dispute_id,
-                )
-                for item in items
-            ]
+            decisions = [item.decide(identity, claims, holders, policy, now) for item in items]
             if split.extracted and all(d.outcome == "rejected" for d in decisions):
                 # no fact is worth keeping: the content is judged whole instead, never lost
                 split = Split(commands=(command,), verbatim_reason=FACTS_REJECTED)
@@ -431,12 +420,14 @@ class MemoryService:
         embedder = self.embedder
         if embedder is None:
             return list(events)
+        texts = [e.content for e in events if isinstance(e, MemoryWritten) and e.content is not None]
+        missing = list(dict.fromkeys(t for t in texts if t not in vectors))
+        if missing:  # the facts of one write are embedded together
+            vectors.update(self._embed(embedder, missing))
         out: list[Event] = []
         for event in events:
             vector = None
             if isinstance(event, MemoryWritten) and event.content is not None:
-                if event.content not in vectors:
-                    vectors[event.content] = self._embed(embedder, event.content)
                 vector = vectors[event.content]
             if vector is not None:
                 out.append(
@@ -447,12 +438,13 @@ class MemoryService:
         return out
 
     @staticmethod
-    def _embed(embedder: Embedder, text: str) -> bytes | None:
+    def _embed(embedder: Embedder, texts: list[str]) -> dict[str, bytes | None]:
         try:
-            return vector_to_bytes(embed_one(embedder, text))
+            rows = embed_rows(embedder, texts)
+            return {text: vector_to_bytes(row) for text, row in zip(texts, rows, strict=True)}
         except EmbedderUnavailable as error:
             log.warning("embedder unavailable, memory stored without a vector: %s", error)
-            return None
+            return dict.fromkeys(texts)
 
     def _append(
         self, recorded: Sequence[Recorded], audit: AuditRecorded, keys: Sequence[NewMemoryKey]
@@ -486,16 +478,24 @@ class _Item:
     def text_claim_id(self) -> UUID:
         return self.wanted[0][0]
 
-    def state(self, claims: dict[UUID, Claim], holders: dict[UUID, MemoryState]) -> WriteState:
+    def decide(
+        self,
+        identity: Identity,
+        claims: dict[UUID, Claim],
+        holders: dict[UUID, MemoryState],
+        policy: WritePolicy,
+        now: datetime,
+    ) -> WriteDecision:
         def claim(kind: ClaimKind) -> Claim | None:
             return next((claims[c] for c, k, _ in self.wanted if k == kind), None)
 
-        return WriteState(
+        state = WriteState(
             text_claim=claims[self.text_claim_id],
             slot_claim=claim("slot"),
             source_ref_claim=claim("source_ref"),
             holders=holders,
         )
+        return decide_write(self.command, identity, state, policy, now, self.memory_id, self.dispute_id)
 
 
 def _writes_memory(decision: WriteDecision) -> bool:

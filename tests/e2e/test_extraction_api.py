@@ -126,6 +126,7 @@ def test_a_write_is_split_into_facts_each_decided_in_one_append(api: Api, model:
     assert positions == list(range(known["position"] + 1, result["position"] + 1))
     written = [r.event for r in records if isinstance(r.event, MemoryWritten)]
     assert [w.content for w in written] == [FACTS[0], FACTS[2]]  # the transcript itself is not kept
+    assert all(w.embedding is not None for w in written)  # embedded before the append, together
     audit = records[-1].event
     assert isinstance(audit, AuditRecorded)
     assert audit.op == "write"
