@@ -37,8 +37,10 @@ from api.errors import STATUS, ErrorBody
 
 ASSETS = "/schema/assets"
 ERROR_SCHEMA = "ErrorBody"
-QUERY_OPS = frozenset(
+NEVER_CONFLICT = frozenset(
     {
+        "assemble",
+        "fault",
         "read",
         "search",
         "history",
@@ -50,7 +52,8 @@ QUERY_OPS = frozenset(
         "compliance.certificates.verify",
     }
 )
-"""POST routes that only read: they never answer 409 (every GET route only reads too)."""
+"""POST routes that never answer 409: queries (as every GET route is), and appends no other
+request can race (a capsule, a fault)."""
 LOOKUP_FIELDS = frozenset({"id", "ids", "ticket", "directive_id", "key_id"})
 """Body fields that name something which may not exist (or not for the caller): a 404."""
 PUBLIC_ERRORS: dict[str, tuple[int, ...]] = {"/readyz": (503,)}
@@ -121,7 +124,7 @@ def error_statuses(path: str, method: str, handler: HTTPRouteHandler) -> tuple[i
     fields = set(getattr(body, "__struct_fields__", ()))
     if "{" in path or fields & LOOKUP_FIELDS:
         statuses.add(404)
-    if reads_body and op not in QUERY_OPS:
+    if reads_body and op not in NEVER_CONFLICT:
         statuses.add(409)
     return tuple(sorted(statuses))
 
