@@ -23,6 +23,7 @@ from domain.model.errors import DomainError
 from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.model.namespaces import tenant_of, validate_namespace
+from domain.model.text import storable_text_problem
 from projections.governance.views import KeyView
 
 Handler = Callable[[argparse.Namespace], int]
@@ -120,6 +121,10 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    problem = storable_text_problem(args.key_id)
+    if problem is not None:  # no key id holds one; and the lookup could not even send it
+        sys.stderr.write(f"refused: KEY_ID {problem}\n")
+        return 1
     with Runtime(follow=False) as runtime:
         governance = runtime.core.governance
         key = governance.key(args.key_id)
@@ -136,6 +141,12 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
+    try:
+        if args.namespace:
+            validate_namespace(args.namespace)
+    except DomainError as error:
+        sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
+        return 1
     with Runtime(follow=False) as runtime:
         runtime.reads.runner.catch_up()
         keys = list(runtime.reads.keys(args.namespace)) if args.namespace else _all_keys(runtime)

@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 
+from api.cli import main
+from api.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.errors import InvalidRequest
-from domain.model.events import AuditRecorded, MemoryWritten
+from domain.model.events import AuditRecorded, KeyIssued, MemoryWritten
 from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.services.knowledge import KnowledgeService
+from domain.settings import Settings
 from projections.runner import Rebuilder
 from tests.e2e.api_helpers import Api
 
@@ -310,3 +313,33 @@ def test_no_way_around_the_edge_appends_poison(api: Api) -> None:
     rebuilder = Rebuilder(api.runtime.reads.runner)
     for projection in api.runtime.reads.runner.projections:
         assert rebuilder.rebuild(projection.name).events > 0
+
+
+def test_the_cli_refuses_poison_from_its_arguments(
+    monkeypatch: pytest.MonkeyPatch, settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Arguments carry undecodable bytes as lone surrogates (surrogateescape): each command
+    refuses them with a message and an exit code, never a traceback, and appends nothing."""
+    monkeypatch.setenv("DATABASE_URL", settings.database_url or "")
+    monkeypatch.setenv("MEMWARDEN_DATA_DIR", str(settings.data_dir))
+    bad = b"b\xffot".decode("utf-8", "surrogateescape")
+    for argv, exit_code, message in (
+        (["keys", "create", "acme/eng", bad, "agent"], 1, "actor contains a lone surrogate"),
+        (["keys", "create", f"acme/{bad}", "bot", "agent"], 1, "namespace contains a lone surrogate"),
+        (["keys", "create", "acme/./eng", "bot", "agent"], 1, "path operator"),
+        (["keys", "revoke", bad], 1, "KEY_ID contains a lone surrogate"),
+        (["keys", "list", "--namespace", f"acme/{bad}"], 1, "namespace contains a lone surrogate"),
+        (["asof", "2026-03-01", "--query", bad], 2, "--query contains a lone surrogate"),
+        (["knowledge", "load", str(settings.data_dir), "--as", f"acme/{bad}"], 2, "--as contains a lone"),
+    ):
+        assert main(argv) == exit_code, argv
+        assert message in capsys.readouterr().err, argv
+    for argv, problem in (
+        (["asof", "0001-01-01T00:00:00+01:00"], "is outside years 1-9999 once converted to UTC"),
+        (["asof", "2026-03-01T10:00:00"], "has no time zone"),
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert f"argument time: '{argv[1]}' {problem}" in capsys.readouterr().err
+    with Runtime(settings, follow=False) as runtime:
+        assert not [r for r in runtime.ledger.read(0, 1000) if isinstance(r.event, KeyIssued)]
