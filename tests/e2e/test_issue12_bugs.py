@@ -99,6 +99,8 @@ def test_compliance_asof_looks_down_the_subtree_by_sql_replay_and_cli(
         "acme/engineering": "The engineering wiki moved",
         "acme/e_g": "Underscore team exists",
         "acme/e%": "Percent team exists",
+        "acme/q\\": "Backslash team exists",
+        "acme/q\\/sub": "Backslash subteam exists",
         "globex": "Globex is a competitor",
     }
     for namespace, content in placed.items():
@@ -118,6 +120,7 @@ def test_compliance_asof_looks_down_the_subtree_by_sql_replay_and_cli(
     assert seen({"target": "acme/eng"}) == {"acme/eng", "acme/eng/db"}  # not acme/engineering
     assert seen({"target": "acme/e_g"}) == {"acme/e_g"}  # _ and % are literal
     assert seen({"target": "acme/e%"}) == {"acme/e%"}
+    assert seen({"target": "acme/q\\"}) == {"acme/q\\", "acme/q\\/sub"}  # \ is literal too
     outside = api.call(auditor, "/v1/compliance/asof", {"as_of": now, "target": "globex"})
     assert outside.status_code == 403
     assert outside.json()["error"] == "outside_subtree"
@@ -125,7 +128,7 @@ def test_compliance_asof_looks_down_the_subtree_by_sql_replay_and_cli(
     assert api.call(below, "/v1/compliance/asof", {"as_of": now, "target": "acme"}).status_code == 403
 
     travel = api.runtime.reads.time_travel
-    for root in ("acme", "acme/eng", "acme/e_g", "acme/e%"):
+    for root in ("acme", "acme/eng", "acme/e_g", "acme/e%", "acme/q\\"):
         check = travel.verify(AsOfQuestion(scope=Subtree(root), as_of=datetime.fromisoformat(now)))
         assert check.ok, check.differences
         assert {m.namespace for m in check.replay.memories} == {n for n in placed if is_within(n, root)}
