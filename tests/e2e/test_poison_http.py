@@ -143,6 +143,18 @@ def test_poison_in_the_query_string_is_a_400_naming_the_parameter(api: Api) -> N
         response = api.call(auditor, "/v1/compliance/audit", method="GET", params=params)
         assert response.status_code == 400, (params, response.text)
         assert named in response.json()["detail"], response.json()
+    headers = {"Authorization": f"Bearer {auditor}"}
+    for raw_query in ("actor=%ED%A0%80", "actor=%FF%FE", "op=%00"):
+        answer = api.client.get(f"/v1/compliance/audit?{raw_query}", headers=headers)
+        assert answer.status_code in {200, 400}, (raw_query, answer.text)
+    admin = _keys(api)["admin"]
+    for path in ("/v1/admin/policies/acme%00x", "/v1/admin/policies/acme/%2E%2E"):
+        answer = api.call(admin, path, method="GET")
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["detail"].isprintable()
+    replaced = api.call(admin, "/v1/admin/policies/acme/%ED%A0%80", method="GET")
+    assert replaced.status_code == 200  # undecodable bytes arrive as U+FFFD: storable
+    assert replaced.json()["namespace"] == "acme/\ufffd\ufffd\ufffd"
     _assert_still_healthy(api)
 
 
