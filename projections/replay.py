@@ -42,6 +42,7 @@ from domain.model.asof import (
 from domain.model.events import MemoryWritten
 from domain.model.memory import MemoryState, evolve_memory
 from domain.model.scopes import Subtree
+from projections.sanitize import sanitized, storable_text
 
 READ_BATCH = 5000
 SNAPSHOT_TABLE = "replay_snapshots"
@@ -146,7 +147,7 @@ class ReplayEngine:
         return ``position(T)`` and the number of events read. ``scope`` None = every namespace."""
         position, read = start, 0
         while position < cap:
-            batch = self.ledger.read(position, READ_BATCH, stop=cap)
+            batch = self._read(position, cap)
             if not batch:
                 break
             for recorded in batch:
@@ -163,8 +164,14 @@ class ReplayEngine:
             streams = self.ledger.streams(ids[chunk_start : chunk_start + 1000])
             for memory_id, events in streams.items():
                 first = events[0].event if events else None
-                found[memory_id] = first.content if isinstance(first, MemoryWritten) else None
+                content = first.content if isinstance(first, MemoryWritten) else None
+                found[memory_id] = None if content is None else storable_text(content)
         return found
+
+    def _read(self, after: int, stop: int) -> list[Recorded]:
+        """The next events up to ``stop``, as the projections see them (projections/sanitize.py):
+        so the replay answers what the SQL answers, whatever an older version let in."""
+        return sanitized(self.ledger.read(after, READ_BATCH, stop=stop))
 
     # -- snapshots ----------------------------------------------------------------------------
 
@@ -229,7 +236,7 @@ class ReplayEngine:
         mark = (position // every + 1) * every
         saved: list[int] = []
         while position < head:
-            batch = self.ledger.read(position, READ_BATCH, stop=head)
+            batch = self._read(position, head)
             if not batch:
                 break
             for recorded in batch:

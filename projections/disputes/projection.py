@@ -9,6 +9,7 @@ from psycopg.sql import SQL, Identifier
 
 from domain.ledger.mapper import Recorded
 from domain.model.events import DisputeOpened, DisputeResolved, MemoryErased
+from projections.sanitize import sanitized
 
 
 class DisputesProjection:
@@ -42,6 +43,7 @@ CREATE TABLE IF NOT EXISTS {s}.disputes (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        events = sanitized(events)
         s = Identifier(schema)
         erased = [r.event.memory_id for r in events if isinstance(r.event, MemoryErased)]
         for r in events:

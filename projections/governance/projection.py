@@ -11,6 +11,7 @@ from psycopg.sql import SQL, Identifier
 from domain.ledger.mapper import Recorded
 from domain.model.events import AuditRecorded, KeyIssued, KeyRevoked, MemoryShared, PinSet
 from projections.rows import array_literal, columns
+from projections.sanitize import sanitized
 
 
 class KeysProjection:
@@ -40,6 +41,7 @@ CREATE TABLE IF NOT EXISTS {s}.api_keys (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        events = sanitized(events)
         s = Identifier(schema)
         for r in events:
             e = r.event
@@ -91,6 +93,7 @@ CREATE TABLE IF NOT EXISTS {s}.audit_records (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        events = sanitized(events)
         rows = [
             (
                 r.position,
@@ -157,6 +160,7 @@ CREATE TABLE IF NOT EXISTS {s}.pins (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        events = sanitized(events)
         s = Identifier(schema)
         for r in events:
             e = r.event

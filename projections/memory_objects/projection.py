@@ -24,6 +24,7 @@ from domain.model.events import (
 )
 from domain.model.trust import rank_of
 from projections.rows import array_literal, columns
+from projections.sanitize import sanitized
 
 _json = msgspec.json.Encoder()
 
@@ -52,6 +53,7 @@ class MemoryObjectsProjection:
         is sent before any later statement on one of its memories (a memory's own events
         keep their ledger order); the ``memory_supersedence`` rows depend on nothing here
         and go last, in ledger order."""
+        events = sanitized(events)
         s = Identifier(schema)
         batch = _Batch(curs, s)
         for recorded in events:
@@ -349,18 +351,18 @@ def _verified(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
 
 def _erased(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
     """Erasure: the row stays as a tombstone; everything the memory said goes, including
-    what was derived from it (provenance content hashes and refs)."""
+    what was derived from it. Its provenance goes whole, and the rank read from it: it is
+    sealed with the memory's data key, so a rebuild after the erasure finds none either."""
     e = r.event
     assert isinstance(e, MemoryErased)
     curs.execute(
         SQL(
             "UPDATE {s}.memory_objects SET status = 'erased', retired_at = coalesce(retired_at, %s),"
             " content = NULL, value = NULL, subject = NULL, attribute = NULL, tags = '{{}}',"
-            " selectors = '{{}}', erasure_keys = '{{}}', provenance = coalesce((SELECT jsonb_agg(p || '{{\"content_hash\": null,"
-            " \"ref\": null}}'::jsonb) FROM jsonb_array_elements(provenance) p), '[]'::jsonb),"
+            " selectors = '{{}}', erasure_keys = '{{}}', provenance = '[]'::jsonb, trust_rank = %s,"
             " position = %s WHERE id = %s"
         ).format(s=s),
-        (e.at, r.position, e.memory_id),
+        (e.at, rank_of(()), r.position, e.memory_id),
     )
 
 

@@ -29,6 +29,7 @@ from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from domain.ledger.mapper import Recorded
 from domain.model.events import KnowledgeErased, KnowledgePublished, MemoryErased, MemoryWritten
+from projections.sanitize import sanitized
 from projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
 from projections.search.lexical import term_frequencies
 
@@ -158,6 +159,7 @@ class SearchIndexProjection:
         return int(row["n"]) if row else 0
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        events = sanitized(events)
         s = Identifier(schema)
         pending: list[_Doc] = []
         for r in events:

@@ -12,6 +12,7 @@ from psycopg.sql import SQL, Identifier
 
 from domain.ledger.mapper import Recorded
 from domain.model.events import CapsuleIssued, ContextFaulted, MemoryErased
+from projections.sanitize import sanitized
 
 
 class AccessProjection:
@@ -53,6 +54,7 @@ CREATE TABLE IF NOT EXISTS {s}.context_faults (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        events = sanitized(events)
         s = Identifier(schema)
         for r in events:
             e = r.event

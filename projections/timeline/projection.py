@@ -20,6 +20,7 @@ from psycopg.sql import SQL, Composed, Identifier
 
 from domain.ledger.mapper import Recorded
 from domain.model.asof import Standing, evolve_standing, is_erasure, is_memory_event
+from projections.sanitize import sanitized
 
 
 class _Open:
@@ -48,6 +49,7 @@ class TimelineProjection:
             curs.execute(statement)
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        events = sanitized(events)
         s = Identifier(schema)
         self._clock(curs, s, events)
         memory_events = [r for r in events if is_memory_event(r.event) or is_erasure(r.event)]
