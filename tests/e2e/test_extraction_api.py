@@ -180,11 +180,11 @@ def test_every_failure_of_the_extractor_stores_verbatim_and_says_why(api: Api, m
     model_failures.append((f"{TRANSCRIPT} (fragments)", "facts_rejected"))
     results.append(api.mem(agent, "write", {"content": model_failures[-1][0]}).json())
 
-    model.delay = 4 * TIMEOUT
+    model.delay = 8 * TIMEOUT
     model_failures.append((f"{TRANSCRIPT} (slow)", "extractor_failed: timeout"))
     started = time.monotonic()
     results.append(api.mem(agent, "write", {"content": model_failures[-1][0]}).json())
-    assert time.monotonic() - started < 3 * TIMEOUT
+    assert time.monotonic() - started < 5 * TIMEOUT  # the write did not wait for the answer
     model.delay = 0.0
 
     calls = model.calls
