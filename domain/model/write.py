@@ -24,7 +24,7 @@ from domain.model.events import (
 from domain.model.identity import WRITER_ROLES, Identity
 from domain.model.memory import Claim, MemoryState, trust_tier_from
 from domain.model.storable import unstorable_field
-from domain.model.text import is_low_information, normalize
+from domain.model.text import is_low_information, normalize, normalize_key
 from domain.model.trust import HUMAN_ONLY_SOURCES, source_rank
 
 Outcome = Literal["stored", "deduplicated", "superseded", "disputed", "rejected"]
@@ -74,6 +74,11 @@ def _check_shape(command: WriteMemory) -> None:
         field = getattr(command, name)
         if field is not None and not (0 < len(field.strip()) <= MAX_FIELD_LENGTH):
             raise InvalidRequest(f"{name} must be 1-{MAX_FIELD_LENGTH} characters")
+    for name in ("subject", "attribute"):
+        field = getattr(command, name)
+        if field is not None and not normalize_key(field):
+            # only invisible characters or punctuation: every such spelling would be one slot
+            raise InvalidRequest(f"{name} must have a visible letter, digit or symbol")
     ref = command.provenance.ref
     if ref is not None and not (0 < len(ref) <= MAX_FIELD_LENGTH):
         raise InvalidRequest(f"provenance.ref must be 1-{MAX_FIELD_LENGTH} characters")

@@ -361,3 +361,11 @@ def test_surrogates_and_nul_are_always_found(text: str) -> None:
     assert (storable_text_problem(text) is not None) == bad
     if not bad:
         text.encode("utf-8")
+
+
+@pytest.mark.parametrize("subject", ["\u200b", "\u3164\u00ad", "!!!", "\u2010"])
+def test_a_slot_of_nothing_visible_is_refused(subject: str) -> None:
+    with pytest.raises(InvalidRequest, match="subject must have a visible"):
+        decide(cmd("The primary database host is db9", subject=subject, attribute="primary", value="db9"))
+    with pytest.raises(InvalidRequest, match="attribute must have a visible"):
+        decide(cmd("The primary database host is db9", subject="db-host", attribute=subject, value="db9"))
