@@ -129,8 +129,11 @@ def _normalize_once(text: str, *, dashes: bool) -> str:
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     if dashes:
         folded = folded.translate(_DASHES)
-    visible = "".join(c for c in folded if not _invisible(c))
-    return _strip_edges(_SPACE.sub(" ", visible))
+    spaced = _SPACE.sub(" ", folded)
+    # every invisible character is unprintable or a filler: most text skips the slow walk
+    if not (spaced.isprintable() and _FILLERS.isdisjoint(spaced)):
+        spaced = _SPACE.sub(" ", "".join(c for c in spaced if not _invisible(c)))
+    return _strip_edges(spaced)
 
 
 def _normalized(text: str, *, dashes: bool) -> str:
