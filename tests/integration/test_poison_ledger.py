@@ -25,11 +25,20 @@ from api.app import create_app
 from api.runtime import Runtime
 from domain.ledger.app import Ledger, NewMemoryKey
 from domain.ledger.mapper import Recorded
-from domain.model.commands import WriteMemory
-from domain.model.events import AuditRecorded, Event, MemoryWritten, Provenance
+from domain.model.commands import ProvenanceClaim, ResolveDispute, WriteMemory
+from domain.model.events import (
+    AuditRecorded,
+    DisputeOpened,
+    DisputeResolved,
+    Event,
+    MemoryRetired,
+    MemoryWritten,
+    Provenance,
+)
 from domain.model.identity import Identity
 from domain.settings import Settings
 from projections.runner import ERRORS_TABLE, Rebuilder
+from projections.sanitize import EARLIEST, LATEST, REPLACEMENT
 from projections.timeline.service import AsOfQuestion
 from tests.e2e.api_helpers import Api
 
@@ -82,6 +91,21 @@ CASES: dict[str, Poison] = {
     "event-time-year-10000-utc": written(event_time=YEAR_10000, valid_from=YEAR_10000),
     "invisible-characters-in-slot": written(subject="da\u200bna", attribute="ci\u00adty\u2060"),
 }
+
+SHOWN: dict[str, tuple[str, Any]] = {
+    "nul-in-content": ("content", f"Dana lives in {REPLACEMENT}Lyon"),
+    "nul-in-tag": ("tags", [f"home{REPLACEMENT}town"]),
+    "nul-in-selector": ("selectors", [f"channel:sl{REPLACEMENT}ack"]),
+    "nul-in-subject": ("subject", f"da{REPLACEMENT}na"),
+    "nul-in-attribute": ("attribute", f"ci{REPLACEMENT}ty"),
+    "nul-in-value": ("value", f"Ly{REPLACEMENT}on"),
+    "valid-from-year-0-utc": ("valid_from", EARLIEST),
+    "valid-from-year-10000-utc": ("valid_from", LATEST),
+    "event-time-year-0-utc": ("event_time", EARLIEST),
+    "event-time-year-10000-utc": ("event_time", LATEST),
+    "invisible-characters-in-slot": ("subject", "da\u200bna"),
+}
+"""What a read of the memory shows of its poisoned field: the storable form."""
 
 SURROGATE_CASES: dict[str, Poison] = {
     "surrogate-in-content": written(content=f"Dana lives in {SURROGATE}Lyon"),
@@ -136,10 +160,16 @@ def seed(settings: Settings, poison: Poison) -> UUID:
 
 
 @pytest.fixture
-def upgraded(settings: Settings, request: pytest.FixtureRequest) -> Iterator[tuple[Api, UUID]]:
+def upgraded(settings: Settings, request: pytest.FixtureRequest) -> Iterator[tuple[Api, UUID, str]]:
+    """The new version opened on a ledger seeded with the case ``request.param``."""
     memory_id = seed(settings, CASES[request.param])
     with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
-        yield Api(runtime, client), memory_id
+        yield Api(runtime, client), memory_id, request.param
+
+
+def shown(body: dict[str, Any], field: str) -> Any:
+    value = body[field]
+    return datetime.fromisoformat(value) if field in ("valid_from", "event_time") else value
 
 
 def stops(runtime: Runtime) -> list[str]:
@@ -178,6 +208,8 @@ def answers(api: Api, key: str, auditor: str, memory_id: UUID) -> dict[str, Any]
             AsOfQuestion(scope=(NAMESPACE, "acme"), as_of=now, valid_at=valid_at)
         )
         assert proof.ok, proof.differences
+    trail = api.call(auditor, "/v1/compliance/audit", method="GET")
+    assert trail.status_code == 200, trail.text
     body: dict[str, Any] = read.json()
     return body
 
@@ -192,15 +224,21 @@ def rebuilt_and_verified(runtime: Runtime) -> None:
 
 @pytest.mark.parametrize("upgraded", list(CASES), indirect=True)
 def test_a_ledger_holding_what_an_older_version_accepted_projects_and_answers(
-    upgraded: tuple[Api, UUID],
+    upgraded: tuple[Api, UUID, str],
 ) -> None:
-    api, memory_id = upgraded
+    api, memory_id, case = upgraded
     agent = api.key(NAMESPACE, "agent-2", "agent")
     auditor = api.key("acme", "audit", "auditor")
     admin = api.key(NAMESPACE, "lead", "admin")
     at_head(api)
     assert api.client.get("/readyz").status_code == 200
-    answers(api, agent, auditor, memory_id)
+    read = answers(api, agent, auditor, memory_id)
+    if case in SHOWN:
+        field, expected = SHOWN[case]
+        assert shown(read, field) == expected
+    if case == "nul-in-audit-detail":
+        trail = api.call(auditor, "/v1/compliance/audit", method="GET").json()["records"]
+        assert f"stored; note {REPLACEMENT}" in [r["detail"] for r in trail]
 
     # the next write to the same slot supersedes the memory, and projects
     after = api.mem(
@@ -229,3 +267,59 @@ def test_a_ledger_holding_what_an_older_version_accepted_projects_and_answers(
     rebuilt_and_verified(api.runtime)
     at_head(api)
     assert api.client.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("case", list(SURROGATE_CASES))
+def test_a_lone_surrogate_never_reached_a_ledger(settings: Settings, case: str) -> None:
+    """No version could append one: the ledger's encoders (msgspec JSON and msgpack) refuse
+    it, so the append fails whole. The read models sanitize it all the same (unit tests)."""
+    with pytest.raises(UnicodeEncodeError):
+        seed(settings, SURROGATE_CASES[case])
+    with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
+        api = Api(runtime, client)
+        assert not [r for r in runtime.ledger.read(0, 100) if isinstance(r.event, MemoryWritten)]
+        at_head(api)
+        assert client.get("/readyz").status_code == 200
+
+
+def reasons(text: str) -> Poison:
+    """Every free-text reason of a dispute's life (opened, settled, the memory retired)."""
+
+    def poison(event: Event) -> Event:
+        if isinstance(event, DisputeOpened | DisputeResolved | MemoryRetired):
+            return msgspec.structs.replace(event, reason=text)
+        return event
+
+    return poison
+
+
+def test_a_dispute_settled_with_text_an_older_version_accepted_projects(settings: Settings) -> None:
+    member = Identity(NAMESPACE, "dana", "member")
+    admin = Identity(NAMESPACE, "lead", "admin")
+    slot = {"subject": "oncall", "attribute": "rota", "event_time": datetime(2026, 1, 1, tzinfo=UTC)}
+    with Runtime(settings, follow=False) as old, appended_as_poisoned(old.ledger, reasons(f"wiki{NUL}")):
+        kept = old.memory.write(
+            member,
+            WriteMemory(
+                content="The rota is in the wiki", provenance=ProvenanceClaim(source="manual"), **slot
+            ),
+        )
+        disputed = old.memory.write(AGENT, WriteMemory(content="The rota is in a sheet", **slot))
+        assert disputed.outcome == "disputed"
+        assert disputed.dispute_id is not None
+        old.memory.resolve_dispute(
+            admin, ResolveDispute(dispute_id=disputed.dispute_id, decision="keep_old", reason="settled")
+        )
+    with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
+        api = Api(runtime, client)
+        reviewer = api.key(NAMESPACE, "lead", "admin")
+        at_head(api)
+        listed = api.call(reviewer, "/v1/admin/disputes?status=resolved", method="GET")
+        assert listed.status_code == 200, listed.text
+        (dispute,) = listed.json()
+        assert (dispute["reason"], dispute["resolution_reason"]) == (f"wiki{REPLACEMENT}",) * 2
+        history = api.mem(reviewer, "history", {"id": str(kept.id)})
+        assert history.status_code == 200, history.text
+        rebuilt_and_verified(runtime)
+        at_head(api)
+        assert client.get("/readyz").status_code == 200
