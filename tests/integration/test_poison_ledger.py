@@ -296,15 +296,19 @@ def reasons(text: str) -> Poison:
 def test_a_dispute_settled_with_text_an_older_version_accepted_projects(settings: Settings) -> None:
     member = Identity(NAMESPACE, "dana", "member")
     admin = Identity(NAMESPACE, "lead", "admin")
-    slot = {"subject": "oncall", "attribute": "rota", "event_time": datetime(2026, 1, 1, tzinfo=UTC)}
-    with Runtime(settings, follow=False) as old, appended_as_poisoned(old.ledger, reasons(f"wiki{NUL}")):
-        kept = old.memory.write(
-            member,
-            WriteMemory(
-                content="The rota is in the wiki", provenance=ProvenanceClaim(source="manual"), **slot
-            ),
+
+    def on_the_rota(content: str, source: str) -> WriteMemory:
+        return WriteMemory(
+            content=content,
+            subject="oncall",
+            attribute="rota",
+            provenance=ProvenanceClaim(source=source),
+            event_time=datetime(2026, 1, 1, tzinfo=UTC),
         )
-        disputed = old.memory.write(AGENT, WriteMemory(content="The rota is in a sheet", **slot))
+
+    with Runtime(settings, follow=False) as old, appended_as_poisoned(old.ledger, reasons(f"wiki{NUL}")):
+        kept = old.memory.write(member, on_the_rota("The rota is in the wiki", "manual"))
+        disputed = old.memory.write(AGENT, on_the_rota("The rota is in a sheet", "conversation"))
         assert disputed.outcome == "disputed"
         assert disputed.dispute_id is not None
         old.memory.resolve_dispute(
