@@ -23,6 +23,7 @@ from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
 from api.schemas import TicketStatus, WriteBody
+from domain.ledger.database import FailureRun
 from domain.model.errors import DomainError
 from domain.model.identity import Identity
 
@@ -162,13 +163,16 @@ class TicketWorker:
         return True
 
     def _run(self) -> None:
+        failures = FailureRun("ticket worker", log)
         while not self._stop.is_set():
             try:
                 busy = self.run_one()
-            except Exception:
-                log.exception("ticket worker failed; retrying")
+            except Exception as error:  # noqa: BLE001 - logged once per run of failures
+                failures.failed(error)
                 busy = False
                 self._stop.wait(0.5)
+            else:
+                failures.ended()
             if not busy:
                 self.wake.wait(0.5)
                 self.wake.clear()

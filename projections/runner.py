@@ -21,7 +21,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
 from domain.ledger.app import Ledger
-from domain.ledger.database import unavailable
+from domain.ledger.database import FailureRun, unavailable
 from domain.ledger.mapper import Recorded
 from projections.base import DeferredIndexes, Projection
 
@@ -443,7 +443,7 @@ class ProjectionRunner:
         """Run ``step`` with a listener on ``channel`` until stopped; reconnect after failures.
         A run of failures is logged once when it starts and once when it ends, with its count."""
         listener: Connection[Any] | None = None
-        failures = FailureRun(label)
+        failures = FailureRun(label, log)
         while not self._stop.is_set():
             try:
                 if listener is None:
@@ -466,41 +466,6 @@ class ProjectionRunner:
 
 
 LISTEN_CONNECT_SECONDS = 5
-
-
-class FailureRun:
-    """Repeated failures of a background loop, logged once when they start (a database
-    outage as one line, anything else with its traceback) and once when they end, with
-    the count of retries between, instead of once per retry."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.count = 0
-        self._since = 0.0
-
-    def failed(self, error: Exception) -> None:
-        self.count += 1
-        if self.count > 1:
-            return
-        self._since = time.monotonic()
-        if unavailable(error):
-            log.warning("%s: database unavailable (%s); retrying", self.label, _first_line(error))
-        else:
-            log.exception("%s: failed; retrying", self.label, exc_info=error)
-
-    def ended(self) -> None:
-        if self.count:
-            log.warning(
-                "%s: recovered after %d retries in %.1f s",
-                self.label,
-                self.count,
-                time.monotonic() - self._since,
-            )
-            self.count = 0
-
-
-def _first_line(error: BaseException) -> str:
-    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:200]
 
 
 # -- rebuilds ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from psycopg.sql import SQL, Identifier
 from domain.ledger.certificates import CertificateCheck, check_certificate_signature, sign_certificate
 from domain.ledger.chain import ChainReport
 from domain.ledger.checkpoints import Checkpoint, CheckpointSigner, verify_checkpoint_signature
-from domain.ledger.database import ConnectionParams
+from domain.ledger.database import ConnectionParams, unavailable
 from domain.ledger.group_commit import GroupCommitter
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
 from domain.ledger.mapper import Recorded, SealingMapper
@@ -66,6 +66,9 @@ def ledger_env(params: ConnectionParams, pool_size: int = 8, timeout_seconds: fl
         "POSTGRES_MAX_OVERFLOW": str(pool_size * 2),
         "POSTGRES_CONNECT_TIMEOUT": str(max(1, math.ceil(timeout_seconds))),  # whole seconds
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "30",
+        # A pooled connection is checked (one empty round trip) before it is handed out:
+        # after the server restarted, requests get new connections, not the dead ones.
+        "POSTGRES_PRE_PING": "yes",
         "CREATE_TABLE": "yes",
     }
 
@@ -88,7 +91,7 @@ class Ledger(Application[UUID]):
         self.datastore.pool.reconnect_timeout = self.datastore.pool.timeout
         self.schema = self.datastore.schema
         self._committer: GroupCommitter[AppendGroup, GroupResult] = GroupCommitter(
-            self.recorder.append_groups
+            self.recorder.append_groups, fails_queue=unavailable
         )
         self.checkpoints = CheckpointSigner(self.datastore, self.schema, signing_key)
         self.checkpoints.register_public_key()

@@ -6,6 +6,10 @@ new writers keep queueing behind it. Followers sleep on a condition until their 
 done, so a commit wakes them all at once instead of passing a lock from one to the next.
 The table lock in PostgreSQL serializes appends anyway; batching turns N lock waits,
 N round trips and N fsyncs into one.
+
+A commit that failed because the database is down (``fails_queue``) fails the writers
+queued behind it too: they would each wait for the same database again, one timeout
+after another, instead of answering at once.
 """
 
 from __future__ import annotations
@@ -31,8 +35,13 @@ class _Pending(Generic[G, R]):
 
 
 class GroupCommitter(Generic[G, R]):
-    def __init__(self, commit: Callable[[Sequence[G]], list[R]]) -> None:
+    def __init__(
+        self,
+        commit: Callable[[Sequence[G]], list[R]],
+        fails_queue: Callable[[BaseException], bool] = lambda _error: False,
+    ) -> None:
         self._commit = commit
+        self._fails_queue = fails_queue
         self._queue: list[_Pending[G, R]] = []
         self._changed = threading.Condition()
         self._committing = False
@@ -58,6 +67,12 @@ class GroupCommitter(Generic[G, R]):
         except BaseException as error:  # noqa: BLE001 - handed to every writer of the batch
             for p in batch:
                 p.error = error
+            if self._fails_queue(error):
+                with self._changed:
+                    queued, self._queue = self._queue, []
+                for p in queued:
+                    p.error = error
+                batch = batch + queued
         else:
             for p, result in zip(batch, results, strict=True):
                 p.result = result

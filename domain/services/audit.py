@@ -12,6 +12,7 @@ from typing import Literal, TypeVar
 from uuid import UUID
 
 from domain.ledger.app import Ledger
+from domain.ledger.database import unavailable
 from domain.ledger.mapper import Recorded
 from domain.model.errors import DomainError, NotFound
 from domain.model.events import AuditRecorded
@@ -74,6 +75,8 @@ class Audit:
             self.record(identity, op, outcome, f"{error.code}: {error.detail}")
             raise
         except Exception as error:
+            if unavailable(error):  # the record would wait for the same database, and fail
+                raise
             try:
                 self.record(identity, op, "error", type(error).__name__)
             except Exception as audit_error:  # the ledger itself may be what failed

