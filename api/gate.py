@@ -10,6 +10,7 @@ is an error response, never a permit.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -34,7 +35,7 @@ from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidR
 from domain.model.identity import Identity
 from domain.model.keys import parse_key
 from domain.model.policies import EffectivePolicy, check_not_suspended
-from domain.model.storable import check_storable
+from domain.model.storable import check_storable, unstorable_field
 from domain.model.text import escape_unprintable, quote_text, storable_text_problem
 from domain.services.governance import GovernanceService
 
@@ -234,6 +235,17 @@ def _nests_deeper_than(raw: bytes, limit: int) -> bool:
     return False
 
 
+def _malformed(data: bytes, error: msgspec.DecodeError) -> str:
+    """Why the body is not JSON. The decoder calls a lone surrogate escape (``"\\ud800"``)
+    malformed; the standard library reads it, so its field can be named like any other."""
+    try:
+        lenient = json.loads(data)
+    except (ValueError, RecursionError):
+        lenient = None
+    unstorable = unstorable_field(lenient) if lenient is not None else None
+    return unstorable or escape_unprintable(f"malformed JSON: {error}"[:300])
+
+
 def _decode(raw: bytes, body_type: type[Body], allowed: frozenset[str]) -> Any:
     """The body as ``body_type``, or InvalidRequest naming what is wrong. Messages never copy
     caller text raw: storable problems name the field, decoder messages are escaped."""
@@ -243,7 +255,7 @@ def _decode(raw: bytes, body_type: type[Body], allowed: frozenset[str]) -> Any:
     try:
         generic = msgspec.json.decode(data)
     except msgspec.DecodeError as error:
-        raise InvalidRequest(escape_unprintable(f"malformed JSON: {error}"[:300])) from error
+        raise InvalidRequest(_malformed(data, error)) from error
     if not isinstance(generic, dict):
         raise InvalidRequest("the body must be a JSON object")
     check_storable(generic)

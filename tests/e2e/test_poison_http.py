@@ -104,9 +104,14 @@ def test_poison_text_in_any_field_of_any_body_is_a_400_naming_the_field(api: Api
     _assert_still_healthy(api)
 
 
-def test_a_lone_surrogate_escape_in_json_is_a_400(api: Api) -> None:
+def test_a_lone_surrogate_escape_in_json_is_a_400_naming_the_field(api: Api) -> None:
     agent = _keys(api)["agent"]
-    for raw in (b'{"content": "x \\ud800 y"}', b'{"content": "ok", "tags": ["\\udc00"]}'):
+    for raw, named in (
+        (b'{"content": "x \\ud800 y"}', "content contains a lone surrogate (U+D800)"),
+        (b'{"content": "ok", "tags": ["a", "\\udc00"]}', "tags[1] contains a lone surrogate (U+DC00)"),
+        (b'{"content": "ok", "provenance": {"ref": "\\udbff"}}', "provenance.ref contains a lone surrogate"),
+        (b'{"content": "x", "tags": ["\\ud800"', "malformed JSON"),  # truncated: no field to name
+    ):
         response = api.client.post(
             "/v1/mem/write",
             content=raw,
@@ -114,6 +119,7 @@ def test_a_lone_surrogate_escape_in_json_is_a_400(api: Api) -> None:
         )
         assert response.status_code == 400, response.text
         assert response.json()["error"] == "invalid_request"
+        assert response.json()["detail"].startswith(named), response.json()
     _assert_still_healthy(api)
 
 
