@@ -597,15 +597,19 @@ class Rebuilder:
         try:
             with conn.transaction(), conn.cursor() as curs, conn.pipeline():
                 projection.apply(curs, schema, events)
-        except Exception:
+        except Exception as error:
+            if unavailable(error):  # no event's fault: the rebuild fails as the database did
+                raise
             for recorded in events:
                 try:
                     with conn.transaction(), conn.cursor() as curs:
                         projection.apply(curs, schema, [recorded])
-                except Exception as error:
+                except Exception as failure:
+                    if unavailable(failure):
+                        raise
                     raise RebuildFailed(
-                        projection.name, int(recorded.position or 0), f"{type(error).__name__}: {error}"
-                    ) from error
+                        projection.name, int(recorded.position or 0), f"{type(failure).__name__}: {failure}"
+                    ) from failure
             raise
 
     def _verify(self, conn: Connection[Any], projection: Projection, shadow: str, position: int) -> list[str]:

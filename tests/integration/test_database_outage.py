@@ -5,8 +5,11 @@ followed again by a runner that is already running."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,8 @@ from psycopg import Cursor
 
 from api.errors import classify
 from api.runtime import Runtime
-from domain.ledger.database import ConnectionParams, unavailable
+from domain.ledger.database import ConnectionParams, EmbeddedServer, unavailable
+from domain.ledger.group_commit import GroupCommitter
 from domain.ledger.mapper import Recorded
 from domain.model.commands import VerifyMemory, WriteMemory
 from domain.model.events import MemoryVerified
@@ -195,3 +199,72 @@ def test_a_rebuild_elsewhere_clears_the_stop_of_a_running_runner(runtime: Runtim
         assert all(s.error is None for s in running.runner.status())
     finally:
         running.runner.stop()
+
+
+def _can_connect(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+    except psycopg.OperationalError:
+        return False
+
+
+def test_the_embedded_server_is_started_again_after_its_postmaster_is_killed(tmp_path: Path) -> None:
+    """Two users of one data directory: the postmaster dies (kill -9 leaves its pid file
+    behind); one of them starts it again on the same socket, and both keep using it."""
+    data_dir = tmp_path / "mw"
+    first, second = EmbeddedServer(data_dir, watch_seconds=0.2), EmbeddedServer(data_dir, watch_seconds=0.2)
+    url = first.start()
+    try:
+        assert second.start() == url
+        killed = int((data_dir / "pg" / "postmaster.pid").read_text().split("\n", 1)[0])
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not (first.running() and _can_connect(url)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _can_connect(url), "the server was not started again"
+        restarted = int((data_dir / "pg" / "postmaster.pid").read_text().split("\n", 1)[0])
+        assert restarted != killed
+        assert second.running()
+    finally:
+        second.stop()
+        first.stop()
+    assert not _can_connect(url), "the last user's stop() left the server running"
+
+
+def test_an_append_that_finds_the_database_down_fails_the_writers_queued_behind_it(tmp_path: Path) -> None:
+    """Each writer answers after one connection timeout, not after every batch before it."""
+    calls: list[int] = []
+    started = threading.Event()
+
+    def commit(groups: Sequence[str]) -> list[str]:
+        calls.append(len(groups))
+        if len(calls) == 1:
+            started.set()
+            time.sleep(0.5)  # the first batch waits for a connection …
+            error = _caught(lambda: psycopg.connect(_nowhere(tmp_path).conninfo(), connect_timeout=1))
+            raise persistence.OperationalError(str(error)) from error  # … and gets none
+        return list(groups)
+
+    committer: GroupCommitter[str, str] = GroupCommitter(commit, fails_queue=unavailable)
+    outcomes: dict[str, str] = {}
+
+    def write(name: str) -> None:
+        try:
+            outcomes[name] = committer.submit(name)
+        except persistence.OperationalError:
+            outcomes[name] = "unavailable"
+
+    leader = threading.Thread(target=write, args=("leader",))
+    leader.start()
+    started.wait(5)
+    queued = [threading.Thread(target=write, args=(f"queued-{n}",)) for n in range(3)]
+    for thread in queued:
+        thread.start()
+    for thread in [leader, *queued]:
+        thread.join(10)
+    assert calls == [1], "the queued writers waited for the database again"
+    assert set(outcomes.values()) == {"unavailable"}
+    assert len(outcomes) == 4
+    # the database is back: the next writer commits as usual
+    assert committer.submit("later") == "later"
