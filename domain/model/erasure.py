@@ -26,7 +26,7 @@ from domain.model.knowledge import KnowledgeState
 from domain.model.memory import MemoryState
 from domain.model.namespaces import ancestors, is_within, validate_namespace
 from domain.model.storable import check_storable
-from domain.model.text import normalize
+from domain.model.text import normalize_key
 
 MAX_FORGET_IDS = 100_000
 MAX_REASON_LENGTH = 1_000
@@ -122,7 +122,7 @@ def resolve_subtree(caller: Identity, subtree: str) -> str:
 def subject_keys(subject: str) -> frozenset[str]:
     """The normalized forms a data subject goes by: ``dana`` and ``stakeholder:dana``
     both name ``dana``."""
-    key = normalize(subject)
+    key = normalize_key(subject)
     keys = {key}
     if ":" in key:
         keys.add(key.split(":", 1)[1].strip())
@@ -138,7 +138,7 @@ def handles_name_subject(subject: str | None, handles: Iterable[str], keys: froz
     if subject is not None and subject_keys(subject) & keys:
         return True
     for handle in handles:
-        normalized = normalize(handle)
+        normalized = normalize_key(handle)
         if normalized in keys:
             return True
         if ":" in normalized and normalized.split(":", 1)[1].strip() in keys:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from api.gate import MAX_JSON_DEPTH, _identity_names, _nests_deeper_than
 from api.timecli import parse_time
 from domain.model.commands import VerifyMemory, WriteMemory
-from domain.model.erasure import Forget
+from domain.model.erasure import Forget, names_subject, subject_keys
 from domain.model.errors import InvalidRequest
 from domain.model.events import Directive
 from domain.model.keys import IssueKey, decide_issue
@@ -369,3 +369,16 @@ def test_a_slot_of_nothing_visible_is_refused(subject: str) -> None:
         decide(cmd("The primary database host is db9", subject=subject, attribute="primary", value="db9"))
     with pytest.raises(InvalidRequest, match="attribute must have a visible"):
         decide(cmd("The primary database host is db9", subject="db-host", attribute=subject, value="db9"))
+
+
+def test_erasure_by_subject_finds_every_respelling() -> None:
+    keys = subject_keys("Dana-Lee")
+    for subject, tags in (
+        ("dana\u2010lee", ()),
+        ("DANA-LEE", ()),
+        (None, ("stakeholder:da\u200bna-lee",)),
+        (None, ("stakeholder:dana\u00ad-lee",)),
+    ):
+        target = memory(subject=subject, attribute="city" if subject else None, tags=tags)
+        assert names_subject(target, keys), (subject, tags)
+    assert not names_subject(memory(subject="dana-leo", attribute="city"), keys)
