@@ -10,6 +10,7 @@ decider sees it); a second process then opens the same data, as after an upgrade
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
@@ -22,6 +23,7 @@ import pytest
 from litestar.testing import TestClient
 
 from api.app import create_app
+from api.cli import main
 from api.runtime import Runtime
 from domain.ledger.app import Ledger, NewMemoryKey
 from domain.ledger.mapper import Recorded
@@ -141,12 +143,17 @@ def appended_as_poisoned(ledger: Ledger, poison: Poison) -> Iterator[None]:
 def seed(settings: Settings, poison: Poison) -> UUID:
     """One write on the slot (dana, city), appended with ``poison``, by a process that is
     then closed; the read models are left to the next process."""
-    with Runtime(settings, follow=False) as old, appended_as_poisoned(old.ledger, poison):
+    with Runtime(settings, follow=False) as old:
+        return write_poisoned(old, poison)
+
+
+def write_poisoned(old: Runtime, poison: Poison, subject: str = "dana") -> UUID:
+    with appended_as_poisoned(old.ledger, poison):
         result = old.memory.write(
             AGENT,
             WriteMemory(
-                content="Dana lives in Lyon",
-                subject="dana",
+                content=f"{subject.capitalize()} lives in Lyon",
+                subject=subject,
                 attribute="city",
                 value="Lyon",
                 tags=("hometown",),
@@ -327,3 +334,23 @@ def test_a_dispute_settled_with_text_an_older_version_accepted_projects(settings
         rebuilt_and_verified(runtime)
         at_head(api)
         assert client.get("/readyz").status_code == 200
+
+
+def test_the_cli_rebuilds_verifies_and_replays_a_ledger_holding_every_case(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator's commands on one ledger that holds every case at once."""
+    with Runtime(settings, follow=False) as old:
+        for n, poison in enumerate(CASES.values()):
+            write_poisoned(old, poison, subject=f"person{n}")
+    monkeypatch.setenv("DATABASE_URL", settings.database_url or "")
+    monkeypatch.setenv("MEMWARDEN_DATA_DIR", str(settings.data_dir))
+    assert main(["projections", "rebuild", "--verify", "--json"]) == 0
+    assert main(["ledger", "verify"]) == 0
+    assert main(["replay", "snapshot", "--every", "10"]) == 0
+    assert main(["asof", "now", "--verify"]) == 0
+    assert main(["asof", "now", "--verify", "--no-snapshots", "--valid-at", "0001-01-02"]) == 0
+    capsys.readouterr()
+    assert main(["projections", "status", "--json"]) == 0
+    statuses = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in statuses if s["error"] or s["lag"]] == []
