@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -234,6 +235,13 @@ def test_a_database_outage_is_fast_503s_and_serve_recovers_by_itself(served: Ser
     assert served.process.poll() is None
     # the outage stopped no projection: every read model follows the ledger again
     _wait(lambda: _status(served.base, "/readyz") == 200, 30)
+
+    # the requests that passed the gate did not wait for an audit record the database could
+    # not take (those that failed at the key's lookup never had one): they were counted
+    metrics = httpx.get(f"{served.base}/metrics", timeout=10).text
+    found = re.search(r'event="audit_failed"\} (\d+)', metrics)
+    assert found is not None, metrics
+    assert int(found.group(1)) >= 1
 
     # each background loop logged the outage once, and once more when it was over
     _wait(lambda: "projector: recovered after" in served.log.read_text(), 30)
