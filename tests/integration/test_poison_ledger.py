@@ -207,9 +207,10 @@ def answers(api: Api, key: str, auditor: str, memory_id: UUID) -> dict[str, Any]
     assert search.status_code == 200, search.text
     now = datetime.now(UTC)
     for valid_at in (now, datetime(2, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)):
-        asof = api.call(
-            auditor, "/v1/compliance/asof", {"as_of": now.isoformat(), "valid_at": valid_at.isoformat()}
-        )
+        times = {"as_of": now.isoformat(), "valid_at": valid_at.isoformat()}
+        search = api.mem(key, "search", {"query": "Dana Lyon", **times})
+        assert search.status_code == 200, search.text
+        asof = api.call(auditor, "/v1/compliance/asof", times)
         assert asof.status_code == 200, asof.text
         proof = api.runtime.reads.time_travel.verify(
             AsOfQuestion(scope=(NAMESPACE, "acme"), as_of=now, valid_at=valid_at)
