@@ -149,9 +149,10 @@ def _client_loop(served: Served, memory_id: str, answers: Answers, stop: threadi
 def _health_loop(base: str, answers: Answers, stop: threading.Event) -> None:
     with httpx.Client(base_url=base, timeout=10) as client:
         while not stop.is_set():
-            began = time.monotonic()
-            response = client.get("/healthz")
-            answers.add("healthz", response, time.monotonic() - began)
+            for method in ("GET", "HEAD"):
+                began = time.monotonic()
+                response = client.request(method, "/healthz")
+                answers.add(f"{method} /healthz", response, time.monotonic() - began)
             stop.wait(0.1)
 
 
