@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -62,15 +61,10 @@ def sanitized(events: list[Recorded]) -> list[Recorded]:
     return [_sanitized_recorded(r) for r in events]
 
 
-def sanitized_struct(struct: S) -> S:
-    """One event (or any struct), storable: the same object when it already is."""
-    return struct if _struct_ok(struct) else _repaired_struct(struct)
-
-
 def _sanitized_recorded(recorded: Recorded) -> Recorded:
-    event = sanitized_struct(recorded.event)
-    if event is recorded.event:
+    if _struct_ok(recorded.event):
         return recorded
+    event = _repaired_struct(recorded.event)
     return Recorded(recorded.originator_id, recorded.originator_version, event, recorded.position)
 
 
@@ -129,6 +123,7 @@ def _repaired_struct(struct: S) -> S:
 
 
 def _repaired(value: Any) -> Any:
+    """``value`` made storable; the same object when nothing in it had to be."""
     if isinstance(value, str):
         return storable_text(value)
     if isinstance(value, datetime):
@@ -136,16 +131,14 @@ def _repaired(value: Any) -> Any:
     if isinstance(value, msgspec.Struct):
         return _repaired_struct(value)
     if isinstance(value, dict):
-        return _same_or(value, {_repaired(k): _repaired(v) for k, v in value.items()}, value.items())
+        pairs = {_repaired(k): _repaired(v) for k, v in value.items()}
+        unchanged = len(pairs) == len(value) and all(k in value and value[k] is v for k, v in pairs.items())
+        return value if unchanged else pairs
     if isinstance(value, tuple | list | set | frozenset):
         items = [_repaired(item) for item in value]
-        return _same_or(value, type(value)(items), zip(items, value, strict=True))
+        unchanged = all(new is old for new, old in zip(items, value, strict=True))
+        return value if unchanged else type(value)(items)
     return value
-
-
-def _same_or(value: Any, repaired: Any, pairs: Iterable[tuple[Any, Any]]) -> Any:
-    """``value`` itself when nothing in it was repaired, else ``repaired``."""
-    return value if all(a is b for a, b in pairs) else repaired
 
 
 # -- which fields to look at -----------------------------------------------------------------

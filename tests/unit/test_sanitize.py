@@ -149,3 +149,24 @@ def test_nested_text_of_any_event_type_is_reached() -> None:
     assert isinstance(out.event, KnowledgePublished)
     assert out.event.chunks[0].heading == "On\ufffdcall"
     assert out.event.chunks[0].text == "Page \ufffd the lead"
+
+
+class LaterEvent(Event, frozen=True, kw_only=True):
+    """A shape no event has today (a dict, a list, a set), as a later version might add."""
+
+    notes: dict[str, str]
+    words: list[str]
+    labels: frozenset[str]
+
+
+def test_text_in_any_container_of_an_event_is_reached() -> None:
+    clean = LaterEvent(at=AT, notes={"k": "v"}, words=["a"], labels=frozenset({"x"}))
+    assert sanitized([recorded(clean)])[0].event is clean
+    poisoned = LaterEvent(
+        at=AT, notes={"k\x00": "v", "ok": "\x00"}, words=["a", "\ud800"], labels=frozenset({"\x00"})
+    )
+    (out,) = sanitized([recorded(poisoned)])
+    assert isinstance(out.event, LaterEvent)
+    assert out.event.notes == {"k\ufffd": "v", "ok": "\ufffd"}
+    assert out.event.words == ["a", "\ufffd"]
+    assert out.event.labels == frozenset({"\ufffd"})
