@@ -142,10 +142,9 @@ class ProjectionRunner:
         result = []
         for projection in self.projections:
             position = positions[projection.name]
-            error = self.errors.get(projection.name)
-            if error is None and projection.name in recorded:
-                stopped_at, message = recorded[projection.name]
-                error = (stopped_at, message) if stopped_at > position else None  # else passed since
+            error = self.errors.get(projection.name) or recorded.get(projection.name)
+            if error is not None and error[0] <= position:  # passed since: a fix, a rebuild
+                error = None
             result.append(
                 ProjectionStatus(
                     name=projection.name,

@@ -177,6 +177,10 @@ def test_a_rebuild_elsewhere_clears_the_stop_of_a_running_runner(runtime: Runtim
     with runtime.ledger.datastore.get_connection() as conn:
         conn.execute("TRUNCATE memwarden.memory_objects, memwarden.memory_supersedence, memwarden.disputes")
         conn.execute("DELETE FROM memwarden.projection_tracking")
+    # an API process whose reader helped the projector and hit the same stop
+    helper = ReadModels(runtime.ledger, conninfo, [_Poisoned(), DisputesProjection()], 0.5)
+    helper.runner.catch_up()
+    assert helper.runner.errors["memory_objects"][0] == verified.position - 1
     running.runner.start()  # the projector of a process that keeps running
     try:
         deadline = time.monotonic() + 15
@@ -197,6 +201,8 @@ def test_a_rebuild_elsewhere_clears_the_stop_of_a_running_runner(runtime: Runtim
         assert "memory_objects" not in running.runner.errors
         assert running.read(AGENT, later.id) is not None
         assert all(s.error is None for s in running.runner.status())
+        # the helper applies nothing more, yet reports (and /readyz) no stop either
+        assert all(s.error is None for s in helper.runner.status())
     finally:
         running.runner.stop()
 
