@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS {s}.disputes (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
-        events = sanitized(events)
+        events = sanitized(events, (DisputeOpened, DisputeResolved, MemoryErased))
         s = Identifier(schema)
         erased = [r.event.memory_id for r in events if isinstance(r.event, MemoryErased)]
         for r in events:

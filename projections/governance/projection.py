@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS {s}.api_keys (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
-        events = sanitized(events)
+        events = sanitized(events, (KeyIssued, KeyRevoked))
         s = Identifier(schema)
         for r in events:
             e = r.event
@@ -93,7 +93,7 @@ CREATE TABLE IF NOT EXISTS {s}.audit_records (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
-        events = sanitized(events)
+        events = sanitized(events, (AuditRecorded,))
         rows = [
             (
                 r.position,
@@ -160,7 +160,7 @@ CREATE TABLE IF NOT EXISTS {s}.pins (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
-        events = sanitized(events)
+        events = sanitized(events, (MemoryShared, PinSet))
         s = Identifier(schema)
         for r in events:
             e = r.event

@@ -14,6 +14,7 @@ from domain.ledger.mapper import Recorded
 from domain.model.erasure import erasure_keys
 from domain.model.events import (
     MemoryErased,
+    MemoryEvent,
     MemoryReaffirmed,
     MemoryReleased,
     MemoryRetired,
@@ -53,7 +54,7 @@ class MemoryObjectsProjection:
         is sent before any later statement on one of its memories (a memory's own events
         keep their ledger order); the ``memory_supersedence`` rows depend on nothing here
         and go last, in ledger order."""
-        events = sanitized(events)
+        events = sanitized(events, (MemoryEvent,))
         s = Identifier(schema)
         batch = _Batch(curs, s)
         for recorded in events:

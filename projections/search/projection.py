@@ -159,7 +159,7 @@ class SearchIndexProjection:
         return int(row["n"]) if row else 0
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
-        events = sanitized(events)
+        events = sanitized(events, (MemoryWritten, MemoryErased, KnowledgePublished, KnowledgeErased))
         s = Identifier(schema)
         pending: list[_Doc] = []
         for r in events:

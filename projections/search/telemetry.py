@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS {s}.context_faults (
         )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
-        events = sanitized(events)
+        events = sanitized(events, (CapsuleIssued, ContextFaulted, MemoryErased))
         s = Identifier(schema)
         for r in events:
             e = r.event

@@ -170,3 +170,29 @@ def test_text_in_any_container_of_an_event_is_reached() -> None:
     assert out.event.notes == {"k\ufffd": "v", "ok": "\ufffd"}
     assert out.event.words == ["a", "\ufffd"]
     assert out.event.labels == frozenset({"\ufffd"})
+
+
+def test_only_the_kinds_a_projection_reads_are_looked_at() -> None:
+    poisoned = recorded(memory(content="Dana\x00"))
+    audit = recorded(
+        AuditRecorded(
+            at=AT,
+            record_id=uuid4(),
+            actor="a",
+            namespace="acme",
+            role="agent",
+            op="x",
+            outcome="ok",
+            detail="\x00",
+        )
+    )
+    events = [poisoned, audit]
+    assert sanitized(events, (AuditRecorded,))[0] is poisoned  # passed unread
+    assert sanitized(events, (AuditRecorded,))[1].event == msgspec.structs.replace(
+        audit.event, detail="\ufffd"
+    )
+    unread = [poisoned]
+    assert sanitized(unread, (KnowledgePublished,)) is unread
+    (repaired,) = sanitized([poisoned], (MemoryWritten,))
+    assert isinstance(repaired.event, MemoryWritten)
+    assert repaired.event.content == "Dana\ufffd"
