@@ -1,6 +1,7 @@
 """The one place where failures become HTTP answers: ``{"error", "detail"}`` with the
-status of API.md. Bad input is never a 500; a request that reached the gate and was not
-audited yet is audited here (outcome ``denied``, ``miss`` or ``error``)."""
+status of API.md. Bad input is never a 500, nor is a database that is down (503
+``unavailable``, with ``Retry-After``). A request that reached the gate and was not audited
+yet is audited by the app's ``after_exception`` hook (``api.gate.audit_unaudited``)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,6 @@ def handle(request: Request[Any, Any, Any], error: Exception) -> Response[ErrorB
     fallback audit of a request nothing audited yet is the ``after_exception`` hook
     (``api.gate.audit_unaudited``), which runs before it, in a thread."""
     status, _code, _detail, _ = classify(error)
-    if status >= 500 and not isinstance(error, ProjectionLag | Unavailable) and not unavailable(error):
+    if status == 500:  # a bug: a 503 (the database, a lag, a timeout) is no news for the log
         log.exception("request failed: %s %s", request.method, request.url.path, exc_info=error)
     return error_response(error)
