@@ -89,7 +89,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             max_content_bytes=int(values.get("MEMWARDEN_MAX_CONTENT_BYTES") or 16_384),
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
-            db_timeout_seconds=float(values.get("MEMWARDEN_DB_TIMEOUT_SECONDS") or 3.0),
+            db_timeout_seconds=positive_number(values, "MEMWARDEN_DB_TIMEOUT_SECONDS", float) or 3.0,
             projector=_one_of(
                 "MEMWARDEN_PROJECTOR", values.get("MEMWARDEN_PROJECTOR") or "thread", PROJECTORS
             ),

@@ -274,3 +274,11 @@ def test_an_append_that_finds_the_database_down_fails_the_writers_queued_behind_
     assert len(outcomes) == 4
     # the database is back: the next writer commits as usual
     assert committer.submit("later") == "later"
+
+
+def test_the_database_timeout_is_configured_and_checked() -> None:
+    assert Settings.from_env({"MEMWARDEN_DB_TIMEOUT_SECONDS": "1.5"}).db_timeout_seconds == 1.5
+    assert Settings.from_env({}).db_timeout_seconds == 3.0
+    for bad in ("0", "-2", "soon", "nan"):
+        with pytest.raises(ValueError, match="MEMWARDEN_DB_TIMEOUT_SECONDS"):
+            Settings.from_env({"MEMWARDEN_DB_TIMEOUT_SECONDS": bad})
