@@ -88,8 +88,11 @@ def classify(error: BaseException) -> tuple[int, str, str, dict[str, str]]:
     if isinstance(error, RateLimited):
         return 429, error.code, error.detail, {"Retry-After": str(error.retry_after)}
     if isinstance(error, TenantSuspended | DomainError):
+        status = STATUS.get(error.code, 400)
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthenticated) else {}
-        return STATUS.get(error.code, 400), error.code, error.detail, headers
+        if status == 503:  # every 503 says when to come back
+            headers["Retry-After"] = str(RETRY_AFTER)
+        return status, error.code, error.detail, headers
     if isinstance(error, ProjectionLag):
         return 503, "projection_lag", str(error), {"Retry-After": str(max(1, error.retry_after))}
     if isinstance(error, NotAuthorizedException):

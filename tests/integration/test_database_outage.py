@@ -19,7 +19,7 @@ from eventsourcing import persistence
 from eventsourcing.postgres import PostgresDatastore
 from psycopg import Cursor
 
-from api.errors import classify
+from api.errors import Unavailable, classify
 from api.runtime import Runtime
 from domain.ledger.database import ConnectionParams, EmbeddedServer, unavailable
 from domain.ledger.group_commit import GroupCommitter
@@ -31,7 +31,7 @@ from domain.settings import Settings
 from projections.disputes.projection import DisputesProjection
 from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.reads import ReadModels
-from projections.runner import Rebuilder
+from projections.runner import ProjectionLag, Rebuilder
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 PEER = Identity("acme/eng", "agent-2", "agent")
@@ -282,3 +282,10 @@ def test_the_database_timeout_is_configured_and_checked() -> None:
     for bad in ("0", "-2", "soon", "nan"):
         with pytest.raises(ValueError, match="MEMWARDEN_DB_TIMEOUT_SECONDS"):
             Settings.from_env({"MEMWARDEN_DB_TIMEOUT_SECONDS": bad})
+
+
+def test_every_503_says_when_to_come_back() -> None:
+    for error in (Unavailable("the rebuild failed"), ProjectionLag(10, 5), TimeoutError()):
+        status, _code, _detail, headers = classify(error)
+        assert status == 503
+        assert int(headers["Retry-After"]) >= 1
