@@ -25,6 +25,7 @@ from litestar.testing import TestClient
 from api.app import create_app
 from api.cli import main
 from api.runtime import Runtime
+from domain.embedding import HashEmbedder
 from domain.ledger.app import Ledger, NewMemoryKey
 from domain.ledger.mapper import Recorded
 from domain.model.commands import ProvenanceClaim, ResolveDispute, WriteMemory
@@ -33,11 +34,13 @@ from domain.model.events import (
     DisputeOpened,
     DisputeResolved,
     Event,
+    KnowledgePublished,
     MemoryRetired,
     MemoryWritten,
     Provenance,
 )
 from domain.model.identity import Identity
+from domain.services.knowledge import KnowledgeService
 from domain.settings import Settings
 from projections.runner import ERRORS_TABLE, Rebuilder
 from projections.sanitize import EARLIEST, LATEST, REPLACEMENT
@@ -355,3 +358,45 @@ def test_the_cli_rebuilds_verifies_and_replays_a_ledger_holding_every_case(
     assert main(["projections", "status", "--json"]) == 0
     statuses = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in statuses if s["error"] or s["lag"]] == []
+
+
+def knowledge_with(suffix: str) -> Poison:
+    """A published document's title, tags and every chunk's heading and text end in ``suffix``."""
+
+    def poison(event: Event) -> Event:
+        if not isinstance(event, KnowledgePublished):
+            return event
+        chunks = tuple(
+            msgspec.structs.replace(c, heading=c.heading + suffix, text=c.text + suffix) for c in event.chunks
+        )
+        return msgspec.structs.replace(
+            event, title=event.title + suffix, tags=(f"on{suffix}call",), chunks=chunks
+        )
+
+    return poison
+
+
+def test_a_knowledge_document_with_text_an_older_version_accepted_projects(settings: Settings) -> None:
+    owner = Identity("acme", "olga", "owner")
+    document = "# On-call\n\nPage the secondary after fifteen minutes without an acknowledgement.\n"
+    with Runtime(settings, follow=False) as old, appended_as_poisoned(old.ledger, knowledge_with(NUL)):
+        knowledge = KnowledgeService(old.ledger, HashEmbedder(), old.core.governance.write_policy)
+        assert knowledge.publish(owner, document, "oncall.md", NAMESPACE).outcome == "published"
+    with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
+        api = Api(runtime, client)
+        agent = api.key(NAMESPACE, "agent-2", "agent")
+        at_head(api)
+        fault = api.mem(
+            agent, "fault", {"question": "When is the secondary paged without an acknowledgement?"}
+        )
+        assert fault.status_code == 200, fault.text
+        assert fault.json()["source"] == "L3"
+        assert fault.json()["blocks"][0]["title"] == f"On-call{REPLACEMENT}"
+        rebuilt_and_verified(runtime)
+        admin = api.key(NAMESPACE, "lead", "admin")
+        forget = api.mem(admin, "forget", {"subtree": "", "reason": "retired runbooks"})
+        assert forget.status_code == 200, forget.text
+        assert len(forget.json()["certificate"]["erased_documents"]) == 1
+        at_head(api)
+        rebuilt_and_verified(runtime)
+        assert client.get("/readyz").status_code == 200
