@@ -34,6 +34,8 @@ STOP_CHECK_SECONDS = 1.0
 has since carried it past its stop."""
 RETRY_SECONDS = 0.5
 """The pause before a background thread tries again after a failure."""
+LISTEN_CONNECT_SECONDS = 5
+"""The longest a background thread waits for its listening connection to open."""
 TRACKING_TABLE = "projection_tracking"
 ERRORS_TABLE = "projection_errors"
 """Where a runner records the event a projection stopped at, so every process (an API
@@ -462,9 +464,6 @@ class ProjectionRunner:
                 failures.ended()
         if listener is not None:
             listener.close()
-
-
-LISTEN_CONNECT_SECONDS = 5
 
 
 # -- rebuilds ---------------------------------------------------------------------------------
