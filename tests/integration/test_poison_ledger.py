@@ -41,7 +41,7 @@ from domain.model.events import (
 )
 from domain.model.identity import Identity
 from domain.services.knowledge import KnowledgeService
-from domain.settings import Settings
+from domain.settings import SCHEMA, Settings
 from projections.runner import ERRORS_TABLE, Rebuilder
 from projections.sanitize import EARLIEST, LATEST, REPLACEMENT
 from projections.timeline.service import AsOfQuestion
@@ -186,7 +186,7 @@ def stops(runtime: Runtime) -> list[str]:
     """Every projection's stop, as this process and the shared table report them."""
     found = [f"{s.name} at {s.stopped_at}: {s.error}" for s in runtime.reads.runner.status() if s.error]
     with psycopg.connect(runtime.core.params.conninfo(), autocommit=True) as conn:
-        rows = conn.execute(f"SELECT name, position FROM memwarden.{ERRORS_TABLE}").fetchall()
+        rows = conn.execute(f"SELECT name, position FROM {SCHEMA}.{ERRORS_TABLE}").fetchall()
     return found + [f"{name} recorded at {position}" for name, position in rows]
 
 
@@ -248,8 +248,8 @@ def test_a_ledger_holding_what_an_older_version_accepted_projects_and_answers(
         field, expected = SHOWN[case]
         assert shown(read, field) == expected
     if case == "nul-in-audit-detail":
-        trail = api.call(auditor, "/v1/compliance/audit", method="GET").json()["records"]
-        assert f"stored; note {REPLACEMENT}" in [r["detail"] for r in trail]
+        records = api.call(auditor, "/v1/compliance/audit", method="GET").json()["records"]
+        assert f"stored; note {REPLACEMENT}" in [r["detail"] for r in records]
 
     # the next write to the same slot supersedes the memory, and projects
     after = api.mem(
