@@ -35,6 +35,7 @@ from domain.model.events import (
     DisputeResolved,
     Event,
     KnowledgePublished,
+    MemoryReaffirmed,
     MemoryRetired,
     MemoryWritten,
     Provenance,
@@ -399,4 +400,34 @@ def test_a_knowledge_document_with_text_an_older_version_accepted_projects(setti
         assert len(forget.json()["certificate"]["erased_documents"]) == 1
         at_head(api)
         rebuilt_and_verified(runtime)
+        assert client.get("/readyz").status_code == 200
+
+
+def test_a_reaffirmation_whose_provenance_an_older_version_accepted_projects(settings: Settings) -> None:
+    """An identical later write joins its provenance to the memory (MemoryReaffirmed)."""
+
+    def poison(event: Event) -> Event:
+        if isinstance(event, MemoryReaffirmed) and event.provenance is not None:
+            return msgspec.structs.replace(
+                event, provenance=msgspec.structs.replace(event.provenance, ref=f"doc{NUL}")
+            )
+        return event
+
+    fact = WriteMemory(
+        content="The deploy window is Tuesday", provenance=ProvenanceClaim(source="document", ref="a")
+    )
+    with Runtime(settings, follow=False) as old:
+        first = old.memory.write(AGENT, fact)
+        with appended_as_poisoned(old.ledger, poison):
+            again = old.memory.write(Identity(NAMESPACE, "agent-3", "agent"), fact)
+    assert again.outcome == "deduplicated"
+    with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
+        api = Api(runtime, client)
+        agent = api.key(NAMESPACE, "agent-2", "agent")
+        at_head(api)
+        read = api.mem(agent, "read", {"id": str(first.id)})
+        assert read.status_code == 200, read.text
+        assert [p["ref"] for p in read.json()["provenance"]] == ["a", f"doc{REPLACEMENT}"]
+        rebuilt_and_verified(runtime)
+        at_head(api)
         assert client.get("/readyz").status_code == 200
