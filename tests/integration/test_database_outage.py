@@ -289,3 +289,15 @@ def test_every_503_says_when_to_come_back() -> None:
         status, _code, _detail, headers = classify(error)
         assert status == 503
         assert int(headers["Retry-After"]) >= 1
+
+
+def test_sessions_read_times_in_utc_whatever_the_database_default_zone(database: ConnectionParams) -> None:
+    """The read models clamp times to years 1-9999 in UTC; a session in a zone west of UTC
+    could not read the earliest of them back (``timestamp too small``, a 500)."""
+    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{database.dbname}" SET timezone = \'America/New_York\'')
+    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('TimeZone'), '0001-01-01 00:00+00'::timestamptz").fetchone()
+    assert row is not None
+    assert row[0] == "UTC"
+    assert row[1].year == 1
