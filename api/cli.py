@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -190,6 +191,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
     projector = ProjectorProcess() if args.projector == "process" else None
     announce_when_listening(args.host, args.port, args.workers, _say)
+    # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default
+    # handler that kills this process before the ``finally`` stops the projector.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.run(
             "api.app:app_from_env",
@@ -204,6 +208,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if projector is not None:
             projector.stop()
     return 0
+
+
+def _exit_on_signal(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 def cmd_project(args: argparse.Namespace) -> int:

@@ -136,3 +136,15 @@ def test_serve_projects_in_a_supervised_child_that_dies_with_it(
     server.kill()  # however the API ends, its projector does not outlive it
     server.wait(timeout=30)
     _wait(lambda: not _alive(replacement), 15)
+
+
+def test_sigterm_stops_the_projector_before_serve_exits(
+    served: tuple[subprocess.Popen[bytes], str, str],
+) -> None:
+    """A graceful stop (SIGTERM, as a service manager sends) ends the projector child
+    before ``serve`` itself exits, instead of leaving it to notice its parent is gone."""
+    server, _base, _key = served
+    projector = _projector_of(server.pid)
+    server.terminate()
+    assert server.wait(timeout=30) == 0
+    assert not _alive(projector)
