@@ -19,11 +19,11 @@ from api.schemas import (
 )
 from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from domain.model.errors import InvalidRequest
+from domain.model.identity import COMPLIANCE_ROLES
 from domain.model.text import quote_text
 from projections.governance.views import AuditFilter
 
 Req = Request[Any, Any, Any]
-COMPLIANCE_ROLES = frozenset({"auditor", "admin", "owner"})
 MAX_AUDIT_LIMIT = 1000
 
 

@@ -19,12 +19,12 @@ from api.schemas import Body
 from domain.ledger.certificates import CertificateCheck
 from domain.model.certificates import DeletionCertificate
 from domain.model.erasure import Forget
+from domain.model.identity import COMPLIANCE_ROLES
 from domain.model.namespaces import is_within
 from projections.runner import ProjectionLag
 
 Req = Request[Any, Any, Any]
 FORGET_ROLES = frozenset({"member", "admin", "owner"})
-COMPLIANCE_ROLES = frozenset({"auditor", "admin", "owner"})
 
 
 class ForgetBody(Body, frozen=True, kw_only=True):
