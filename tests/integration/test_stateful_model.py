@@ -466,10 +466,15 @@ class ServicesAgainstModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def forget(self, data: st.DataObject) -> None:
         memory_id = data.draw(st.sampled_from(list(self.model.memories)))
+        command = Forget(ids=(memory_id,), reason="model test")
+        agent = self.authenticated(self.writers[0])
+        if agent is not None:  # erasure is for admins and owners (§8)
+            with pytest.raises(Forbidden):
+                self.runtime.core.erasure.forget(agent, command)
         who = self.authenticated(self.reviewer)
         assert who is not None
         expected = self.model.forget(memory_id)
-        result = self.runtime.core.erasure.forget(who, Forget(ids=(memory_id,), reason="model test"))
+        result = self.runtime.core.erasure.forget(who, command)
         self.saw(result.position)
         assert set(result.certificate.erased_ids) == expected
         assert result.erased == len(expected)
@@ -514,11 +519,15 @@ class ServicesAgainstModel(RuleBasedStateMachine):
 
     def check_read(self, reader: Identity, memory: Memory) -> None:
         view = self.runtime.reads.read(reader, memory.id, after=self.position)
+        now = self.runtime.reads.time_travel.read(ancestors(reader.namespace), memory.id, None, None)
         if not self.model.visible(reader, memory):
             assert view is None, (reader, memory, view)
+            assert now is None, (reader, memory, now)
             return
         assert view is not None, (reader, memory)
+        assert now is not None, (reader, memory)
         erased = memory.status == "erased"
+        assert (now.status, now.content) == (memory.status, None if erased else memory.fact.content)
         assert (view.status, view.content) == (memory.status, None if erased else memory.fact.content)
         assert (view.retired_at is not None) == (memory.status in ("retired", "erased")), (memory, view)
         assert (view.valid_to is not None) == memory.closed, (memory, view)
