@@ -70,7 +70,7 @@ CHECKS: list[CheckFunction] = [
 
 
 KNOWN_ISSUES = {
-    ("POST /v1/mem/read", "oneOf"): (
+    ("POST /v1/mem/read", "valid under more than one of the schemas listed in the 'oneOf'"): (
         "read documents its 200 body as oneOf [MemoryView, AsOfMemory]; a MemoryView also "
         "validates as AsOfMemory (it allows other properties), so no body can match exactly one. "
         "Repro: POST /v1/mem/read {id: <a memory the caller sees>} -> 200, schema violation"
