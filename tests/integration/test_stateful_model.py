@@ -297,10 +297,9 @@ class Actor:
 
 
 class ServicesAgainstModel(RuleBasedStateMachine):
-    runtime: Runtime
-
-    def __init__(self) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         super().__init__()
+        self.runtime = runtime
         tenant = f"st{next(TENANTS)}x{uuid4().hex[:6]}"
         self.parent, self.child, self.outsider = f"{tenant}/eng", f"{tenant}/eng/platform", f"{tenant}/sales"
         self.readers = [Identity(ns, "reader", "agent") for ns in (self.parent, self.child, self.outsider)]
@@ -571,9 +570,8 @@ def runtime(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Run
 
 
 def test_services_agree_with_the_model_after_every_step(runtime: Runtime) -> None:
-    ServicesAgainstModel.runtime = runtime
     run_state_machine_as_test(
-        ServicesAgainstModel,
+        lambda: ServicesAgainstModel(runtime),
         settings=hypothesis.settings(
             max_examples=EXAMPLES,
             stateful_step_count=STEPS_PER_EXAMPLE,
