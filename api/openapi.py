@@ -155,6 +155,31 @@ def document_errors(app: Litestar) -> None:
                 if operation is None or method == HttpMethod.OPTIONS:
                     continue
                 kept = {k: v for k, v in (operation.responses or {}).items() if not k.startswith(("4", "5"))}
+                _success_unions_as_any_of(kept)
                 for status in error_statuses(route.path_format, method, handler):
                     kept[str(status)] = error_response(status)
                 operation.responses = kept
+
+
+def _success_unions_as_any_of(responses: dict[str, Any]) -> None:
+    """A route answering one of several structs is documented ``anyOf`` them, not ``oneOf``:
+    the structs admit other properties, so a body may match more than one (a memory also
+    reads as an as-of memory). A struct a route declares under a status of its own (the
+    async write's 202 ticket) leaves the 200 union."""
+    declared = {
+        _schema_ref(response) for status, response in responses.items() if status != "200"
+    } - {None}
+    for response in responses.values():
+        for media in (getattr(response, "content", None) or {}).values():
+            schema = media.schema
+            if isinstance(schema, Schema) and schema.one_of:
+                left = [s for s in schema.one_of if getattr(s, "ref", None) not in declared]
+                media.schema = left[0] if len(left) == 1 else Schema(any_of=left)
+
+
+def _schema_ref(response: Any) -> str | None:
+    for media in (getattr(response, "content", None) or {}).values():
+        ref = getattr(media.schema, "ref", None)
+        if isinstance(ref, str):
+            return ref
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, Request, Response, post
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
 from api.gate import ALL_ROLES, Call, api_state, command, query
@@ -69,7 +70,18 @@ def policy_view(governance: GovernanceService, call: Call, policy: EffectivePoli
 class MemController(Controller):
     path = "/v1/mem"
 
-    @post("/write", opt=syscall("write", WriteBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    @post(
+        "/write",
+        opt=syscall("write", WriteBody, WRITER_ROLES),
+        sync_to_thread=True,
+        status_code=200,
+        responses={
+            202: ResponseSpec(
+                data_container=TicketResponse,
+                description="`async: true`: the write is queued; `write_status` with the ticket tells its result",
+            )
+        },
+    )
     def write(self, request: Req, data: JSONBody[WriteBody]) -> Response[WriteResponse | TicketResponse]:
         state = api_state(request)
         if data.run_async:

@@ -69,21 +69,6 @@ CHECKS: list[CheckFunction] = [
 ]
 
 
-KNOWN_ISSUES = {
-    ("POST /v1/mem/read", "valid under more than one of the schemas listed in the 'oneOf'"): (
-        "read documents its 200 body as oneOf [MemoryView, AsOfMemory]; a MemoryView also "
-        "validates as AsOfMemory (it allows other properties), so no body can match exactly one. "
-        "Repro: POST /v1/mem/read {id: <a memory the caller sees>} -> 200, schema violation"
-    ),
-    ("POST /v1/mem/write", "Received: 202"): (
-        "an async write answers 202 {ticket}, which write does not document (200 only). "
-        'Repro: POST /v1/mem/write {"content": "Rollbacks take ten minutes", "async": true} -> 202'
-    ),
-}
-"""Findings reported to the route's owner, each with its reproduction: listed in the report,
-not failed on, until fixed. Matched on the operation and a word of the failure."""
-
-
 @dataclass
 class Finding:
     caller: str
@@ -93,17 +78,6 @@ class Finding:
     status: int
     body: str
     why: str
-
-    @property
-    def known(self) -> str | None:
-        return next(
-            (
-                why
-                for (operation, word), why in KNOWN_ISSUES.items()
-                if self.operation == operation and word in self.why
-            ),
-            None,
-        )
 
     def __str__(self) -> str:
         return (
@@ -122,18 +96,13 @@ class Report:
     def kinds(self) -> Counter[str]:
         return Counter(kind for finding in self.findings for kind in finding.kinds)
 
-    @property
-    def unknown(self) -> list[Finding]:
-        return [f for f in self.findings if f.known is None]
-
     def summary(self) -> str:
         first_per_kind: dict[tuple[str, tuple[str, ...]], Finding] = {}
         for finding in self.findings:
             first_per_kind.setdefault((finding.operation, finding.kinds), finding)
         lines = [
             f"{self.examples} examples, {len(self.operations)} operations, "
-            f"{len(self.findings)} failing examples: {dict(self.kinds())}, "
-            f"{len(self.findings) - len(self.unknown)} of a known issue; "
+            f"{len(self.findings)} failing examples: {dict(self.kinds())}; "
             f"no invalid input exists for {self.nothing_invalid}",
             *(str(f) for f in first_per_kind.values()),
         ]
@@ -334,7 +303,7 @@ def test_every_route_answers_as_documented(
     report = fuzz(api, openapi, caller, keys[caller], seed)
     print(report.summary())
     assert len(report.operations) == len(list(openapi.get_all_operations()))
-    assert not report.unknown, report.summary()
+    assert not report.findings, report.summary()
 
 
 def test_the_checks_can_fail(api: Api, openapi: BaseSchema) -> None:
