@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -22,18 +23,33 @@ from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.classification import Classification
-from domain.model.commands import ResolveDispute, VerifyMemory, WriteMemory, WritePolicy
+from domain.model.commands import (
+    ProvenanceClaim,
+    ResolveDispute,
+    VerifyMemory,
+    WriteMemory,
+    WritePolicy,
+)
 from domain.model.disputes import ResolveState, check_reviewer, decide_resolve
-from domain.model.errors import InvalidRequest, InvalidState
+from domain.model.errors import DomainError, InvalidRequest, InvalidState
 from domain.model.events import (
     AuditRecorded,
     ClaimKind,
+    ClaimSet,
     Event,
+    MemoryReaffirmed,
+    MemorySuperseded,
     MemoryWritten,
     TrustTier,
 )
 from domain.model.identity import Identity
-from domain.model.memory import Claim, DisputeState, MemoryState
+from domain.model.memory import (
+    Claim,
+    DisputeState,
+    MemoryState,
+    evolve_claim,
+    evolve_memory,
+)
 from domain.model.text import normalize, normalize_key
 from domain.model.verification import decide_verify
 from domain.model.write import (
@@ -49,6 +65,8 @@ from domain.services.audit import Audit, AuditOutcome
 from domain.services.streams import Streams
 
 MAX_ATTEMPTS = 12
+MAX_BATCH_ITEMS = 256
+"""The most writes one ``write_batch`` decides and appends together."""
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 EMBEDDING_UNAVAILABLE = "embedding unavailable"
@@ -99,6 +117,20 @@ class Split(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def extracted(self) -> bool:
         return self.verbatim_reason is None
+
+
+class BatchItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One write of a batch, as ``write`` takes it."""
+
+    command: WriteMemory
+    verbatim: bool = False
+
+
+class BatchResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One result per item, in order; all share the batch's one append (``position``)."""
+
+    results: tuple[WriteResult, ...]
+    position: int
 
 
 class ResolveResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -210,38 +242,90 @@ class MemoryService:
         self, identity: Identity, command: WriteMemory, at: datetime | None, verbatim: bool
     ) -> WriteResult:
         check_write_allowed(identity, command.provenance.source)  # before any extractor call
+        write = self._prepare(identity.namespace, command, verbatim)
+        position = self._commit(identity, [write], at or self.clock(), self._write_audit, strict=True)
+        return write.result(position)
+
+    def write_batch(
+        self, identity: Identity, entries: Sequence[BatchItem | Rejection], now: datetime | None = None
+    ) -> BatchResult:
+        """Decide up to ``MAX_BATCH_ITEMS`` writes in order, as if each were written after the
+        one before it (a later item dedupes against, supersedes or disputes an earlier one),
+        and append them all at once with one audit record naming every memory. An item that
+        a rule refuses (or a ``Rejection`` the caller found while reading it) is rejected on
+        its own; the rest go in. Their new memories are embedded in one call."""
+        return self._audited(identity, "write_batch", lambda: self._write_batch(identity, entries, now))
+
+    def _write_batch(
+        self, identity: Identity, entries: Sequence[BatchItem | Rejection], at: datetime | None
+    ) -> BatchResult:
+        if not 0 < len(entries) <= MAX_BATCH_ITEMS:
+            raise InvalidRequest(f"a batch holds 1-{MAX_BATCH_ITEMS} items, not {len(entries)}")
+        check_write_allowed(identity, ProvenanceClaim().source)  # the role: the whole batch
+        writes = [self._prepare_entry(identity, entry) for entry in entries]
+        position = self._commit(identity, writes, at or self.clock(), self._batch_audit, strict=False)
+        return BatchResult(results=tuple(w.result(position) for w in writes), position=position)
+
+    def _prepare_entry(self, identity: Identity, entry: BatchItem | Rejection) -> _Write:
+        if isinstance(entry, Rejection):
+            return _Write.refused(entry)
+        try:
+            command = validated(entry.command)
+            check_write_allowed(identity, command.provenance.source)
+            return self._prepare(identity.namespace, command, entry.verbatim)
+        except DomainError as error:
+            return _Write.refused(Rejection(error.code, error.detail))
+
+    def _prepare(self, namespace: str, command: WriteMemory, verbatim: bool) -> _Write:
         split = self._split(command, verbatim)
-        now = at or self.clock()
+        return _Write(command, split, self._items(namespace, split))
+
+    def _commit(
+        self,
+        identity: Identity,
+        writes: Sequence[_Write],
+        now: datetime,
+        audit_of: Callable[[Identity, Sequence[_Write], bool, datetime], AuditRecorded],
+        *,
+        strict: bool,
+    ) -> int:
+        """Decide every write in order and append all of them in one transaction; on a
+        stream conflict, re-decide against fresh state (bounded). ``strict``: a rule that
+        refuses a fact raises (a single write's 400) instead of rejecting that fact."""
         policy = self.policy_for(identity.namespace)
-        items = self._items(identity.namespace, split)
-        assume_absent = frozenset(item.text_claim_id for item in items)
+        assume_absent = frozenset(item.text_claim_id for w in writes for item in w.items)
         new_keys: dict[UUID, NewMemoryKey] = {}
         vectors: dict[str, bytes | None] = {}  # embedded once, whatever the retries
         for _ in range(MAX_ATTEMPTS):
-            claims = self.streams.claims([w for item in items for w in item.wanted], assume_absent)
+            items = [item for w in writes for item in w.items]
+            claims = self.streams.claims([x for item in items for x in item.wanted], assume_absent)
             holders = self.streams.memories(h for c in claims.values() for h in c.holders)
-            decisions = [item.decide(identity, claims, holders, policy, now) for item in items]
-            if split.extracted and all(d.outcome == "rejected" for d in decisions):
+            versions = _versions(claims.values(), holders.values())
+            _decide_in_order(identity, writes, claims, holders, policy, now, strict=strict)
+            rejudged = False
+            for w in writes:
+                if w.command is None or not (w.split.extracted and w.all_rejected):
+                    continue
                 # no fact is worth keeping: the content is judged whole instead, never lost
-                split = Split(commands=(command,), verbatim_reason=FACTS_REJECTED)
-                items = self._items(identity.namespace, split)
-                assume_absent = frozenset(item.text_claim_id for item in items)
+                w.split = Split(commands=(w.command,), verbatim_reason=FACTS_REJECTED)
+                w.items = self._items(identity.namespace, w.split)
+                assume_absent |= {item.text_claim_id for item in w.items}
+                rejudged = True
+            if rejudged:
                 continue
+            decisions = [d for w in writes for d in w.decisions]
             writers = [d.memory_id for d in decisions if d.memory_id is not None and _writes_memory(d)]
             for memory_id in writers:
                 if memory_id not in new_keys:
                     new_keys[memory_id] = self.ledger.new_data_key(memory_id)
             events = self._embedded([e for d in decisions for e in d.events], vectors)
-            recorded = version_events(events, _versions(claims.values(), holders.values()))
-            audit = self._write_audit(identity, decisions, split, None in vectors.values(), now)
-            keys = [new_keys[memory_id] for memory_id in writers]
+            recorded = version_events(events, versions)
+            audit = audit_of(identity, writes, None in vectors.values(), now)
             try:
-                position = self._append(recorded, audit, keys)
+                return self._append(recorded, audit, [new_keys[memory_id] for memory_id in writers])
             except StreamConflict:
                 self.streams.cache.drop(r.originator_id for r in recorded)
                 assume_absent = frozenset()
-                continue
-            return _write_result(decisions, split, position)
         raise TooMuchContention("the memory's claims kept changing; retry the write")
 
     def _items(self, namespace: str, split: Split) -> list[_Item]:
@@ -278,25 +362,48 @@ class MemoryService:
         return None
 
     def _write_audit(
-        self,
-        identity: Identity,
-        decisions: Sequence[WriteDecision],
-        split: Split,
-        unembedded: bool,
-        now: datetime,
+        self, identity: Identity, writes: Sequence[_Write], unembedded: bool, now: datetime
     ) -> AuditRecorded:
         """One record for the whole write: every fact's outcome, how the content was taken
         (extracted, or verbatim and why), and every memory it names."""
+        (write,) = writes
+        decisions = write.decisions
         outcomes = ", ".join(_outcome_detail(d) for d in decisions)
-        if split.extracted:
+        if write.split.extracted:
             detail = f"extracted=true, {len(decisions)} facts: {outcomes}"
         else:
-            detail = f"extracted=false ({split.verbatim_reason}): {outcomes}"
+            detail = f"extracted=false ({write.split.verbatim_reason}): {outcomes}"
+        return self._named_audit(identity, "write", writes, detail, unembedded, now)
+
+    def _batch_audit(
+        self, identity: Identity, writes: Sequence[_Write], unembedded: bool, now: datetime
+    ) -> AuditRecorded:
+        """One record for the batch, as for every syscall: the items' outcomes counted, the
+        rejected ones by index and first reason, and every memory the batch names."""
+        counts = Counter(w.outcome for w in writes)
+        detail = f"{len(writes)} items: " + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+        rejected = [f"#{i} {w.rejections[0].reason}" for i, w in enumerate(writes) if w.outcome == "rejected"]
+        if rejected:
+            detail += "; rejected " + ", ".join(rejected)
+        return self._named_audit(identity, "write_batch", writes, detail, unembedded, now)
+
+    def _named_audit(
+        self,
+        identity: Identity,
+        op: str,
+        writes: Sequence[_Write],
+        detail: str,
+        unembedded: bool,
+        now: datetime,
+    ) -> AuditRecorded:
+        """Denied when nothing was taken; names every memory the writes decided on."""
         if unembedded:
             detail += "; " + EMBEDDING_UNAVAILABLE
-        rejected = all(d.outcome == "rejected" for d in decisions)
-        subjects = tuple(d.memory_id for d in decisions if d.memory_id is not None)
-        audit = self.audit.event(identity, "write", "denied" if rejected else "ok", detail, now)
+        rejected = all(w.all_rejected for w in writes)
+        subjects = tuple(
+            dict.fromkeys(d.memory_id for w in writes for d in w.decisions if d.memory_id is not None)
+        )
+        audit = self.audit.event(identity, op, "denied" if rejected else "ok", detail, now)
         return msgspec.structs.replace(audit, subject_ids=subjects)
 
     def _write_claims(
@@ -461,6 +568,74 @@ class MemoryService:
 
     def _audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
         return self.audit.audited(identity, op, run)
+
+
+class _Write:
+    """One write of a call: its command, how it is taken (``split``), its items and, once
+    decided, one decision per item. ``refusal``: refused before any decision."""
+
+    def __init__(self, command: WriteMemory | None, split: Split, items: list[_Item]) -> None:
+        self.command = command
+        self.split = split
+        self.items = items
+        self.decisions: list[WriteDecision] = []
+        self.refusal: Rejection | None = None
+
+    @classmethod
+    def refused(cls, rejection: Rejection) -> _Write:
+        write = cls(None, Split(commands=(), verbatim_reason=None), [])
+        write.refusal = rejection
+        return write
+
+    @property
+    def all_rejected(self) -> bool:
+        return all(d.outcome == "rejected" for d in self.decisions)
+
+    @property
+    def outcome(self) -> Outcome:
+        return "rejected" if self.refusal is not None else self.decisions[0].outcome
+
+    @property
+    def rejections(self) -> tuple[Rejection, ...]:
+        return (self.refusal,) if self.refusal is not None else self.decisions[0].rejected
+
+    def result(self, position: int) -> WriteResult:
+        if self.refusal is not None:
+            return WriteResult(outcome="rejected", id=None, position=position, rejected=(self.refusal,))
+        return _write_result(self.decisions, self.split, position)
+
+
+def _decide_in_order(
+    identity: Identity,
+    writes: Sequence[_Write],
+    claims: dict[UUID, Claim],
+    holders: dict[UUID, MemoryState],
+    policy: WritePolicy,
+    now: datetime,
+    *,
+    strict: bool,
+) -> None:
+    """Decide each item against the state its predecessors leave (folded into ``claims``
+    and ``holders``), so two items of one call meet as two writes one after the other."""
+    for write in writes:
+        write.decisions = []
+        for item in write.items:
+            try:
+                decision = item.decide(identity, claims, holders, policy, now)
+            except DomainError as error:
+                if strict:
+                    raise
+                decision = WriteDecision(outcome="rejected", rejected=(Rejection(error.code, error.detail),))
+            write.decisions.append(decision)
+            _fold(decision.events, claims, holders)
+
+
+def _fold(events: Iterable[Event], claims: dict[UUID, Claim], holders: dict[UUID, MemoryState]) -> None:
+    for event in events:
+        if isinstance(event, ClaimSet):
+            claims[event.claim_id] = evolve_claim(claims.get(event.claim_id), event)
+        elif isinstance(event, MemoryWritten | MemorySuperseded | MemoryReaffirmed):
+            holders[event.memory_id] = evolve_memory(holders.get(event.memory_id), event)
 
 
 class _Item:
