@@ -48,8 +48,8 @@ class Forget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 class ForgetState(msgspec.Struct, frozen=True, kw_only=True):
     """``targets``: the ids asked for (``ids``) or found by the lookup (subject, subtree);
-    ``memories``: the authoritative state of every target and every version in their
-    supersedence chains; ``documents``: the authoritative state of the knowledge documents
+    ``memories``: the authoritative state of every target and every version its history
+    lists (``chain_of``: supersedence, and rejections in review, both ways); ``documents``: the authoritative state of the knowledge documents
     among the ids asked for (``ids``) or found in the subtree by the lookup (``subtree``)."""
 
     targets: tuple[UUID, ...]
@@ -157,7 +157,10 @@ def erasure_keys(subject: str | None, handles: Iterable[str]) -> frozenset[str]:
 
 
 def chain_of(start: Iterable[UUID], memories: Mapping[UUID, MemoryState]) -> tuple[set[UUID], set[UUID]]:
-    """The supersedence chains through ``start``, both directions: (found, still to load)."""
+    """Every version a history through ``start`` lists: the supersedence links both ways,
+    and a review's rejection both ways (a rejected memory's ``kept``, and the memories
+    among ``memories`` rejected in favour of a version). Returns (found, still to load)."""
+    rejected = rejected_in_favour_of(memories)
     found: set[UUID] = set()
     missing: set[UUID] = set()
     pending = list(start)
@@ -172,7 +175,20 @@ def chain_of(start: Iterable[UUID], memories: Mapping[UUID, MemoryState]) -> tup
         found.add(memory_id)
         pending.extend(memory.supersedes)
         pending.extend(memory.superseded_by)
+        pending.extend(rejected.get(memory_id, ()))
+        if memory.kept is not None:
+            pending.append(memory.kept)
     return found, missing
+
+
+def rejected_in_favour_of(memories: Mapping[UUID, MemoryState]) -> dict[UUID, list[UUID]]:
+    """The ``kept`` links read backwards: kept memory -> the memories a review rejected for it.
+    The kept memory's own stream does not name them, so they are found only among ``memories``."""
+    rejected: dict[UUID, list[UUID]] = {}
+    for memory in memories.values():
+        if memory.kept is not None:
+            rejected.setdefault(memory.kept, []).append(memory.id)
+    return rejected
 
 
 def _check_visible_target(caller: Identity, memory_id: UUID, memory: MemoryState | None) -> MemoryState:
@@ -181,7 +197,7 @@ def _check_visible_target(caller: Identity, memory_id: UUID, memory: MemoryState
     if memory is None:
         raise NotFound(f"no such memory {memory_id}")
     if not is_within(memory.namespace, caller.namespace):
-        if memory.namespace in ancestors(caller.namespace) and memory.status != "disputed":
+        if memory.namespace in ancestors(caller.namespace) and not memory.hidden:
             raise OutsideSubtree(
                 f"memory {memory_id} is above {caller.namespace!r}; erasure works downward only"
             )
@@ -263,7 +279,8 @@ def _chosen_documents(
 def _whole_chains(
     chosen: list[MemoryState], kind: TargetKind, caller: Identity, state: ForgetState, own_only: bool
 ) -> list[MemoryState]:
-    """Every version of each chosen fact, so no older or newer version survives."""
+    """Every version each chosen fact's history lists, so no older, newer or rejected
+    version survives it."""
     chain, missing = chain_of((m.id for m in chosen), state.memories)
     if missing:
         raise InvalidState("the supersedence chain could not be loaded whole; retry")

@@ -64,7 +64,17 @@ class MemoryState(msgspec.Struct, frozen=True, kw_only=True):
     superseded_by: tuple[UUID, ...] = ()
     classification: Classification
     verifications: tuple[Verification, ...] = ()
+    kept: UUID | None = None
+    """Rejected in review (``keep_old``): the memory kept instead, a link of its history."""
+    erased_in_quarantine: bool = False
+    """Erased while still quarantined: nobody but a reviewer ever saw it, and its
+    tombstone stays as hidden as the memory was (denied and missing look the same)."""
     version: int = 0
+
+    @property
+    def hidden(self) -> bool:
+        """Invisible to every read: quarantined, or erased while quarantined."""
+        return self.status == "disputed" or self.erased_in_quarantine
 
     @property
     def rank(self) -> int:
@@ -155,7 +165,12 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
         if event.replaced_by is not None:
             superseded_by = (*superseded_by, event.replaced_by)
         return replace(
-            state, status="retired", retired_at=event.at, superseded_by=superseded_by, version=version
+            state,
+            status="retired",
+            retired_at=event.at,
+            superseded_by=superseded_by,
+            kept=event.kept or state.kept,
+            version=version,
         )
     if isinstance(event, MemoryReaffirmed):
         provenance = state.provenance
@@ -182,6 +197,7 @@ def erased_tombstone(state: MemoryState, at: datetime, version: int) -> MemorySt
     return replace(
         state,
         status="erased",
+        erased_in_quarantine=state.hidden,
         retired_at=state.retired_at or at,
         content=None,
         value=None,

@@ -27,7 +27,7 @@ def decide_share(
     if caller.role not in REVIEWER_ROLES:
         raise Forbidden(f"role {caller.role!r} may not share memories")
     validate_namespace(with_namespace)
-    if memory is None or memory.status == "disputed" or not is_within(memory.namespace, caller.namespace):
+    if memory is None or memory.hidden or not is_within(memory.namespace, caller.namespace):
         raise NotFound("no such memory")
     if tenant_of(with_namespace) != tenant_of(caller.namespace):
         raise Forbidden("a memory can only be shared within the caller's tenant")

@@ -20,7 +20,7 @@ def decide_verify(
 ) -> MemoryVerified:
     if memory is None or memory.namespace not in ancestors(identity.namespace):
         raise NotFound("no such memory")
-    if memory.status == "disputed":
+    if memory.hidden:
         raise NotFound("no such memory")
     if identity.role not in WRITER_ROLES:
         raise Forbidden(f"role {identity.role!r} may not verify")

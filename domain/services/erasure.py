@@ -5,7 +5,7 @@ section 8)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
@@ -50,6 +50,11 @@ class ErasureLookup(Protocol):
 
     def documents_in_subtree(self, root: str, position: int) -> list[UUID]:
         """The knowledge documents (ids) whose namespace is ``root`` or below it."""
+        ...
+
+    def rejected_in_favour_of(self, memory_ids: Collection[UUID], position: int) -> list[UUID]:
+        """The memories a review rejected (``keep_old``) in favour of one of ``memory_ids``:
+        the one link of a history that the kept memory's own stream does not name."""
         ...
 
 
@@ -136,26 +141,33 @@ class ErasureService:
     def _state(
         self, identity: Identity, command: Forget, kind: str, position: int, own_only: bool
     ) -> ForgetState:
-        """What the decider needs, from the ledger: the target memories with their whole
-        chains, and the knowledge documents named by id or found in the subtree."""
+        """What the decider needs, from the ledger: the target memories with every version
+        their histories list, and the knowledge documents named by id or found in the subtree."""
+        lookup = self._lookup()
         if kind == "ids":
             targets = tuple(dict.fromkeys(command.ids or ()))
             others: dict[UUID, list[Recorded]] = {}
-            memories = self._load_chains(self.streams.memories(targets, others))
+            memories = self._load_chains(self.streams.memories(targets, others), position)
             return ForgetState(targets=targets, memories=memories, documents=_documents(others.values()))
-        if self.lookup is None:
-            raise ErasureUnavailable("no lookup for subject or subtree erasure is configured")
         if kind == "subject":
             keys = subject_keys(command.subject or "")
-            targets = tuple(self.lookup.naming_subject(identity.namespace, keys, position))
-            return ForgetState(targets=targets, memories=self._load_chains(self.streams.memories(targets)))
+            targets = tuple(lookup.naming_subject(identity.namespace, keys, position))
+            memories = self._load_chains(self.streams.memories(targets), position)
+            return ForgetState(targets=targets, memories=memories)
         root = resolve_subtree(identity, command.subtree or "")
-        targets = tuple(self.lookup.in_subtree(root, position))
+        targets = tuple(lookup.in_subtree(root, position))
         documents: Mapping[UUID, KnowledgeState] = {}
         if not own_only:  # a member erases its own writes: never a document
-            documents = self._current_documents(self.lookup.documents_in_subtree(root, position))
-        memories = self._load_chains(self.streams.memories(targets))
+            documents = self._current_documents(lookup.documents_in_subtree(root, position))
+        memories = self._load_chains(self.streams.memories(targets), position)
         return ForgetState(targets=targets, memories=memories, documents=documents)
+
+    def _lookup(self) -> ErasureLookup:
+        """Every erasure needs the lookup: even one by ids finds the memories rejected in
+        review in favour of a version only there (refused, never erased in part)."""
+        if self.lookup is None:
+            raise ErasureUnavailable("no erasure lookup is configured")
+        return self.lookup
 
     def _current_documents(self, document_ids: list[UUID]) -> dict[UUID, KnowledgeState]:
         """Each document's state from the latest event of its stream alone (every version is
@@ -165,16 +177,22 @@ class ErasureService:
             i: current_state(h.event) for i, h in heads.items() if isinstance(h.event, KnowledgePublished)
         }
 
-    def _load_chains(self, memories: dict[UUID, MemoryState]) -> dict[UUID, MemoryState]:
-        """The loaded targets and every version in their supersedence chains, from the ledger."""
+    def _load_chains(self, memories: dict[UUID, MemoryState], position: int) -> dict[UUID, MemoryState]:
+        """The loaded targets and every version their histories list, from the ledger; the
+        lookup names the memories rejected in favour of a version (the decider re-checks
+        each against its own ``kept``)."""
+        asked: set[UUID] = set()
         for _ in range(10_000):
-            _, missing = chain_of(memories, memories)
+            found, missing = chain_of(memories, memories)
+            if unasked := found - asked:
+                asked |= unasked
+                missing |= set(self._lookup().rejected_in_favour_of(unasked, position)) - memories.keys()
             if not missing:
                 return memories
-            found = self.streams.memories(missing)
-            if not found:
+            loaded = self.streams.memories(missing)
+            if not loaded:
                 return memories
-            memories.update(found)
+            memories.update(loaded)
         return memories
 
     # -- audit ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Candidates of a subject or subtree erasure, from ``memory_objects`` (memories) and
-``knowledge_documents`` (L3 documents, subtree erasure only).
+``knowledge_documents`` (L3 documents, subtree erasure only), and the memories rejected in
+review in favour of a version of an erased chain, from ``memory_supersedence``.
 
 A hint only: the forget decider re-checks every candidate against the ledger's state.
 The subtree is matched as ``namespace = root OR namespace LIKE <escaped root>/%``, so
@@ -8,6 +9,7 @@ The subtree is matched as ``namespace = root OR namespace LIKE <escaped root>/%`
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import LiteralString
 from uuid import UUID
 
@@ -44,6 +46,15 @@ class ProjectionErasureLookup:
             "SELECT document_id AS id FROM {s}.knowledge_documents"
             " WHERE namespace = %s OR namespace LIKE %s ESCAPE '\\'",
             (root, subtree_like_pattern(root)),
+            position,
+        )
+
+    def rejected_in_favour_of(self, memory_ids: Collection[UUID], position: int) -> list[UUID]:
+        """The memories a ``keep_old`` review rejected in favour of one of ``memory_ids``
+        (the ``rejected`` edges ``history`` shows, indexed by the kept memory)."""
+        return self._ids(
+            "SELECT old_id AS id FROM {s}.memory_supersedence WHERE new_id = ANY(%s) AND kind = 'rejected'",
+            (list(memory_ids),),
             position,
         )
 

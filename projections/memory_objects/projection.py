@@ -120,6 +120,11 @@ CREATE TABLE IF NOT EXISTS {s}.memory_objects (
         SQL(
             "CREATE INDEX IF NOT EXISTS memory_objects_erasure_keys ON {s}.memory_objects USING gin (erasure_keys)"
         ).format(s=s),
+        # erased while still quarantined: the tombstone stays as hidden as the memory was
+        SQL(
+            "ALTER TABLE {s}.memory_objects ADD COLUMN IF NOT EXISTS erased_in_quarantine boolean NOT NULL"
+            " DEFAULT false"
+        ).format(s=s),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.memory_supersedence (
     old_id uuid NOT NULL,
@@ -353,12 +358,15 @@ def _verified(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
 def _erased(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
     """Erasure: the row stays as a tombstone; everything the memory said goes, including
     what was derived from it. Its provenance goes whole, and the rank read from it: it is
-    sealed with the memory's data key, so a rebuild after the erasure finds none either."""
+    sealed with the memory's data key, so a rebuild after the erasure finds none either.
+    A memory erased while quarantined keeps that (``erased_in_quarantine``): no read showed
+    it before, so none shows its tombstone (``domain.model.memory.erased_tombstone``)."""
     e = r.event
     assert isinstance(e, MemoryErased)
     curs.execute(
         SQL(
             "UPDATE {s}.memory_objects SET status = 'erased', retired_at = coalesce(retired_at, %s),"
+            " erased_in_quarantine = erased_in_quarantine OR status = 'disputed',"
             " content = NULL, value = NULL, subject = NULL, attribute = NULL, tags = '{{}}',"
             " selectors = '{{}}', erasure_keys = '{{}}', provenance = '[]'::jsonb, trust_rank = %s,"
             " position = %s WHERE id = %s"

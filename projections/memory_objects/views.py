@@ -86,6 +86,11 @@ def to_view(row: dict[str, Any]) -> MemoryView:
     return msgspec.convert(row, MemoryView)
 
 
+HIDDEN = "(m.status = 'disputed' OR m.erased_in_quarantine)"
+"""What no read shows (of ``memory_objects m``): a quarantined memory, or the tombstone of
+one erased while quarantined. Reviewers see both in their subtree's history only."""
+
+
 def read_memory(
     conn: Connection[Any],
     schema: str,
@@ -96,8 +101,8 @@ def read_memory(
     """``shared``: ids shared into the caller's scope (visible whatever their namespace)."""
     row = conn.execute(
         SQL(
-            "SELECT " + _COLUMNS + " FROM {s}.memory_objects"
-            " WHERE id = %s AND (namespace = ANY(%s) OR id = ANY(%s)) AND status <> 'disputed'"
+            "SELECT " + _COLUMNS + " FROM {s}.memory_objects m"
+            " WHERE id = %s AND (namespace = ANY(%s) OR id = ANY(%s)) AND NOT " + HIDDEN
         ).format(s=Identifier(schema)),
         (memory_id, list(scope), list(shared)),
     ).fetchone()
@@ -106,9 +111,9 @@ def read_memory(
 
 class HistoryScope(msgspec.Struct, frozen=True, kw_only=True):
     """Which versions of a chain a caller sees. Everyone: ``scope`` (its namespace and
-    ancestors) and ``shared`` ids, as ``read`` does, never a quarantined one. Compliance
+    ancestors) and ``shared`` ids, as ``read`` does, never a ``HIDDEN`` one. Compliance
     staff also look down ``subtree``; reviewers (``quarantined``), who settle disputes
-    there, see its quarantined memories too."""
+    there, see its quarantined memories (and the tombstones of those erased) too."""
 
     scope: tuple[str, ...]
     shared: tuple[UUID, ...] = ()
@@ -128,8 +133,8 @@ SELECT m.id, m.content, m.status, m.trust_tier, m.recorded_at, m.retired_at, m.v
   FROM chain c
   JOIN {s}.memory_objects m ON m.id = c.id
   LEFT JOIN {s}.memory_supersedence e ON e.old_id = m.id
- WHERE ((m.namespace = ANY(%(scope)s) OR m.id = ANY(%(shared)s)) AND m.status <> 'disputed')
-    OR ({below} AND (m.status <> 'disputed' OR %(quarantined)s))
+ WHERE ((m.namespace = ANY(%(scope)s) OR m.id = ANY(%(shared)s)) AND NOT {hidden})
+    OR ({below} AND (NOT {hidden} OR %(quarantined)s))
  ORDER BY m.recorded_at, m.id, e.at
 """
 
@@ -149,6 +154,6 @@ def history(
         "shared": list(seen.shared),
         "quarantined": seen.quarantined,
     }
-    rows = conn.execute(SQL(_HISTORY).format(s=Identifier(schema), below=below), params).fetchall()
+    rows = conn.execute(SQL(_HISTORY).format(s=Identifier(schema), below=below, hidden=SQL(HIDDEN)), params).fetchall()
     steps = [msgspec.convert(row, HistoryStep) for row in rows]
     return steps if any(step.id == memory_id for step in steps) else None

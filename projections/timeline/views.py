@@ -92,8 +92,9 @@ def memory_at(
     position: int,
     valid_at: datetime | None,
 ) -> AsOfMemory | None:
-    """One memory as the system knew it at ``position`` (any status but quarantined),
-    and, with ``valid_at``, only if it held in the world then. Out of scope = missing."""
+    """One memory as the system knew it at ``position`` (any status but quarantined; never
+    the tombstone of a memory erased while quarantined, which no read ever showed), and,
+    with ``valid_at``, only if it held in the world then. Out of scope = missing."""
     validity = SQL("")
     if valid_at is not None:
         validity = SQL(" AND t.valid_from <= %(v)s AND (t.valid_to IS NULL OR t.valid_to > %(v)s)")
@@ -103,6 +104,7 @@ def memory_at(
             " t.valid_from, t.valid_to, t.retired_at"
             " FROM {s}.memory_timeline t LEFT JOIN {s}.memory_objects m ON m.id = t.memory_id"
             " WHERE t.memory_id = %(id)s AND t.namespace = ANY(%(scope)s) AND t.status <> 'disputed'"
+            " AND m.erased_in_quarantine IS NOT TRUE"
             " AND t.opened <= %(p)s AND (t.closed IS NULL OR t.closed > %(p)s){validity}"
         ).format(s=Identifier(schema), validity=validity),
         {"id": memory_id, "scope": list(scope), "p": position, "v": valid_at},

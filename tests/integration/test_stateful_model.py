@@ -108,6 +108,8 @@ class Memory:
     superseded_by: set[UUID] = field(default_factory=set)
     kept: UUID | None = None
     """Rejected in review (``keep_old``): the memory kept instead, a step of its history."""
+    hidden: bool = False
+    """Erased while quarantined: nobody could read it, so nobody reads its tombstone (§7)."""
 
     def history_links(self) -> set[UUID]:
         return self.superseded_by | ({self.kept} if self.kept else set())
@@ -238,7 +240,7 @@ class Model:
         return None
 
     def verify(self, who: Identity, memory: Memory, supports: bool) -> type[DomainError] | None:
-        if memory.namespace not in ancestors(who.namespace) or memory.status == "disputed":
+        if not self.visible(who, memory):
             return NotFound
         if who.actor in memory.writers:
             return Forbidden
@@ -248,9 +250,9 @@ class Model:
         memory.tier = memory.independent_tier()
         return None
 
-    def chain(self, memory_id: UUID, reviews: bool = False) -> set[UUID]:
-        """Every version linked to the memory by supersedence, both directions; with
-        ``reviews``, also the memories a review rejected in favour of one of them."""
+    def chain(self, memory_id: UUID) -> set[UUID]:
+        """Every version a history lists: linked to the memory by supersedence, both
+        directions, or by a review's rejection (``kept``), both directions."""
         found: set[UUID] = set()
         pending = [memory_id]
         while pending:
@@ -258,24 +260,26 @@ class Model:
             if memory.id not in found:
                 found.add(memory.id)
                 pending.extend(memory.supersedes | memory.superseded_by)
-                if reviews:
-                    pending.extend(m.id for m in self.memories.values() if m.kept == memory.id)
-                    pending.extend([memory.kept] if memory.kept else [])
+                pending.extend(m.id for m in self.memories.values() if m.kept == memory.id)
+                pending.extend([memory.kept] if memory.kept else [])
         return found
 
     def forget(self, memory_id: UUID) -> set[UUID]:
+        """Every version the memory's history lists is erased with it (§8)."""
         erased = {i for i in self.chain(memory_id) if self.memories[i].status != "erased"}
         for i in erased:
-            self.memories[i].status = "erased"
+            memory = self.memories[i]
+            memory.hidden = memory.status == "disputed"
+            memory.status = "erased"
         return erased
 
     # what a reader sees (§7)
 
     def visible(self, reader: Identity, memory: Memory) -> bool:
-        """In the reader's scope (its namespace and ancestors), and not quarantined. The
-        tombstone of an erased quarantined memory is visible like any other (a memory
-        nobody could read before shows its id, times and writer once erased)."""
-        return memory.namespace in ancestors(reader.namespace) and memory.status != "disputed"
+        """In the reader's scope (its namespace and ancestors), and neither quarantined nor
+        the tombstone of a memory erased while quarantined (denied and missing look the same)."""
+        in_scope = memory.namespace in ancestors(reader.namespace)
+        return in_scope and memory.status != "disputed" and not memory.hidden
 
     def current_for(self, reader: Identity) -> dict[UUID, Memory]:
         return {m.id: m for m in self.memories.values() if m.current and self.visible(reader, m)}
@@ -454,7 +458,7 @@ class ServicesAgainstModel(RuleBasedStateMachine):
         memory = self.model.memories[data.draw(st.sampled_from(list(self.model.memories)))]
         own = [w for w in self.writers if w.identity.actor in memory.writers and not w.revoked]
         own = [w for w in own if w.identity.namespace == memory.namespace]
-        if not own or memory.status == "disputed":
+        if not own or not self.model.visible(own[0].identity, memory):
             return
         who = self.authenticated(own[0])
         assert who is not None
@@ -542,7 +546,7 @@ class ServicesAgainstModel(RuleBasedStateMachine):
             assert steps is None, (reader, memory, steps)
             return
         assert steps is not None, (reader, memory)
-        chain = [self.model.memories[i] for i in self.model.chain(memory.id, reviews=True)]
+        chain = [self.model.memories[i] for i in self.model.chain(memory.id)]
         shown = [m for m in chain if self.model.visible(reader, m)]
         assert {s.id for s in steps} == {m.id for m in shown}
         edges = {(s.id, s.superseded_by) for s in steps if s.superseded_by is not None}
