@@ -1,4 +1,5 @@
-"""The forget decider's knowledge-document part and the certificate it signs. No I/O."""
+"""The forget decider: the chains it erases whole, the knowledge-document part and the
+certificate it signs; and what an erased quarantined memory keeps hidden. No I/O."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import msgspec
 import pytest
 
 from domain.model.certificates import DeletionCertificate, certificate_message, certificate_problem
-from domain.model.commands import WritePolicy
-from domain.model.erasure import Forget, ForgetDecision, ForgetState, Head, decide_forget
+from domain.model.commands import VerifyMemory, WritePolicy
+from domain.model.erasure import Forget, ForgetDecision, ForgetState, Head, chain_of, decide_forget
 from domain.model.errors import Forbidden, InvalidState, NotFound, OutsideSubtree
-from domain.model.events import KnowledgeErased, KnowledgePublished
+from domain.model.events import KnowledgeErased, KnowledgePublished, MemoryErased, MemoryRetired
 from domain.model.identity import Identity
 from domain.model.knowledge import (
     KnowledgeState,
@@ -24,7 +25,8 @@ from domain.model.knowledge import (
     next_version,
     parse_document,
 )
-from domain.model.memory import MemoryState
+from domain.model.memory import MemoryState, evolve_memory
+from domain.model.verification import decide_verify
 from tests.unit.builders import T0, at, memory, uid
 
 ADMIN = Identity("acme/eng", "alice", "admin")
@@ -178,6 +180,81 @@ def test_a_member_may_not_erase_a_document_by_id() -> None:
     doc = document("acme/eng")
     with pytest.raises(Forbidden, match="admin or owner"):
         forget(MEMBER, Forget(ids=(own.id, doc.document_id), reason="x"), [doc], [own])
+
+
+# -- whole chains: every version a history lists ------------------------------------------------
+
+
+def reviewed_chain() -> tuple[MemoryState, MemoryState, MemoryState]:
+    """``old`` corrected by ``kept``; a dispute over ``kept`` settled ``keep_old`` rejected ``rejected``.
+    Only ``rejected`` names the link (``kept``): the kept memory's stream never hears of it."""
+    old, kept, rejected = uid(), uid(), uid()
+    return (
+        memory(old, status="retired", retired_at=at(-5), superseded_by=(kept,)),
+        memory(kept, supersedes=(old,)),
+        memory(rejected, status="retired", retired_at=at(-1), kept=kept, trust_tier="candidate"),
+    )
+
+
+@pytest.mark.parametrize("target", [0, 1, 2])
+def test_forgetting_any_version_erases_the_rejected_in_review_one_too(target: int) -> None:
+    """``history`` shows the rejection as a step (kind ``rejected``), so erasure follows it
+    both ways: from the kept memory (and what it superseded) to the rejected one, and back."""
+    chain = reviewed_chain()
+    decision = forget(ADMIN, Forget(ids=(chain[target].id,), reason="x"), memories=chain)
+    expected = tuple(sorted((m.id for m in chain), key=str))
+    assert decision.certificate.erased_ids == expected
+    assert decision.certificate.count == 3
+    assert sorted((e.memory_id for e in decision.events), key=str) == list(expected)
+
+
+def test_the_rejection_is_found_only_among_the_loaded_memories() -> None:
+    """The walk reports a ``kept`` it cannot see as still to load; the reverse link comes
+    from the loaded states alone (the service loads what the lookup names)."""
+    old, kept, rejected = reviewed_chain()
+    assert chain_of([kept.id], {m.id: m for m in (old, kept)}) == ({old.id, kept.id}, set())
+    assert chain_of([rejected.id], {rejected.id: rejected}) == ({rejected.id}, {kept.id})
+    with pytest.raises(InvalidState, match="loaded whole"):
+        forget(ADMIN, Forget(ids=(rejected.id,), reason="x"), memories=[rejected])
+
+
+def test_a_keep_old_review_is_folded_into_the_rejected_memory() -> None:
+    kept, rejected = memory(), memory(status="disputed")
+    retired = MemoryRetired(memory_id=rejected.id, reason="no", dispute_id=uid(), kept=kept.id, at=at(0))
+    folded = evolve_memory(rejected, retired)
+    assert (folded.status, folded.kept, folded.superseded_by) == ("retired", kept.id, ())
+    assert evolve_memory(folded, erasure_of(folded)).kept == kept.id  # ids outlive the content
+
+
+# -- a memory erased while quarantined stays hidden ------------------------------------------------
+
+
+def erasure_of(state: MemoryState) -> MemoryErased:
+    return MemoryErased(memory_id=state.id, namespace=state.namespace, certificate_id=uid(), by="a", at=at(1))
+
+
+@pytest.mark.parametrize(("status", "hidden"), [("disputed", True), ("active", False), ("retired", False)])
+def test_a_tombstone_is_hidden_exactly_when_the_memory_was_quarantined(status: str, hidden: bool) -> None:
+    state = memory(status=status)
+    tombstone = evolve_memory(state, erasure_of(state))
+    assert (tombstone.status, tombstone.content, tombstone.hidden) == ("erased", None, hidden)
+    assert evolve_memory(tombstone, erasure_of(tombstone)).hidden == hidden  # erased again: unchanged
+
+
+def test_the_tombstone_of_a_quarantined_memory_looks_missing_to_verify_and_erasure() -> None:
+    """Before erasure an agent of a child namespace got 404 for it; after, still 404 (not
+    ``outside_subtree`` or ``invalid_state``, which would tell it the memory exists)."""
+    quarantined = memory(namespace="acme", status="disputed", actor="agent-q")
+    tombstone = evolve_memory(quarantined, erasure_of(quarantined))
+    agent = Identity("acme/eng", "agent-v", "agent")
+    for state in (quarantined, tombstone):
+        with pytest.raises(NotFound):
+            decide_verify(VerifyMemory(memory_id=state.id, supports=True), agent, state, at(2))
+        with pytest.raises(NotFound):
+            forget(ADMIN, Forget(ids=(state.id,), reason="x"), memories=[state])
+    shown = memory(namespace="acme")
+    with pytest.raises(OutsideSubtree):
+        forget(ADMIN, Forget(ids=(shown.id,), reason="x"), memories=[evolve_memory(shown, erasure_of(shown))])
 
 
 # -- the certificate ------------------------------------------------------------------------------
