@@ -187,7 +187,8 @@ def _check_request(
     allowed: frozenset[str] = opt.get("allow", frozenset())
     _check_query(query, opt.get("query", frozenset()), allowed)
     body_type: type[Body] | None = opt.get("body")
-    call.body = _decode(raw or b"", body_type, allowed) if body_type is not None else None
+    per_item: frozenset[str] = opt.get("per_item", frozenset())
+    call.body = _decode(raw or b"", body_type, allowed, per_item) if body_type is not None else None
     if body_type is None and raw and raw.strip() not in {b"", b"{}"}:
         raise InvalidRequest("this route takes no body")
 
@@ -246,9 +247,13 @@ def _malformed(data: bytes, error: msgspec.DecodeError) -> str:
     return unstorable or escape_unprintable(f"malformed JSON: {error}"[:300])
 
 
-def _decode(raw: bytes, body_type: type[Body], allowed: frozenset[str]) -> Any:
+def _decode(
+    raw: bytes, body_type: type[Body], allowed: frozenset[str], per_item: frozenset[str] = frozenset()
+) -> Any:
     """The body as ``body_type``, or InvalidRequest naming what is wrong. Messages never copy
-    caller text raw: storable problems name the field, decoder messages are escaped."""
+    caller text raw: storable problems name the field, decoder messages are escaped.
+    ``per_item``: top-level fields whose members the route reads one by one (a batch: an
+    unstorable value rejects its item alone); identity is still refused anywhere."""
     data = raw if raw.strip() else b"{}"
     if _nests_deeper_than(data, MAX_JSON_DEPTH):
         raise InvalidRequest(f"the body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels")
@@ -258,7 +263,7 @@ def _decode(raw: bytes, body_type: type[Body], allowed: frozenset[str]) -> Any:
         raise InvalidRequest(_malformed(data, error)) from error
     if not isinstance(generic, dict):
         raise InvalidRequest("the body must be a JSON object")
-    check_storable(generic)
+    check_storable({name: value for name, value in generic.items() if name not in per_item})
     named = _identity_names(generic, allowed)
     if named is not None:
         raise IdentityInBody(f"identity comes from the API key; the body names {named!r}")

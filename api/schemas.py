@@ -15,9 +15,10 @@ from domain.model.errors import InvalidRequest
 from domain.model.events import ConflictReview, Directive, DisputeDecision
 from domain.model.policies import PolicyBody
 from domain.model.storable import unstorable_field
+from domain.model.text import escape_unprintable, quote_text
 from domain.model.times import parse_time_text
 from domain.model.write import Rejection
-from domain.services.memory import FactResult
+from domain.services.memory import MAX_BATCH_ITEMS, BatchItem, FactResult, WriteResult
 from projections.governance.views import AuditView
 from projections.search.service import SearchQuery
 
@@ -66,15 +67,63 @@ class Empty(Body, frozen=True, kw_only=True):
     pass
 
 
-class WriteBody(WriteMemory, Body, frozen=True, kw_only=True):
-    """The write command's fields, plus how the API should run it."""
+class WriteItemBody(WriteMemory, Body, frozen=True, kw_only=True):
+    """The write command's fields and how to take its content: one item of ``write_batch``."""
 
     verbatim: bool = False
     """True: store the content as it is, even when an extractor is configured to split it."""
-    run_async: bool = msgspec.field(default=False, name="async")
 
     def command(self) -> WriteMemory:
         return WriteMemory(**{name: getattr(self, name) for name in WriteMemory.__struct_fields__})
+
+    def batch_item(self) -> BatchItem:
+        return BatchItem(command=self.command(), verbatim=self.verbatim)
+
+
+class WriteBody(WriteItemBody, frozen=True, kw_only=True):
+    """A write, plus how the API should run it."""
+
+    run_async: bool = msgspec.field(default=False, name="async")
+
+
+WRITE_ITEM_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(WriteItemBody))
+
+
+class WriteBatchBody(Body, frozen=True, kw_only=True):
+    """Up to ``MAX_BATCH_ITEMS`` write bodies. The batch's shape is checked whole (a list of
+    objects naming only write fields, else 400); each item's values are read on their own by
+    ``entries``, so a bad item is rejected with its reason and the rest go in."""
+
+    items: Annotated[
+        list[dict[str, Any]],
+        msgspec.Meta(
+            min_length=1,
+            max_length=MAX_BATCH_ITEMS,
+            description="write bodies (the fields of `write`, without `async`)",
+        ),
+    ]
+
+    def __post_init__(self) -> None:
+        """Nothing to check whole: ``entries`` reads every item's values one by one."""
+
+    def entries(self) -> list[BatchItem | Rejection]:
+        return [batch_entry(index, raw) for index, raw in enumerate(self.items)]
+
+
+def batch_entry(index: int, raw: dict[str, Any]) -> BatchItem | Rejection:
+    """One item as the service takes it, or why its values cannot be (a rejection of that
+    item alone). A field no write has is a malformed batch: InvalidRequest for all of it."""
+    where = f"items[{index}]"
+    unknown = next((name for name in raw if name not in WRITE_ITEM_FIELDS), None)
+    if unknown is not None:
+        raise InvalidRequest(f"{where}: unknown field {quote_text(unknown, 50)}")
+    problem = unstorable_field(raw, where)
+    if problem is not None:
+        return Rejection("unstorable", problem)
+    try:
+        return msgspec.convert(raw, WriteItemBody).batch_item()
+    except msgspec.ValidationError as error:
+        return Rejection("invalid_request", f"{where}: {escape_unprintable(str(error)[:300])}")
 
 
 class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,6 +142,15 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
     ``over_budget``, ``extractor_failed: <kind>``, or ``facts_rejected`` (every fact was, so
     the content was decided whole); null when extracted."""
     facts: tuple[FactResult, ...]
+
+    @classmethod
+    def of(cls, result: WriteResult) -> WriteResponse:
+        return cls(**{name: getattr(result, name) for name in cls.__struct_fields__})
+
+
+class WriteBatchResponse(msgspec.Struct, frozen=True, kw_only=True):
+    results: list[WriteResponse]
+    """One per item, in order; each as ``write`` answers (all share the batch's ``position``)."""
 
 
 class TicketResponse(msgspec.Struct, frozen=True):

@@ -30,6 +30,8 @@ from api.schemas import (
     TicketStatus,
     VerifyBody,
     VerifyResponse,
+    WriteBatchBody,
+    WriteBatchResponse,
     WriteBody,
     WriteResponse,
 )
@@ -91,7 +93,21 @@ class MemController(Controller):
         result = command(
             request, lambda c: state.memory.write(c.identity, data.command(), verbatim=data.verbatim)
         )
-        return Response(WriteResponse(**{f: getattr(result, f) for f in WriteResponse.__struct_fields__}))
+        return Response(WriteResponse.of(result))
+
+    @post(
+        "/write_batch",
+        opt={**syscall("write_batch", WriteBatchBody, WRITER_ROLES), "per_item": frozenset({"items"})},
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def write_batch(self, request: Req, data: JSONBody[WriteBatchBody]) -> WriteBatchResponse:
+        """Up to 256 writes decided in order and appended together; a bad item is rejected
+        with its reasons, the rest go in (a malformed batch is a 400 for all of it)."""
+        state = api_state(request)
+        entries = data.entries()  # before the service: a malformed item refuses the batch
+        batch = command(request, lambda c: state.memory.write_batch(c.identity, entries))
+        return WriteBatchResponse(results=[WriteResponse.of(r) for r in batch.results])
 
     @post(
         "/write_status",
