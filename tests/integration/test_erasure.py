@@ -19,7 +19,7 @@ from psycopg.sql import SQL, Identifier
 
 from api.runtime import Runtime
 from domain.ledger.keys import KeyEncryptionKey
-from domain.model.commands import ProvenanceClaim, WriteMemory
+from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
 from domain.model.erasure import Forget
 from domain.model.errors import Forbidden, NotFound, OutsideSubtree
 from domain.model.events import MemoryErased, MemoryWritten
@@ -433,3 +433,106 @@ def test_kek_rotation_rewraps_every_key_and_the_old_kek_is_useless(settings: Set
         assert state.content is not None
         assert "Ivan" in state.content
         assert rt.ledger.verify().ok
+
+
+# -- what an erasure hides, and what it takes with it --------------------------------------------
+
+MEMBER = Identity("acme/eng", "mia", "member")
+AGENT = Identity("acme/eng", "bot", "agent")
+OTHER_AGENT = Identity("acme/eng", "bot-2", "agent")
+
+
+def slot_fact(marker: str, value: str, source: str, valid_from: datetime | None = None) -> WriteMemory:
+    return WriteMemory(
+        content=f"The {marker} database host is {value}",
+        subject=f"{marker}-db",
+        attribute="host",
+        value=value,
+        provenance=ProvenanceClaim(source=source),
+        valid_from=valid_from,
+    )
+
+
+def fact(
+    rt: Runtime, who: Identity, marker: str, value: str, source: str, at: datetime | None = None
+) -> uuid.UUID:
+    result = rt.memory.write(who, slot_fact(marker, value, source, at))
+    assert result.outcome in {"stored", "superseded"}, result
+    assert result.id is not None
+    return result.id
+
+
+def disputed(rt: Runtime, marker: str) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID]:
+    """A member's manual slot fact, an agent's lower-trust contradiction of it (quarantined):
+    (the kept fact, the quarantined one, the dispute)."""
+    kept = fact(rt, MEMBER, marker, "north", "manual")
+    result = rt.memory.write(AGENT, slot_fact(marker, "south", "conversation"))
+    assert result.outcome == "disputed", result
+    assert result.id is not None
+    assert result.dispute_id is not None
+    return kept, result.id, result.dispute_id
+
+
+def test_an_erased_quarantined_memory_stays_as_missing_as_it_was(runtime: Runtime) -> None:
+    """Denied and missing look the same (DESIGN.md §7): nobody but a reviewer could see the
+    quarantined memory, so nobody else sees its tombstone, before or after a rebuild."""
+    _, hidden, _ = disputed(runtime, "qx")
+    reads = runtime.reads
+    position = runtime.ledger.head_position()
+    assert reads.read(AGENT, hidden, after=position) is None
+    result = runtime.core.erasure.forget(ADMIN, Forget(ids=(hidden,), reason="data subject request"))
+    assert result.certificate.erased_ids == (hidden,)
+    for _ in range(2):
+        for who in (AGENT, OTHER_AGENT, MEMBER, ADMIN):
+            assert reads.read(who, hidden, after=result.position) is None, who
+            assert reads.time_travel.read(reads.scope(who), hidden, None, None) is None, who
+        assert reads.history(AGENT, hidden, after=result.position) is None
+        reviewed = reads.history(ADMIN, hidden, after=result.position)  # a reviewer over the namespace
+        assert reviewed is not None
+        assert [(s.id, s.status, s.content) for s in reviewed] == [(hidden, "erased", None)]
+        with pytest.raises(NotFound):  # not "invalid state": that would say it exists
+            runtime.memory.verify(OTHER_AGENT, VerifyMemory(memory_id=hidden, supports=True))
+        with pytest.raises(NotFound):  # an admin below it cannot tell it exists either
+            runtime.core.erasure.forget(
+                Identity("acme/eng/platform", "lead", "admin"), Forget(ids=(hidden,), reason="x")
+            )
+        rebuild_projections(runtime)
+
+
+def test_forgetting_a_kept_memory_erases_the_one_rejected_in_review(runtime: Runtime) -> None:
+    """After ``keep_old``, history of the kept memory lists the rejected one; forgetting the
+    kept memory (or the rejected one, or an older version) erases every version it lists."""
+    marker = f"zq{uuid.uuid4().hex[:12]}"
+    older = fact(runtime, MEMBER, marker, "east", "manual", T0)
+    kept, rejected, dispute = disputed(runtime, marker)
+    resolved = runtime.memory.resolve_dispute(ADMIN, ResolveDispute(dispute_id=dispute, decision="keep_old"))
+    steps = runtime.reads.history(AGENT, kept, after=resolved.position)
+    assert steps is not None
+    assert {(s.id, s.superseded_by, s.kind) for s in steps if s.superseded_by} == {
+        (older, kept, "succession"),
+        (rejected, kept, "rejected"),
+    }
+    assert tables_holding(runtime, marker)
+
+    result = runtime.core.erasure.forget(ADMIN, Forget(ids=(kept,), reason="data subject request"))
+    assert set(result.certificate.erased_ids) == {older, kept, rejected}
+    assert result.erased == 3
+    assert runtime.ledger.verify_certificate(result.certificate).valid
+    steps = runtime.reads.history(AGENT, kept, after=result.position)
+    assert steps is not None
+    assert {(s.id, s.status, s.content) for s in steps} == {
+        (i, "erased", None) for i in (older, kept, rejected)
+    }
+    view = runtime.reads.read(AGENT, rejected, after=result.position)
+    assert view is not None
+    assert (view.status, view.content) == ("erased", None)
+    assert_marker_gone(runtime, marker)
+    again = runtime.core.erasure.forget(ADMIN, Forget(ids=(rejected,), reason="again"))
+    assert again.erased == 0
+
+
+def test_forgetting_the_rejected_memory_erases_the_kept_chain(runtime: Runtime) -> None:
+    kept, rejected, dispute = disputed(runtime, "rx")
+    runtime.memory.resolve_dispute(ADMIN, ResolveDispute(dispute_id=dispute, decision="keep_old"))
+    result = runtime.core.erasure.forget(ADMIN, Forget(ids=(rejected,), reason="x"))
+    assert set(result.certificate.erased_ids) == {kept, rejected}
