@@ -13,7 +13,9 @@ from typing import Any
 import msgspec
 from psycopg.sql import SQL, Identifier
 
+from api.bench.ingest import register as register_ingest_bench
 from api.erasure_cli import register as register_erasure_commands
+from api.importer import register as register_import_command
 from api.knowledge_cli import register as register_knowledge_commands
 from api.listening import announce_when_listening
 from api.runtime import Runtime
@@ -233,9 +235,13 @@ def cmd_bench_api(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
-    from api.bench.search import run_search_bench  # noqa: PLC0415
+    if args.mode == "in-process":
+        from api.bench.search import run_search_bench  # noqa: PLC0415
 
-    return run_search_bench(args)
+        return run_search_bench(args)
+    from api.bench.search_http import run_http_search_bench  # noqa: PLC0415
+
+    return run_http_search_bench(args)
 
 
 def cmd_bench_locomo(args: argparse.Namespace) -> int:
@@ -284,8 +290,16 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
     api.add_argument("--json", action="store_true")
     api.set_defaults(handler=cmd_bench_api)
-    search = bench.add_parser("search", help="search syscall vs raw pgvector top-k, at several sizes")
-    search.add_argument("--sizes", default="10000,100000", help="comma-separated memory counts")
+    search = bench.add_parser("search", help="search latency over HTTP (or in-process vs raw pgvector top-k)")
+    search.add_argument(
+        "--mode",
+        choices=("http", "in-process"),
+        default="http",
+        help="http: one client against a served namespace; in-process: the syscall vs raw pgvector",
+    )
+    search.add_argument(
+        "--sizes", help="comma-separated memory counts (default 5000 over HTTP, 10000,100000 in-process)"
+    )
     search.add_argument("--queries", type=int, default=300, help="measured queries per size")
     search.add_argument("--writers", type=int, default=4, help="writer threads for the ingest")
     search.add_argument("--seed", type=int, default=7)
@@ -331,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     project.set_defaults(handler=cmd_project)
     register_erasure_commands(sub, keys, bench)
     register_knowledge_commands(sub)
+    register_import_command(sub)
+    register_ingest_bench(bench)
     return parser
 
 

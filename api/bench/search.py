@@ -435,7 +435,7 @@ def query_timings(
 
 
 def run_search_bench(args: argparse.Namespace) -> int:
-    sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    sizes = [int(s) for s in str(args.sizes or "10000,100000").split(",") if s.strip()]
     began = time.perf_counter()
     model = shared_minilm()
     rows = [run_size(size, args, model) for size in sizes]

@@ -40,7 +40,7 @@ def run_cli(env: dict[str, str], *args: str) -> Any:
 
 
 def test_bench_search_reports_plausible_figures(bench_env: dict[str, str]) -> None:
-    report = run_cli(bench_env, "search", "--sizes", "300", "--queries", "20")
+    report = run_cli(bench_env, "search", "--mode", "in-process", "--sizes", "300", "--queries", "20")
     (row,) = report["rows"]
     assert row["size"] == 300
     assert row["outcomes"] == {"stored": 300}
@@ -61,6 +61,24 @@ def test_bench_search_reports_plausible_figures(bench_env: dict[str, str]) -> No
     assert row["peak_rss_mb"] > 0
     assert row["p95_target_ms"] is None  # the p95 target is for 100k memories
     assert report["wall_seconds"] > 0
+
+
+def test_bench_search_over_http_reports_latency_and_the_embeddings_share(bench_env: dict[str, str]) -> None:
+    report = run_cli(bench_env, "search", "--sizes", "120", "--queries", "10")
+    (row,) = report["rows"]
+    assert row["size"] == 120
+    assert sum(row["outcomes"].values()) == 120
+    assert row["embedder_fallbacks"] == 0
+    assert row["queries"] == 10
+    assert row["results_mean"] == 10  # k = 10 out of 120 memories in the caller's namespace
+    assert 0 < row["search_p50_ms"] <= row["search_p95_ms"]
+    assert 0 < row["embed_p50_ms"] <= row["embed_p95_ms"]
+    assert row["embed_share_p50"] == pytest.approx(row["embed_p50_ms"] / row["search_p50_ms"], abs=0.002)
+    assert (row["p50_target_ms"], row["p95_target_ms"]) == (10, 20)
+    cpu = row["cpu_us"]
+    assert cpu["api"] > 0  # the served process did the searching
+    assert cpu["postgres"] > 0
+    assert report["targets_met"] == (row["search_p50_ms"] < 10 and row["search_p95_ms"] < 20)
 
 
 def _turns(session: int, lines: list[tuple[str, str]]) -> list[dict[str, str]]:
