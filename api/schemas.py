@@ -107,13 +107,13 @@ class WriteBatchBody(Body, frozen=True, kw_only=True):
         """Nothing to check whole: ``entries`` reads every item's values one by one."""
 
     def entries(self) -> list[BatchItem | Rejection]:
-        return [batch_entry(index, raw) for index, raw in enumerate(self.items)]
+        return [batch_entry(f"items[{index}]", raw) for index, raw in enumerate(self.items)]
 
 
-def batch_entry(index: int, raw: dict[str, Any]) -> BatchItem | Rejection:
-    """One item as the service takes it, or why its values cannot be (a rejection of that
-    item alone). A field no write has is a malformed batch: InvalidRequest for all of it."""
-    where = f"items[{index}]"
+def batch_entry(where: str, raw: dict[str, Any]) -> BatchItem | Rejection:
+    """One item (``where``: how to name it) as the service takes it, or why its values
+    cannot be (a rejection of that item alone). A field no write has is a malformed
+    batch: InvalidRequest for all of it."""
     unknown = next((name for name in raw if name not in WRITE_ITEM_FIELDS), None)
     if unknown is not None:
         raise InvalidRequest(f"{where}: unknown field {quote_text(unknown, 50)}")

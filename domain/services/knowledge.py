@@ -145,7 +145,7 @@ class KnowledgeService:
         base = namespace or identity.namespace
         self.audit.audited(identity, OP, lambda: self._check_load(identity, directory, base))
         limit = self.policy_for(base).max_content_bytes
-        files = [self._read_file(path, directory, base, limit) for path in _markdown_files(directory)]
+        files = [self._read_file(path, directory, base, limit) for path in markdown_files(directory)]
         claims: dict[tuple[str, str], list[str]] = {}
         for file in files:
             if file.draft is not None:
@@ -373,7 +373,8 @@ def read_text(path: Path, relative: str, limit: int) -> str:
         raise InvalidRequest(f"{relative}: not UTF-8 text (byte {error.start})") from error
 
 
-def _markdown_files(directory: Path) -> Sequence[Path]:
+def markdown_files(directory: Path) -> Sequence[Path]:
+    """The *.md files under ``directory`` (hidden ones aside), in path order."""
     found = (
         p
         for p in directory.rglob("*.md")
