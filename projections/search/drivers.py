@@ -18,6 +18,11 @@ from projections.search.view import Hit, ScopedView
 
 MIN_CANDIDATES = 40
 CANDIDATES_PER_RESULT = 4
+VECTOR_WEIGHT = 0.4
+"""The vector lane's share of a hybrid score (the lexical lane has the rest)."""
+CONTEXT_WEIGHT = 0.5
+CONTEXT_SPAN = 2
+"""How much of a hit's score its write-order neighbours get, and how far away they may be."""
 
 
 class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,7 +57,30 @@ def merge(lanes: Sequence[tuple[float, Sequence[Hit]]]) -> list[Hit]:
     for weight, hits in lanes:
         for ref, score in normalized(hits).items():
             total[ref] = total.get(ref, 0.0) + weight * score
-    return sorted((Hit(ref, score) for ref, score in total.items()), key=lambda h: (-h.score, h.ref))
+    return best_first(total)
+
+
+def best_first(scores: Mapping[UUID, float]) -> list[Hit]:
+    return sorted((Hit(ref, score) for ref, score in scores.items()), key=lambda h: (-h.score, h.ref))
+
+
+def with_context(hits: Sequence[Hit], neighbours: Sequence[tuple[UUID, UUID, int]], weight: float) -> list[Hit]:
+    """Each memory gains ``weight / d`` of the best score among the hits ``d`` places from it
+    in its namespace's write order (``neighbours``: ``(hit, neighbour, d)``), summed over d.
+
+    Why: what is written in a row is read in a row. A question's answer is often the turn
+    after the one that matches its words ("What did you take away from it?" -> the reply),
+    and a fact's subject is often named only in the memory before it. Measured on the
+    LoCoMo development conversations: recall@10 0.67 -> 0.75 with span 2 and weight 0.5."""
+    score = {h.ref: h.score for h in hits}
+    lent: dict[tuple[UUID, int], float] = {}
+    for source, ref, distance in neighbours:
+        key = (ref, distance)
+        lent[key] = max(lent.get(key, 0.0), score.get(source, 0.0))
+    total = dict(score)
+    for (ref, distance), lender in lent.items():
+        total[ref] = total.get(ref, 0.0) + weight / distance * lender
+    return best_first(total)
 
 
 def within_budget(hits: Sequence[Hit], tokens: Mapping[UUID, int], budget: int | None, k: int) -> list[Hit]:
@@ -79,18 +107,30 @@ def finish(view: ScopedView, hits: list[Hit], request: SearchRequest) -> list[Hi
 
 
 class HybridDriver:
-    """The baseline: vector and lexical lanes, each normalized, merged 0.5/0.5."""
+    """The baseline: vector and lexical lanes, each normalized and merged (vector weight
+    0.4, lexical 0.6), then each memory lent part of its write-order neighbours' scores
+    (see ``with_context``; ``context_weight=0`` turns that off)."""
 
     name = "hybrid"
 
-    def __init__(self, vector_weight: float = 0.5) -> None:
+    def __init__(
+        self,
+        vector_weight: float = VECTOR_WEIGHT,
+        context_weight: float = CONTEXT_WEIGHT,
+        context_span: int = CONTEXT_SPAN,
+    ) -> None:
         self.vector_weight = vector_weight
+        self.context_weight = context_weight
+        self.context_span = context_span
 
     def search(self, view: ScopedView, request: SearchRequest) -> list[Hit]:
         n = candidates_for(request.k)
         lexical = view.lexical_lane(n)
         vector = view.vector_lane(n) if view.has_vectors else []
         merged = merge([(self.vector_weight, vector), (1.0 - self.vector_weight, lexical)])
+        if self.context_weight > 0 and merged:
+            nearby = view.neighbours([h.ref for h in merged], self.context_span)
+            merged = with_context(merged, nearby, self.context_weight)
         return finish(view, merged, request)
 
 

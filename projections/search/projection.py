@@ -209,6 +209,11 @@ CREATE TABLE IF NOT EXISTS {s}.search_docs (
             "CREATE INDEX IF NOT EXISTS search_docs_scope ON {s}.search_docs (namespace, kind, model)"
             " INCLUDE (ref, embedding)"
         ).format(s=s),
+        # a namespace's write order: the hybrid driver's neighbours of a hit (view.neighbours)
+        SQL(
+            "CREATE INDEX IF NOT EXISTS search_docs_order ON {s}.search_docs (namespace, kind, position)"
+            " INCLUDE (ref)"
+        ).format(s=s),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.search_postings (
     term text NOT NULL,

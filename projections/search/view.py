@@ -162,6 +162,25 @@ class ScopedView:
         candidates = self._bm25(MEMORY, self._scope("p.namespace", "p.ref"))
         return self._visible_top(candidates, {"terms": terms}, k)
 
+    def neighbours(self, refs: Sequence[UUID], span: int) -> list[tuple[UUID, UUID, int]]:
+        """``(ref, neighbour, distance)``: the memories written at most ``span`` places before
+        or after each of ``refs`` in its namespace (the index's write order), those this view
+        lets through. Memories written one after another (a conversation's turns) are each
+        other's context: the hybrid driver lends a neighbour part of a hit's score."""
+        if not refs or span < 1:
+            return []
+        rows = self._fetch(
+            SQL(_NEIGHBOURS).format(
+                s=self._s,
+                kind=Literal(MEMORY),
+                span=Literal(span),
+                scope=self._scope("m.namespace", "m.id"),
+                visible=self._visible(),
+            ),
+            {"refs": list(refs)},
+        )
+        return [(r["source"], r["ref"], int(r["distance"])) for r in rows]
+
     def exact_scan(self) -> bool:
         """Whether the vector lane scans the scope exactly instead of walking the HNSW graph
         (see ``HNSW_MIN_SHARE``)."""
@@ -406,3 +425,21 @@ SELECT d.ref, {cosine} AS cosine,
   FROM {s}.search_docs d{join}
  WHERE d.ref = ANY(%(refs)s) AND d.kind = {kind} AND {scope} AND {visible}"""
 )
+# The nearest memories before and after each source in its namespace's write order (the
+# index on (namespace, kind, position) walks straight to them), then only the visible ones.
+_NEIGHBOURS = """
+SELECT src.ref AS source, n.ref, n.distance
+  FROM {s}.search_docs src
+ CROSS JOIN LATERAL (
+       (SELECT x.ref, row_number() OVER (ORDER BY x.position DESC) AS distance
+          FROM {s}.search_docs x
+         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position < src.position
+         ORDER BY x.position DESC LIMIT {span})
+       UNION ALL
+       (SELECT x.ref, row_number() OVER (ORDER BY x.position) AS distance
+          FROM {s}.search_docs x
+         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position > src.position
+         ORDER BY x.position LIMIT {span})
+ ) n
+  JOIN {s}.memory_objects m ON m.id = n.ref
+ WHERE src.ref = ANY(%(refs)s) AND src.kind = {kind} AND {scope} AND {visible}"""
