@@ -26,6 +26,7 @@ AGENT = Identity("acme/eng", "agent-1", "agent")
 PEER = Identity("acme/eng", "agent-2", "agent")
 HR = Identity("acme/eng", "hr", "member")
 ADMIN = Identity("acme", "lead", "admin")
+DEFER_BACKLOG = 50
 ODD = ('quote " here', "back\\slash", "comma, brace {x}", " spaced ", "NULL", "ünï\u3000code")
 
 
@@ -111,8 +112,10 @@ def far_behind(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> Runtime:
     """The history written with nothing following it, in batches small enough (and a
     deferral threshold low enough) that the catch-up counts as far behind."""
     monkeypatch.setattr(runner_module, "BATCH_SIZE", 10)
-    monkeypatch.setattr(search_module, "DEFER_MIN_BACKLOG", 50)
+    monkeypatch.setattr(search_module, "DEFER_MIN_BACKLOG", DEFER_BACKLOG)
     history(runtime)
+    for i in range(DEFER_BACKLOG):  # the erasure in the history waits for the read models
+        runtime.memory.write(AGENT, WriteMemory(content=f"Canary build {i} passed its smoke test"))
     return runtime
 
 
@@ -137,7 +140,7 @@ def test_a_long_catch_up_builds_the_vector_index_once(
     monkeypatch.setattr(index, "defer_indexes", deferring)
     monkeypatch.setattr(index, "build_indexes", building)
     head = runtime.ledger.head_position()
-    assert head - runtime.reads.runner.position() > 50  # far behind: nothing followed the writes
+    assert head - runtime.reads.runner.position() > DEFER_BACKLOG  # far behind: nothing followed the writes
     assert runtime.reads.runner.catch_up() == head
     assert ("defer", True) in calls
     assert calls[-1] == ("build", True)  # built once, at the end

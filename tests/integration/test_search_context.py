@@ -62,11 +62,9 @@ def neighbours(
 
 
 def test_the_reply_after_a_matching_memory_is_found_through_it(runtime: Runtime) -> None:
-    for text in FILLER[:2]:
-        write(runtime, ALPHA, text)
     asked = write(runtime, ALPHA, "Sam: which novel did Jo recommend to you?")
     reply = write(runtime, ALPHA, "Kim: Becoming Nicole - it taught me patience.")
-    for text in FILLER[2:]:
+    for text in FILLER:  # written after: the reply is the only memory one place from the match
         write(runtime, ALPHA, text)
     query = "novel Jo recommended"
     lexical_only = HybridDriver(vector_weight=0.0, context_weight=0.0)
