@@ -39,10 +39,15 @@ from domain.model.policies import MAX_RATE_LIMIT_PER_MINUTE, PolicyBody
 from tests.e2e.api_helpers import Api
 
 EXAMPLES_PER_OPERATION = 20
-"""Per operation, caller and generation mode (valid and invalid data): 35 operations x 3
+"""Per operation, caller and generation mode (valid and invalid data): 35 operations x 4
 callers x 2 modes x at most 20 keeps the run under a minute."""
 TENANT = "fuzz"
-CALLERS = {"owner": (TENANT, "owner"), "agent": (f"{TENANT}/eng/agents", "agent"), "anonymous": None}
+CALLERS = {
+    "owner": (TENANT, "owner"),
+    "admin": (f"{TENANT}/eng", "admin"),
+    "agent": (f"{TENANT}/eng/agents", "agent"),
+    "anonymous": None,
+}
 
 
 def undocumented_server_error(ctx: CheckContext, response: Response, case: Case) -> bool | None:
