@@ -31,6 +31,7 @@ import msgspec
 
 from api.bench.api import _free_port, _serve
 from api.bench.common import scratch_database
+from api.bench.cpu import CpuPerOperation, cpu_ticks, per_operation
 from api.bench.locomo import DEFAULT_DATA
 from api.runtime import Runtime
 from domain.embedding import Embedder, embedder_from_env
@@ -55,6 +56,8 @@ class EmbedderRun(msgspec.Struct, frozen=True, kw_only=True):
     texts: int
     seconds: float
     per_second: float
+    cpu_us: float
+    """CPU per text of this process (the model's threads included), in microseconds."""
 
 
 class IngestRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,8 +67,14 @@ class IngestRun(msgspec.Struct, frozen=True, kw_only=True):
     batch: int
     memories: int
     seconds: float
+    """From the first request until every read model has projected the last write (what
+    was ingested is searchable): the rate counts the projector's work too."""
     per_second: float
+    accepted_seconds: float
+    """From the first request to the last answer."""
     outcomes: dict[str, int]
+    cpu: CpuPerOperation | None
+    """CPU per memory by process over ``seconds``."""
 
 
 class IngestReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -126,16 +135,18 @@ def embedder_alone(texts: Sequence[str]) -> EmbedderRun | None:
     model.embed(list(texts[:32]))  # warm-up: the first call loads and plans
     sample = list(texts[:: max(1, len(texts) // SAMPLE_FOR_BATCH_SIZE)])
     best = max(BATCH_SIZES, key=lambda size: embed_rate(model, sample, size))
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     for batch in length_sorted_batches(texts, best):
         model.embed(batch)
     seconds = time.perf_counter() - began
+    cpu_us = (time.process_time() - cpu_began) * 1e6 / len(texts)
     return EmbedderRun(
         model=configured.model_id,
         batch=best,
         texts=len(texts),
         seconds=round(seconds, 3),
         per_second=round(len(texts) / seconds, 1),
+        cpu_us=round(cpu_us, 1),
     )
 
 
@@ -173,7 +184,14 @@ def ingest_over_http(
     port = _free_port()
     server = _serve(env, port, 1)
     try:
-        outcomes, seconds = _post_all(f"http://127.0.0.1:{port}", key, texts, clients, batch)
+        base = f"http://127.0.0.1:{port}"
+        ticks_before = cpu_ticks(server.pid)
+        began = time.perf_counter()
+        outcomes, last_position = _post_all(base, key, texts, clients, batch)
+        accepted = time.perf_counter() - began
+        _wait_projected(base, last_position)
+        seconds = time.perf_counter() - began
+        ticks_after = cpu_ticks(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -185,17 +203,40 @@ def ingest_over_http(
         memories=len(texts),
         seconds=round(seconds, 3),
         per_second=round(len(texts) / seconds, 1),
+        accepted_seconds=round(accepted, 3),
         outcomes=dict(outcomes),
+        cpu=_cpu_used(ticks_before, ticks_after, len(texts)),
     )
+
+
+def _cpu_used(
+    before: dict[str, int] | None, after: dict[str, int] | None, memories: int
+) -> CpuPerOperation | None:
+    if before is None or after is None:
+        return None
+    return per_operation({role: after[role] - before[role] for role in after}, memories)
+
+
+def _wait_projected(base: str, position: int, timeout: float = 600.0) -> None:
+    """Until every projection of the server has reached ``position`` (``/readyz``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        projections = httpx.get(f"{base}/readyz", timeout=10).json().get("projections", {})
+        if projections and all(p["position"] >= position for p in projections.values()):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the projections did not reach position {position} within {timeout:.0f} s")
 
 
 def _post_all(
     base: str, key: str, texts: Sequence[str], clients: int, batch: int
-) -> tuple[Counter[str], float]:
-    """Every text once, in batches shared out to ``clients`` threads; (outcomes, seconds)."""
+) -> tuple[Counter[str], int]:
+    """Every text once, in batches shared out to ``clients`` threads; (outcomes, the
+    highest ledger position a write answered)."""
     batches = iter([list(texts[i : i + batch]) for i in range(0, len(texts), batch)])
     lock = threading.Lock()
     outcomes: Counter[str] = Counter()
+    positions: list[int] = []
     failures: list[str] = []
 
     def client() -> None:
@@ -212,18 +253,18 @@ def _post_all(
                     if response.status_code != 200:
                         failures.append(f"{response.status_code}: {response.text[:300]}")
                         return
-                    outcomes.update(r["outcome"] for r in response.json()["results"])
+                    results = response.json()["results"]
+                    outcomes.update(r["outcome"] for r in results)
+                    positions.extend(r["position"] for r in results if r.get("position") is not None)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
-    began = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    seconds = time.perf_counter() - began
     if failures:
         raise RuntimeError(f"write_batch failed: {failures[0]}")
-    return outcomes, seconds
+    return outcomes, max(positions, default=0)
 
 
 # -- the command ---------------------------------------------------------------------------------------
@@ -259,14 +300,21 @@ def report_text(report: IngestReport) -> str:
     if alone is not None:
         lines.append(
             f"  embedder alone ({alone.model}, in-process, length-sorted batches of {alone.batch}):"
-            f" {alone.per_second:.1f} memories/s"
+            f" {alone.per_second:.1f} memories/s, {alone.cpu_us / 1000:.1f} ms CPU a text"
         )
     for run in (report.ingest, report.plain_ledger):
         counts = ", ".join(f"{n} {o}" for o, n in sorted(run.outcomes.items()))
         lines.append(
             f"  write_batch over HTTP, embedder {run.embedder} ({run.clients} clients, {run.batch} a batch):"
-            f" {run.per_second:.1f} memories/s ({counts})"
+            f" {run.per_second:.1f} memories/s searchable, {run.memories / run.accepted_seconds:.1f}/s"
+            f" accepted ({counts})"
         )
+        if run.cpu is not None:
+            lines.append(
+                f"    CPU a memory: {run.cpu.total / 1000:.1f} ms (API {run.cpu.api / 1000:.1f},"
+                f" projector {run.cpu.projector / 1000:.1f}, PostgreSQL {run.cpu.postgres / 1000:.1f},"
+                f" clients {run.cpu.bench / 1000:.1f})"
+            )
     if report.ratio is not None:
         verdict = "ok" if report.ratio >= report.target else "MISSED"
         lines.append(

@@ -38,10 +38,14 @@ def test_bench_ingest_reports_three_rates(bench_env: dict[str, str], tmp_path: P
     assert alone["texts"] == 31
     assert alone["batch"] in {16, 32, 64}
     assert alone["per_second"] > 0
+    assert alone["cpu_us"] > 0
     for run in (report["ingest"], report["plain_ledger"]):
         assert run["memories"] == 31
         assert run["outcomes"] == {"stored": 31}
         assert run["per_second"] > 0
+        assert 0 < run["accepted_seconds"] <= run["seconds"]  # searchable comes after accepted
+        assert run["cpu"]["api"] > 0
+        assert run["cpu"]["projector"] > 0  # the projector's catch-up is inside the run
     assert report["ingest"]["embedder"] == "hash"
     assert report["plain_ledger"]["embedder"] == "none"
     assert report["ratio"] == round(report["ingest"]["per_second"] / alone["per_second"], 3)
