@@ -51,17 +51,27 @@ def test_the_policy_picks_the_driver(api: Api) -> None:
 
 def test_bad_search_bodies_are_400_and_audited(api: Api) -> None:
     key = api.key("acme/eng", "bot", "agent")
-    for body in (
+    bodies = (
         {},
         {"query": ""},
         {"query": "x", "k": 0},
         {"query": "x", "namespace": "acme"},
         {"query": "x", "as_of": "2026-01-01T00:00:00"},
         {"query": "x", "kk": 3},
-    ):
+    )
+    before = len(api.audit_records())
+    codes = []
+    for body in bodies:
         response = api.mem(key, "search", body)
         assert response.status_code == 400, (body, response.text)
-        assert response.json()["error"] in {"invalid_request", "identity_in_body"}
+        codes.append(response.json()["error"])
+    assert codes[3] == "identity_in_body"
+    assert set(codes) == {"invalid_request", "identity_in_body"}
+    records = api.audit_records()[before:]
+    assert len(records) == len(bodies)  # one audit record per refused request, nothing else
+    assert all(r.op == "search" and r.outcome == "denied" for r in records), records
+    assert all(r.namespace == "acme/eng" and r.actor == "bot" for r in records)
+    assert [r.detail.split(":")[0] for r in records] == codes
 
 
 def test_assemble_returns_a_capsule_whose_receipt_verifies(api: Api) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -354,8 +353,10 @@ def test_a_wrongly_typed_write_does_not_poison_the_notification_log(core: Core, 
     """Whatever the service accepts must decode again: otherwise every replay, projection
     and stream load over that position fails for good (the ledger cannot be rewritten)."""
     good = core.memory.write(AGENT, WriteMemory(content="The office opens at eight"))
-    with contextlib.suppress(DomainError):
+    before = core.ledger.head_position()
+    with pytest.raises(InvalidRequest, match=r"tags"):
         core.memory.write(AGENT, WriteMemory(content="Team standup is at 9:30 every day", tags="urgent"))  # type: ignore[arg-type]
+    assert_only_a_denial_was_recorded(core, before, AGENT)
     with Core(settings) as fresh:
         log = fresh.ledger.read(0, 1000)  # raises if an undecodable event was stored
         assert len(log) == fresh.ledger.head_position()

@@ -186,18 +186,24 @@ def test_property_search_never_leaks_outside_the_scope(
 ) -> None:
     run = uuid.uuid4().hex[:6]
     placed: dict[uuid.UUID, str] = {}
+    birds: dict[uuid.UUID, str] = {}
     for n, (namespace, bird) in enumerate(memories):
         who = Identity(namespace=f"{run}{namespace}", actor="w", role="agent")
-        placed[write(runtime, who, f"The {bird} nest count for survey {n} is {n * 7}.")] = f"{run}{namespace}"
+        ref = write(runtime, who, f"The {bird} nest count for survey {n} is {n * 7}.")
+        placed[ref], birds[ref] = f"{run}{namespace}", bird
     caller = Identity(namespace=f"{run}{caller_ns}", actor="r", role="agent")
     scope = {
         caller.namespace,
         *(caller.namespace.rsplit("/", i)[0] for i in range(1, caller.namespace.count("/") + 1)),
     }
+    visible = {ref for ref, namespace in placed.items() if namespace in scope}
     for query in ("falcon nest count", "kestrel survey", "osprey"):
         found = search(runtime, caller, query, driver, k=50)
         assert all(placed[f] in scope for f in found if f in placed)
         assert not set(found) - set(placed)  # nothing from other examples' namespaces either
+        # and not by finding nothing: every visible memory sharing a word with the query is found
+        matching = visible if query != "osprey" else {ref for ref in visible if birds[ref] == "osprey"}
+        assert matching <= set(found), (query, matching - set(found))
 
 
 def test_retired_and_quarantined_memories_are_not_current(runtime: Runtime) -> None:
