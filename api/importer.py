@@ -41,6 +41,7 @@ import msgspec
 import yaml
 
 from api.knowledge_cli import OPERATOR, publisher
+from api.progress import ProgressBar
 from api.runtime import Runtime
 from api.schemas import batch_entry
 from domain.model.errors import DomainError, InvalidRequest
@@ -54,7 +55,6 @@ MAX_MARKDOWN_BYTES = 1_048_576
 """A Markdown file larger than this is refused unread (the content limit is far below)."""
 LIST_FIELDS = frozenset({"tags", "selectors"})
 SHOWN_REJECTIONS = 20
-PLAIN_STEP = 0.1
 """Without a terminal, a progress line at every tenth of the records."""
 
 
@@ -257,49 +257,6 @@ class ProgressFile:
 # -- progress -----------------------------------------------------------------------------------------
 
 
-class ProgressBar:
-    """Count, rate and ETA on ``stream``: one line redrawn on a terminal, otherwise a plain
-    line at every tenth (no carriage returns in a log)."""
-
-    WIDTH = 30
-
-    def __init__(self, total: int, stream: TextIO, start: int = 0) -> None:
-        self.total = total
-        self.stream = stream
-        self.start = start
-        self.done = start
-        self.began = time.monotonic()
-        self.terminal = stream.isatty()
-        self._next_line = start + max(1, int(total * PLAIN_STEP))
-
-    def advance(self, count: int) -> None:
-        self.done += count
-        if self.terminal:
-            self.stream.write("\r" + self.line())
-            self.stream.flush()
-        elif self.done >= self._next_line or self.done == self.total:
-            self.stream.write(self.line() + "\n")
-            self.stream.flush()
-            step = max(1, int(self.total * PLAIN_STEP))
-            while self._next_line <= self.done:
-                self._next_line += step
-
-    def line(self) -> str:
-        elapsed = max(time.monotonic() - self.began, 1e-9)
-        rate = (self.done - self.start) / elapsed
-        left = self.total - self.done
-        eta = f"{left / rate:.0f}s" if rate > 0 else "?"
-        share = self.done / self.total if self.total else 1.0
-        filled = int(share * self.WIDTH)
-        bar = "#" * filled + "." * (self.WIDTH - filled)
-        return f"import [{bar}] {self.done}/{self.total} {share:.0%} {rate:.1f}/s ETA {eta}"
-
-    def finish(self) -> None:
-        if self.terminal:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 # -- the import ----------------------------------------------------------------------------------------
 
 
@@ -316,7 +273,7 @@ def run_import(
     skipped = min(progress.done(), len(records))
     outcomes: Counter[str] = Counter()
     rejections: list[ImportRejection] = []
-    bar = ProgressBar(len(records), stream, start=skipped)
+    bar = ProgressBar("import", len(records), stream, start=skipped)
     for start in range(skipped, len(records), batch_size):
         chunk = records[start : start + batch_size]
         batch = memory.write_batch(identity, [entry_of(record) for record in chunk])

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from psycopg.sql import SQL, Identifier
 
+from api.progress import staged_progress
 from api.runtime import Runtime
 from domain.model.asof import AsOfAnswer, AsOfMemory
 from domain.model.errors import DomainError
@@ -37,29 +38,6 @@ def parse_time(text: str) -> datetime:
         raise argparse.ArgumentTypeError(msg) from None
 
 
-class ProgressBar:
-    """Plain-text progress on stderr: ``name [#####.....] 52% 520000/1000000 31000 ev/s``."""
-
-    def __init__(self, width: int = 30) -> None:
-        self.width = width
-        self.started = time.perf_counter()
-        self.last = 0.0
-
-    def __call__(self, name: str, position: int, head: int) -> None:
-        now = time.perf_counter()
-        if now - self.last < 0.2 and position < head:
-            return
-        self.last = now
-        fraction = position / head if head else 1.0
-        done = int(fraction * self.width)
-        rate = position / max(now - self.started, 1e-9)
-        bar = "#" * done + "." * (self.width - done)
-        sys.stderr.write(f"\r{name} [{bar}] {fraction:4.0%} {position}/{head} {rate:,.0f} ev/s")
-        if position >= head:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 def _memory_line(m: AsOfMemory) -> str:
     until = f"{m.valid_to:%Y-%m-%d}" if m.valid_to else ""
     valid = f"{m.valid_from:%Y-%m-%d}..{until}"
@@ -76,7 +54,9 @@ def _answer_text(answer: AsOfAnswer) -> str:
 
 def cmd_asof(args: argparse.Namespace) -> int:
     try:
-        scope: tuple[str, ...] | Subtree | None = Subtree(validate_namespace(args.namespace)) if args.namespace else None
+        scope: tuple[str, ...] | Subtree | None = (
+            Subtree(validate_namespace(args.namespace)) if args.namespace else None
+        )
         check_storable(args.query, "--query")
     except DomainError as error:
         sys.stderr.write(f"refused: {error.detail}\n")
@@ -139,7 +119,7 @@ def cmd_projections_rebuild(args: argparse.Namespace) -> int:
         for name in names:
             try:
                 report = rebuilder.rebuild(
-                    name, verify=args.verify, switch=not args.no_switch, progress=ProgressBar()
+                    name, verify=args.verify, switch=not args.no_switch, progress=staged_progress()
                 )
             except RebuildFailed as error:
                 sys.stderr.write(f"\nFAILED: {error}; the live model was left as it was\n")
@@ -170,7 +150,7 @@ def cmd_replay_snapshot(args: argparse.Namespace) -> int:
         if args.drop:
             replayer.drop_snapshots()
         started = time.perf_counter()
-        bar = ProgressBar()
+        bar = staged_progress()
         saved = replayer.take_snapshots(args.every, lambda p, h: bar("snapshots", p, h))
         seconds = time.perf_counter() - started
         rows = replayer.snapshots()

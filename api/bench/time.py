@@ -23,6 +23,7 @@ from uuid import UUID, uuid4
 import msgspec
 
 from api.bench.common import percentile, scratch_database
+from api.progress import ProgressBar, staged_progress
 from api.runtime import Runtime
 from domain.ledger.app import NewMemoryKey
 from domain.ledger.mapper import Recorded
@@ -155,7 +156,7 @@ class Generator:
         return [self._recorded(e) for e in events], self.ledger.new_data_key(memory_id)
 
     def run(self, target: int, group: int = 3000, report: bool = True) -> None:
-        started = time.perf_counter()
+        bar = ProgressBar("generate", target, unit=" ev/s") if report else None
         while self.events < target:
             batch: list[Recorded] = []
             keys: list[NewMemoryKey] = []
@@ -165,22 +166,8 @@ class Generator:
                 keys.append(key)
             self.ledger.append(batch, keys)
             self.events += len(batch)
-            if report:
-                rate = self.events / (time.perf_counter() - started)
-                sys.stderr.write(f"\rgenerate {self.events}/{target} events {rate:,.0f} ev/s")
-                sys.stderr.flush()
-        if report:
-            sys.stderr.write("\n")
-
-
-def _progress(label: str) -> object:
-    def show(name: str, position: int, head: int) -> None:
-        sys.stderr.write(f"\r{label} {name} {position}/{head}")
-        if position >= head:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    return show
+            if bar is not None:
+                bar.update(self.events)
 
 
 def _sql_latencies(
@@ -251,7 +238,9 @@ def run_time_bench(args: argparse.Namespace) -> int:
             read += len(batch)
             position = int(batch[-1].position or 0)
         raw_rate = read / (time.perf_counter() - t0)
-        report = Rebuilder(runtime.reads.runner).rebuild("memory_objects", progress=_progress("rebuild"))  # type: ignore[arg-type]
+        report = Rebuilder(runtime.reads.runner).rebuild(
+            "memory_objects", progress=staged_progress("rebuild")
+        )
         result = TimeBench(
             events=events,
             memories=generator.memories,
