@@ -347,7 +347,32 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     register_knowledge_commands(sub)
     register_import_command(sub)
     register_ingest_bench(bench)
+    show_defaults(parser)
     return parser
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Like argparse's ArgumentDefaultsHelpFormatter, but silent where there is no default
+    worth naming (None, a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every command's ``--help`` names each option's default, whoever registered it."""
+    parser.formatter_class = DefaultsShown
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                show_defaults(child)
+        elif not action.help and action.default not in (None, False, argparse.SUPPRESS):
+            action.help = "(default: %(default)s)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
