@@ -190,13 +190,15 @@ def search_service(runtime: Runtime) -> SearchService:
 
 def retrieved(
     service: SearchService, tally: Tally, who: Identity, question: str, driver: str, k: int
-) -> set[UUID]:
+) -> list[UUID]:
+    """The top ``k``, best first. One search serves every smaller k too: a driver ranks the
+    same candidates whatever k is up to ``MIN_CANDIDATES / CANDIDATES_PER_RESULT``."""
     began = time.perf_counter()
     answer = service.search(who, SearchQuery(query=question, k=k), driver_name=driver)
     tally.latencies.setdefault(driver, []).append(time.perf_counter() - began)
     if answer.driver != driver:
         tally.fallbacks += 1
-    return {r.id for r in answer.results}
+    return [r.id for r in answer.results]
 
 
 def score(service: SearchService, samples: Sequence[Sample], ingested: Ingested) -> Tally:
@@ -209,8 +211,9 @@ def score(service: SearchService, samples: Sequence[Sample], ingested: Ingested)
             wanted = [mapping.get(e) for e in q.evidence]
             tally.questions[q.category] += 1
             for driver in DRIVERS:
+                ranked = retrieved(service, tally, who, q.text, driver, max(KS))
                 for k in KS:
-                    found = retrieved(service, tally, who, q.text, driver, k)
+                    found = set(ranked[:k])
                     hits = sum(1 for m in wanted if m is not None and m in found)
                     tally.add(driver, k, q.category, hits / len(wanted))
     return tally
