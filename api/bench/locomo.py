@@ -1,10 +1,10 @@
 """`memwarden bench locomo`: evidence recall on LoCoMo, lexical vs vector vs hybrid.
 
 Each conversation gets its own namespace (``locomo/<sample_id>``); each turn becomes one
-memory, written through the real write path by an agent of that namespace, as
-``"[8 May 2023] Caroline: <text>"`` (session date, speaker, text; never the dia_id, the
-evidence or the answers). The dia_id -> memory id mapping is kept on the side, from the
-write results (a deduplicated write maps to the memory it matched).
+memory, written in order through the real batch write path (``write_batch``) by an agent
+of that namespace, as ``"[8 May 2023] Caroline: <text>"`` (session date, speaker, text;
+never the dia_id, the evidence or the answers). The dia_id -> memory id mapping is kept
+on the side, from the write results (a deduplicated write maps to the memory it matched).
 
 Every question of categories 1-4 is then searched inside its conversation's namespace
 with k = 5 and k = 10, by three drivers through the same ``SearchService`` machinery.
@@ -37,6 +37,7 @@ from api.runtime import Runtime
 from domain.embedding import shared_minilm
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
+from domain.services.memory import BatchItem
 from projections.search.drivers import BASELINE, Driver, HybridDriver, LexicalDriver, VectorDriver
 from projections.search.service import SearchQuery, SearchService
 
@@ -45,6 +46,7 @@ DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DRIVERS = ("lexical", "vector", "hybrid")
 KS = (5, 10)
+INGEST_BATCH = 64
 _SESSION = re.compile(r"session_(\d+)")
 
 
@@ -136,16 +138,22 @@ def agent_of(sample: Sample) -> Identity:
 
 
 def ingest(runtime: Runtime, samples: Sequence[Sample]) -> Ingested:
+    """Each conversation's turns in order, through ``write_batch`` (``INGEST_BATCH`` at a time:
+    decided in order, one append, embedded together), so the write order is the turns' order."""
     outcomes: Counter[str] = Counter()
     memory_of: dict[str, dict[str, UUID | None]] = {}
     began = time.perf_counter()
     for sample in samples:
         agent = agent_of(sample)
         mapping = memory_of.setdefault(sample.sample_id, {})
-        for turn in sample.turns:
-            result = runtime.memory.write(agent, WriteMemory(content=turn.content))
-            outcomes[result.outcome] += 1
-            mapping[turn.dia_id] = result.id if result.outcome != "rejected" else None
+        for start in range(0, len(sample.turns), INGEST_BATCH):
+            chunk = sample.turns[start : start + INGEST_BATCH]
+            batch = runtime.memory.write_batch(
+                agent, [BatchItem(command=WriteMemory(content=t.content)) for t in chunk]
+            )
+            for turn, result in zip(chunk, batch.results, strict=True):
+                outcomes[result.outcome] += 1
+                mapping[turn.dia_id] = result.id if result.outcome != "rejected" else None
     return Ingested(memory_of=memory_of, outcomes=dict(outcomes), seconds=time.perf_counter() - began)
 
 
@@ -190,13 +198,15 @@ def search_service(runtime: Runtime) -> SearchService:
 
 def retrieved(
     service: SearchService, tally: Tally, who: Identity, question: str, driver: str, k: int
-) -> set[UUID]:
+) -> list[UUID]:
+    """The top ``k``, best first. One search serves every smaller k too: a driver ranks the
+    same candidates whatever k is up to ``MIN_CANDIDATES / CANDIDATES_PER_RESULT``."""
     began = time.perf_counter()
     answer = service.search(who, SearchQuery(query=question, k=k), driver_name=driver)
     tally.latencies.setdefault(driver, []).append(time.perf_counter() - began)
     if answer.driver != driver:
         tally.fallbacks += 1
-    return {r.id for r in answer.results}
+    return [r.id for r in answer.results]
 
 
 def score(service: SearchService, samples: Sequence[Sample], ingested: Ingested) -> Tally:
@@ -209,8 +219,9 @@ def score(service: SearchService, samples: Sequence[Sample], ingested: Ingested)
             wanted = [mapping.get(e) for e in q.evidence]
             tally.questions[q.category] += 1
             for driver in DRIVERS:
+                ranked = retrieved(service, tally, who, q.text, driver, max(KS))
                 for k in KS:
-                    found = retrieved(service, tally, who, q.text, driver, k)
+                    found = set(ranked[:k])
                     hits = sum(1 for m in wanted if m is not None and m in found)
                     tally.add(driver, k, q.category, hits / len(wanted))
     return tally

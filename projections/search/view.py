@@ -217,7 +217,9 @@ class ScopedView:
         """The best ``k`` of ``candidates`` (ref, score; best first) that the read filter
         lets through. Candidates are ranked inside the scope first, then only the few best
         are checked against ``memory_objects``; if too many of them are not visible (retired,
-        filtered by tags), more are fetched."""
+        filtered by tags), more are fetched. Each candidate is checked by its key (a lateral
+        probe): joined as a set, the vector lane's candidates were hashed against a sequential
+        scan of every memory (4-6 ms of each search at a 5k scope)."""
         fetch = max(k * OVERFETCH, MIN_FETCH)
         while True:
             # The limits are literals: plans are generic (OPEN_VIEW), and a generic plan that
@@ -226,7 +228,8 @@ class ScopedView:
                 SQL(
                     "WITH c AS MATERIALIZED ({candidates} LIMIT {fetch})"
                     " SELECT c.ref, c.score, (SELECT count(*) FROM c) AS fetched"
-                    " FROM c JOIN {s}.memory_objects m ON m.id = c.ref WHERE {visible}"
+                    " FROM c CROSS JOIN LATERAL"
+                    " (SELECT 1 FROM {s}.memory_objects m WHERE m.id = c.ref AND {visible} LIMIT 1) v"
                     " ORDER BY c.score DESC, c.ref LIMIT {k}"
                 ).format(
                     candidates=candidates,

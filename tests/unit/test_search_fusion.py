@@ -6,7 +6,8 @@ from uuid import UUID
 
 import pytest
 
-from projections.search.drivers import merge, with_context
+from api.bench.locomo import KS
+from projections.search.drivers import candidates_for, merge, with_context
 from projections.search.view import Hit
 
 A, B, C, D = (UUID(int=i) for i in range(1, 5))
@@ -41,3 +42,9 @@ def test_two_hits_at_the_same_distance_lend_the_better_score_once() -> None:
 def test_no_neighbours_leaves_the_ranking_as_it_was() -> None:
     hits = [Hit(A, 1.0), Hit(B, 0.4)]
     assert with_context(hits, [], weight=0.5) == hits
+
+
+def test_every_k_the_locomo_bench_scores_ranks_the_same_candidates() -> None:
+    """bench locomo searches once at its largest k and scores the smaller ones from the head:
+    sound only while each k's candidate depth is the same."""
+    assert len({candidates_for(k) for k in KS}) == 1
