@@ -18,6 +18,7 @@ from api.erasure_cli import register as register_erasure_commands
 from api.importer import register as register_import_command
 from api.knowledge_cli import register as register_knowledge_commands
 from api.listening import announce_when_listening
+from api.mcp.command import register as register_mcp_command
 from api.runtime import Runtime
 from api.timecli import register as register_time_commands
 from api.timecli import register_time_bench
@@ -346,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     register_erasure_commands(sub, keys, bench)
     register_knowledge_commands(sub)
     register_import_command(sub)
+    register_mcp_command(sub)
     register_ingest_bench(bench)
     return parser
 

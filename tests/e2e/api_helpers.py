@@ -13,6 +13,12 @@ from domain.model.keys import IssueKey
 from domain.model.namespaces import tenant_of
 
 
+def issue_key(runtime: Runtime, namespace: str, actor: str, role: str) -> str:
+    """A key for ``actor`` in ``namespace``, minted by the tenant's operator."""
+    operator = Identity(tenant_of(namespace), "operator@test", "owner")
+    return runtime.core.governance.issue_key(operator, IssueKey(target=namespace, actor=actor, role=role)).key
+
+
 class Api:
     """A served app (Litestar's TestClient runs the real ASGI app, lifespan included)."""
 
@@ -21,11 +27,7 @@ class Api:
         self.client = client
 
     def key(self, namespace: str, actor: str, role: str) -> str:
-        operator = Identity(tenant_of(namespace), "operator@test", "owner")
-        issued = self.runtime.core.governance.issue_key(
-            operator, IssueKey(target=namespace, actor=actor, role=role)
-        )
-        return issued.key
+        return issue_key(self.runtime, namespace, actor, role)
 
     def call(self, key: str | None, path: str, body: Any = None, method: str = "POST", **kw: Any) -> Any:
         headers = dict(kw.pop("headers", {}))
