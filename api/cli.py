@@ -285,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     write.add_argument("--writers", default="1,4,16", help="comma-separated writer counts")
     write.add_argument("--json", action="store_true")
     write.set_defaults(handler=cmd_bench_write)
-    api = bench.add_parser("api", help="write and read over HTTP vs in-process, same run")
+    api = bench.add_parser(
+        "api", help="write and read over HTTP vs in-process, and a tool call over /mcp vs HTTP, same run"
+    )
     api.add_argument("--seconds", type=float, default=3.0, help="measuring time per run")
     api.add_argument("--clients", default="1,16", help="comma-separated client counts")
     api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")

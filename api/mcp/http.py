@@ -7,6 +7,7 @@ Stateless, JSON answers: a tool call is one POST, and any API process can answer
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +23,9 @@ from api.mcp.syscalls import AppSyscalls
 from api.state import MAX_BODY_BYTES
 
 MCP_PATH = "/mcp"
+logging.getLogger("mcp").setLevel(logging.WARNING)
+"""The SDK logs a line at INFO for every stateless request it serves; the API's own
+metrics and audit records say what was called."""
 
 
 def _authorization(ctx: ServerRequestContext[Any, Any]) -> str:

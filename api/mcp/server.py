@@ -16,7 +16,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from api.mcp.syscalls import Reply, Syscalls
-from api.mcp.tools import BY_NAME, listing
+from api.mcp.tools import BY_NAME, listing, no_header_parameters
 
 SERVER_NAME = "memwarden"
 INSTRUCTIONS = (
@@ -71,7 +71,7 @@ def build_server(syscalls: Syscalls, authorization: Authorization) -> Server[Any
     async def list_tools(
         _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=listing())
+        return types.ListToolsResult(tools=list(listing()))
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -88,10 +88,13 @@ def build_server(syscalls: Syscalls, authorization: Authorization) -> Server[Any
             return tool_error("unavailable", f"the memwarden API cannot be reached ({type(error).__name__})")
         return tool_result(reply)
 
-    return Server(
+    server: Server[Any] = Server(
         SERVER_NAME,
         version="0.1.0",
         instructions=INSTRUCTIONS,
+        get_tool_input_schema=no_header_parameters,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    server.middleware = []  # the SDK's default OpenTelemetry span per message: nothing exports it here
+    return server

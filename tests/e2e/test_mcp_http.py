@@ -3,6 +3,7 @@ served by uvicorn: the same key, gate, rate limit and audit as the HTTP syscalls
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Iterator
 
 import anyio
@@ -171,37 +172,57 @@ def test_poison_arguments_are_a_clear_tool_error_and_audited(
     assert "\x00" not in refused[0].detail
 
 
-def raw_tool_call(base: str, key: str, arguments_json: str) -> httpx.Response:
+MODERN = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def raw_tool_call(base: str, key: str, arguments_json: str, version: str = MODERN) -> httpx.Response:
     """A ``tools/call`` of ``write`` whose arguments are JSON text as given (the mcp client
-    cannot even encode a lone surrogate; a raw client can send its escape)."""
+    cannot even encode a lone surrogate; a raw client can send its escape), in the current
+    protocol (one self-contained POST) or a handshake-era one."""
+    meta = f', "_meta": {json.dumps(META)}' if version == MODERN else ""
     body = (
         '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "write", "arguments": '
         + arguments_json
+        + meta
         + "}}"
     )
     headers = {
         "Authorization": f"Bearer {key}",
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
-        "Mcp-Protocol-Version": "2025-06-18",
+        "Mcp-Protocol-Version": version,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "write",
     }
     return httpx.post(f"{base}/mcp", content=body.encode(), headers=headers, timeout=10)
 
 
-def test_a_lone_surrogate_escape_is_a_parse_error_and_the_server_goes_on(served: Served) -> None:
+def test_a_lone_surrogate_escape_is_refused_naming_its_field(served: Served) -> None:
     runtime, base = served
     key = issue_key(runtime, "acme/eng", "bot", "agent")
     fine = raw_tool_call(base, key, '{"content": "a fine fact about lunch"}')
     assert fine.status_code == 200, fine.text
     assert fine.json()["result"]["isError"] is False
     poisoned = raw_tool_call(base, key, '{"content": "fine", "subject": "x\\ud800y"}')
-    # refused by the protocol layer's JSON parser, before any tool (or the ledger) sees it
-    assert poisoned.status_code == 400, poisoned.text
-    assert poisoned.json()["error"]["code"] == -32700
+    assert poisoned.status_code == 200, poisoned.text
+    result = poisoned.json()["result"]
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"] == "invalid_request"
+    assert "subject" in result["structuredContent"]["detail"]
     assert "\\ud800" not in poisoned.text
-    runtime.reads.wait_for(runtime.ledger.head_position())
-    counts = raw_tool_call(base, key, '{"content": "another fine fact about dinner"}')
-    assert counts.json()["result"]["isError"] is False
+    # a handshake-era request: the SDK's parser refuses the escape before any tool runs
+    legacy = raw_tool_call(base, key, '{"content": "fine", "subject": "x\\ud800y"}', "2025-06-18")
+    assert legacy.status_code == 400
+    assert legacy.json()["error"]["code"] == -32700
+    after = raw_tool_call(base, key, '{"content": "another fine fact about dinner"}')
+    assert after.json()["result"]["isError"] is False
+    writes = [a for a in audits(runtime) if a.op == "write"]
+    assert [a.outcome for a in writes] == ["ok", "denied", "ok"]
 
 
 def test_unknown_tool_and_a_role_that_may_not_write(served: Served) -> None:
