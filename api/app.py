@@ -17,6 +17,7 @@ from api.gate import KeyAuthentication, audit_unaudited, gate
 from api.mcp.http import McpEndpoint
 from api.metrics import metrics_middleware
 from api.openapi import docs_assets, document_errors, openapi_config
+from api.route_docs import describe_routes
 from api.routes.admin import AdminController
 from api.routes.compliance import ComplianceController
 from api.routes.erasure import ErasureController
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     )
     mcp.bind(app)
     document_errors(app)
+    describe_routes(app)
     return app
 
 
