@@ -19,6 +19,18 @@ def issue_key(runtime: Runtime, namespace: str, actor: str, role: str) -> str:
     return runtime.core.governance.issue_key(operator, IssueKey(target=namespace, actor=actor, role=role)).key
 
 
+def audit_records(runtime: Runtime) -> list[AuditRecorded]:
+    """Every audit record on the ledger, in order."""
+    found: list[AuditRecorded] = []
+    after = 0
+    while True:
+        batch = runtime.ledger.read(after, 1000)
+        if not batch:
+            return found
+        found.extend(r.event for r in batch if isinstance(r.event, AuditRecorded))
+        after = int(batch[-1].position or 0)
+
+
 class Api:
     """A served app (Litestar's TestClient runs the real ASGI app, lifespan included)."""
 
@@ -47,11 +59,4 @@ class Api:
         self.runtime.reads.wait_for(self.runtime.ledger.head_position())
 
     def audit_records(self) -> list[AuditRecorded]:
-        found: list[AuditRecorded] = []
-        after = 0
-        while True:
-            batch = self.runtime.ledger.read(after, 1000)
-            if not batch:
-                return found
-            found.extend(r.event for r in batch if isinstance(r.event, AuditRecorded))
-            after = int(batch[-1].position or 0)
+        return audit_records(self.runtime)

@@ -13,11 +13,10 @@ from mcp import Client
 
 from api.gate import IDENTITY_FIELDS
 from api.runtime import Runtime
-from domain.model.events import AuditRecorded
 from domain.model.identity import Identity
 from domain.model.policies import PolicyBody
 from domain.settings import Settings
-from tests.e2e.api_helpers import issue_key
+from tests.e2e.api_helpers import audit_records, issue_key
 from tests.e2e.mcp_helpers import mcp_client, payload, served_app
 
 Served = tuple[Runtime, str]
@@ -35,15 +34,6 @@ def run(base: str, key: str | None, scenario: Callable[[Client], Awaitable[None]
             await scenario(client)
 
     anyio.run(main)
-
-
-def audits(runtime: Runtime) -> list[AuditRecorded]:
-    records: list[AuditRecorded] = []
-    after = 0
-    while batch := runtime.ledger.read(after, 1000):
-        records.extend(r.event for r in batch if isinstance(r.event, AuditRecorded))
-        after = int(batch[-1].position or 0)
-    return records
 
 
 def test_every_syscall_is_a_tool_and_no_schema_names_an_identity(served: Served) -> None:
@@ -92,7 +82,7 @@ def test_write_search_assemble_and_the_audit_record_of_a_tool_call(served: Serve
         assert payload(stats)["current"] == 1
 
     run(base, key, scenario)
-    by_op = {(a.op, a.outcome, a.actor, a.namespace) for a in audits(runtime)}
+    by_op = {(a.op, a.outcome, a.actor, a.namespace) for a in audit_records(runtime)}
     for op in ("write", "search", "assemble", "stats"):
         assert (op, "ok", "bot", "acme/eng") in by_op
 
@@ -122,7 +112,7 @@ def test_another_tenants_key_sees_nothing(served: Served) -> None:
     run(base, ours, write)
     runtime.reads.wait_for(runtime.ledger.head_position())
     run(base, theirs, snoop)
-    assert ("read", "miss", "spy") in {(a.op, a.outcome, a.actor) for a in audits(runtime)}
+    assert ("read", "miss", "spy") in {(a.op, a.outcome, a.actor) for a in audit_records(runtime)}
 
 
 @pytest.mark.parametrize(
@@ -166,7 +156,7 @@ def test_poison_arguments_are_a_clear_tool_error_and_audited(
         assert payload(after)["current"] == 0
 
     run(base, key, scenario)
-    refused = [a for a in audits(runtime) if a.op == "write"]
+    refused = [a for a in audit_records(runtime) if a.op == "write"]
     assert len(refused) == 1
     assert refused[0].outcome == "denied"
     assert "\x00" not in refused[0].detail
@@ -221,7 +211,7 @@ def test_a_lone_surrogate_escape_is_refused_naming_its_field(served: Served) -> 
     assert legacy.json()["error"]["code"] == -32700
     after = raw_tool_call(base, key, '{"content": "another fine fact about dinner"}')
     assert after.json()["result"]["isError"] is False
-    writes = [a for a in audits(runtime) if a.op == "write"]
+    writes = [a for a in audit_records(runtime) if a.op == "write"]
     assert [a.outcome for a in writes] == ["ok", "denied", "ok"]
 
 
@@ -239,7 +229,7 @@ def test_unknown_tool_and_a_role_that_may_not_write(served: Served) -> None:
         assert not allowed.is_error
 
     run(base, auditor, scenario)
-    assert ("write", "denied", "dana") in {(a.op, a.outcome, a.actor) for a in audits(runtime)}
+    assert ("write", "denied", "dana") in {(a.op, a.outcome, a.actor) for a in audit_records(runtime)}
 
 
 def test_the_rate_limit_applies_to_tool_calls(served: Served) -> None:
@@ -257,7 +247,7 @@ def test_the_rate_limit_applies_to_tool_calls(served: Served) -> None:
         assert int(errors[0]["retry_after"]) >= 1
 
     run(base, key, scenario)
-    assert ("stats", "denied") in {(a.op, a.outcome) for a in audits(runtime)}
+    assert ("stats", "denied") in {(a.op, a.outcome) for a in audit_records(runtime)}
 
 
 def test_no_key_or_a_revoked_key_gets_401_before_any_tool(served: Served) -> None:
@@ -279,4 +269,6 @@ def test_no_key_or_a_revoked_key_gets_401_before_any_tool(served: Served) -> Non
         timeout=10,
     )
     assert forged.status_code == 401
-    assert [(a.op, a.outcome, a.actor) for a in audits(runtime)] == [("mcp", "denied", "anonymous")] * 2
+    assert [(a.op, a.outcome, a.actor) for a in audit_records(runtime)] == [
+        ("mcp", "denied", "anonymous")
+    ] * 2

@@ -14,9 +14,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from api.runtime import Runtime
-from domain.model.events import AuditRecorded
 from domain.settings import Settings
-from tests.e2e.api_helpers import issue_key
+from tests.e2e.api_helpers import audit_records, issue_key
 from tests.e2e.mcp_helpers import payload, served_app
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,14 +54,7 @@ def over_stdio(env: dict[str, str], scenario: Callable[[Client], Awaitable[None]
 
 
 def audited(runtime: Runtime) -> set[tuple[str, str, str]]:
-    found: set[tuple[str, str, str]] = set()
-    after = 0
-    while batch := runtime.ledger.read(after, 1000):
-        found.update(
-            (r.event.op, r.event.outcome, r.event.actor) for r in batch if isinstance(r.event, AuditRecorded)
-        )
-        after = int(batch[-1].position or 0)
-    return found
+    return {(a.op, a.outcome, a.actor) for a in audit_records(runtime)}
 
 
 def test_stdio_on_the_local_database(runtime: Runtime, settings: Settings) -> None:
