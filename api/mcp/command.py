@@ -31,5 +31,8 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "mcp",
         help=f"MCP over stdio: key from ${KEY_VARIABLE}, server ${URL_VARIABLE} or the local database",
+        description=f"MCP over stdio, one tool per syscall. The API key is ${KEY_VARIABLE} (required); "
+        f"tool calls go to the memwarden serve at ${URL_VARIABLE} when set, else to the local database "
+        "(DATABASE_URL or the embedded default in MEMWARDEN_DATA_DIR). Stdout carries the protocol only.",
     )
     parser.set_defaults(handler=cmd_mcp)
