@@ -14,8 +14,10 @@ from litestar.middleware import DefineMiddleware
 
 from api.errors import handle
 from api.gate import KeyAuthentication, audit_unaudited, gate
+from api.mcp.http import McpEndpoint
 from api.metrics import metrics_middleware
 from api.openapi import docs_assets, document_errors, openapi_config
+from api.route_docs import describe_routes
 from api.routes.admin import AdminController
 from api.routes.compliance import ComplianceController
 from api.routes.erasure import ErasureController
@@ -32,6 +34,7 @@ PUBLIC_PATHS = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema"]
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Litestar:
     """The app. Without a runtime it opens one from ``settings`` (or the environment) at start-up."""
     api = ApiState(settings, runtime)
+    mcp = McpEndpoint()
 
     async def startup() -> None:
         await anyio.to_thread.run_sync(api.open)
@@ -50,9 +53,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             OpsController,
             *HEALTH_ROUTES,
             docs_assets(),
+            mcp.handler(),
         ],
         on_startup=[startup],
         on_shutdown=[shutdown],
+        lifespan=[mcp.lifespan],
         state=State({STATE_KEY: api}),
         middleware=[
             metrics_middleware,
@@ -65,7 +70,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         openapi_config=openapi_config(),
         debug=False,
     )
+    mcp.bind(app)
     document_errors(app)
+    describe_routes(app)
     return app
 
 

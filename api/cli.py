@@ -18,6 +18,7 @@ from api.erasure_cli import register as register_erasure_commands
 from api.importer import register as register_import_command
 from api.knowledge_cli import register as register_knowledge_commands
 from api.listening import announce_when_listening
+from api.mcp.command import register as register_mcp_command
 from api.runtime import Runtime
 from api.timecli import register as register_time_commands
 from api.timecli import register_time_bench
@@ -284,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     write.add_argument("--writers", default="1,4,16", help="comma-separated writer counts")
     write.add_argument("--json", action="store_true")
     write.set_defaults(handler=cmd_bench_write)
-    api = bench.add_parser("api", help="write and read over HTTP vs in-process, same run")
+    api = bench.add_parser(
+        "api", help="write and read over HTTP vs in-process, and a tool call over /mcp vs HTTP, same run"
+    )
     api.add_argument("--seconds", type=float, default=3.0, help="measuring time per run")
     api.add_argument("--clients", default="1,16", help="comma-separated client counts")
     api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
@@ -346,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     register_erasure_commands(sub, keys, bench)
     register_knowledge_commands(sub)
     register_import_command(sub)
+    register_mcp_command(sub)
     register_ingest_bench(bench)
     show_defaults(parser)
     return parser

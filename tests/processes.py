@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,3 +25,20 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli_key(env: dict[str, str], namespace: str, actor: str, role: str) -> str:
+    """A key minted by ``memwarden keys create`` (the key alone is its last line)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "api.cli", "keys", "create", namespace, actor, role],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return done.stdout.strip().splitlines()[-1]

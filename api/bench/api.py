@@ -47,6 +47,34 @@ class ApiBenchRow(msgspec.Struct, frozen=True):
     in_process_cpu_us: CpuPerOperation | None = None
 
 
+class McpBenchRow(msgspec.Struct, frozen=True):
+    """A tool call over ``/mcp`` against the same syscall over plain HTTP, same server."""
+
+    op: str
+    clients: int
+    mcp: RunStats
+    http: RunStats
+    overhead_p50_ms: float
+    target_ms: float
+    mcp_cpu_us: CpuPerOperation | None = None
+    http_cpu_us: CpuPerOperation | None = None
+
+
+MCP_VERSION = "2026-07-28"
+MCP_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "Mcp-Protocol-Version": MCP_VERSION,
+    "Mcp-Method": "tools/call",
+    "Mcp-Name": "read",
+}
+"""What the official ``mcp`` client sends with a ``read`` tool call: one POST, no session."""
+MCP_META = {
+    "io.modelcontextprotocol/protocolVersion": MCP_VERSION,
+    "io.modelcontextprotocol/clientInfo": {"name": "memwarden-bench", "version": "0.1.0"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,6 +104,7 @@ def _serve(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[byt
 def run_api_bench(args: argparse.Namespace) -> int:
     counts = [int(c) for c in str(args.clients).split(",") if c.strip()]
     rows: list[ApiBenchRow] = []
+    mcp_rows: list[McpBenchRow] = []
     with scratch_database("memwarden_bench_api") as (scratch, _params):
         # Like an API process of `memwarden serve`: the served projector projects for both sides.
         settings = msgspec.structs.replace(scratch, pool_size=max(counts) + 4, projector="external")
@@ -104,6 +133,7 @@ def run_api_bench(args: argparse.Namespace) -> int:
                 bench = _Bench(runtime, port, server.pid, keys, identities)
                 for clients in counts:
                     rows.extend(bench.measure(clients, args.seconds))
+                    mcp_rows.append(bench.measure_mcp(clients, args.seconds))
             finally:
                 server.terminate()
                 server.wait(timeout=30)
@@ -111,12 +141,19 @@ def run_api_bench(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(
             msgspec.json.encode(
-                {"rows": rows, "http_floor": floor, "httpx_floor": httpx_floor, "chain_ok": report.ok}
+                {
+                    "rows": rows,
+                    "mcp_rows": mcp_rows,
+                    "http_floor": floor,
+                    "httpx_floor": httpx_floor,
+                    "chain_ok": report.ok,
+                }
             ).decode()
             + "\n"
         )
     else:
         _print(rows, report.ok, report.checked)
+        _print_mcp(mcp_rows)
         sys.stdout.write(
             f"HTTP floor (GET /healthz, no auth, no database; 1 client): p50 {floor.p50_ms:.3f} ms, "
             f"p95 {floor.p95_ms:.3f} ms, {floor.per_second:.0f} req/s; with httpx as the client: "
@@ -134,12 +171,14 @@ class HttpClient:
     more again (its floor is reported beside).
     """
 
-    def __init__(self, port: int, key: str | None = None) -> None:
+    def __init__(self, port: int, key: str | None = None, headers: dict[str, str] | None = None) -> None:
         self._port = port
         self._socket: socket.socket | None = None
         self._buffer = b""
-        self._headers = "Host: 127.0.0.1\r\nContent-Type: application/json\r\n" + (
-            f"Authorization: Bearer {key}\r\n" if key is not None else ""
+        self._headers = (
+            "Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + (f"Authorization: Bearer {key}\r\n" if key is not None else "")
+            + "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         )
 
     def call(self, method: str, path: str, body: object = None) -> tuple[int, bytes]:
@@ -294,26 +333,78 @@ class _Bench:
             for client in http_clients.values():
                 client.close()
 
+    def measure_mcp(self, clients: int, seconds: float) -> McpBenchRow:
+        """``read`` as a ``tools/call`` over ``/mcp`` and as ``POST /v1/mem/read``, by the same
+        keys on the same memories (written first over HTTP)."""
+        plain = {i: HttpClient(self.port, self.keys[i]) for i in range(clients)}
+        tools = {i: HttpClient(self.port, self.keys[i], MCP_HEADERS) for i in range(clients)}
+        ids: dict[int, list[str]] = {i: [] for i in range(clients)}
+        try:
+            for i in range(clients):
+                for n in range(8):
+                    status, data = plain[i].call(
+                        "POST",
+                        "/v1/mem/write",
+                        {"content": f"{sentence(i, n).content} [mcp {time.monotonic_ns()}]"},
+                    )
+                    if status != 200:
+                        raise RuntimeError(f"HTTP write failed: {status} {data[:300]!r}")
+                    ids[i].append(msgspec.json.decode(data)["id"])
+
+            def http_read(index: int) -> Callable[[int], None]:
+                client, mine = plain[index], ids[index]
+
+                def work(n: int) -> None:
+                    status, data = client.call("POST", "/v1/mem/read", {"id": mine[n % len(mine)]})
+                    if status != 200:
+                        raise RuntimeError(f"HTTP read failed: {status} {data[:300]!r}")
+
+                return work
+
+            def mcp_read(index: int) -> Callable[[int], None]:
+                client, mine = tools[index], ids[index]
+
+                def work(n: int) -> None:
+                    call = {
+                        "jsonrpc": "2.0",
+                        "id": n,
+                        "method": "tools/call",
+                        "params": {
+                            "name": "read",
+                            "arguments": {"id": mine[n % len(mine)]},
+                            "_meta": MCP_META,
+                        },
+                    }
+                    status, data = client.call("POST", "/mcp", call)
+                    if (
+                        status != 200
+                        or msgspec.json.decode(data).get("result", {}).get("isError") is not False
+                    ):
+                        raise RuntimeError(f"MCP read failed: {status} {data[:300]!r}")
+
+                return work
+
+            run_threads("warm-up", clients, min(1.0, seconds), mcp_read)
+            (mcp, mcp_cpu), (http, http_cpu) = self._alternate(
+                clients, seconds, "read", (mcp_read, http_read)
+            )
+        finally:
+            for client in (*plain.values(), *tools.values()):
+                client.close()
+        return McpBenchRow(
+            "read",
+            clients,
+            mcp,
+            http,
+            round(mcp.p50_ms - http.p50_ms, 3),
+            TARGET_OVERHEAD_MS,
+            mcp_cpu,
+            http_cpu,
+        )
+
     def _row(self, op: str, clients: int, seconds: float, over_http: Worker, local: Worker) -> ApiBenchRow:
-        """Alternate the sides in ``ROUNDS`` rounds; pool each side's latencies and CPU."""
-        pooled: dict[str, tuple[list[float], list[float], dict[str, int]]] = {
-            "http": ([], [], {}),
-            "local": ([], [], {}),
-        }
-        for _ in range(ROUNDS):
-            for side, make in (("http", over_http), ("local", local)):
-                latencies, elapsed, used = pooled[side]
-                before = cpu_ticks(self.server_pid)
-                took, spent = timed_threads(clients, seconds / ROUNDS, make)
-                after = cpu_ticks(self.server_pid)
-                latencies.extend(took)
-                elapsed.append(spent)
-                if before is not None and after is not None:
-                    for role, ticks in after.items():
-                        used[role] = used.get(role, 0) + ticks - before[role]
-        http_stats, local_stats = (
-            summarize(f"{label} {op}", clients, pooled[side][0], sum(pooled[side][1]))
-            for side, label in (("http", "HTTP"), ("local", "in-process"))
+        (http_stats, http_cpu), (local_stats, local_cpu) = self._alternate(
+            clients, seconds, op, (over_http, local), ("HTTP", "in-process")
         )
         return ApiBenchRow(
             op,
@@ -322,9 +413,35 @@ class _Bench:
             local_stats,
             round(http_stats.p50_ms - local_stats.p50_ms, 3),
             TARGET_OVERHEAD_MS,
-            per_operation(pooled["http"][2], http_stats.operations),
-            per_operation(pooled["local"][2], local_stats.operations),
+            http_cpu,
+            local_cpu,
         )
+
+    def _alternate(
+        self,
+        clients: int,
+        seconds: float,
+        op: str,
+        sides: tuple[Worker, Worker],
+        labels: tuple[str, str] = ("MCP", "HTTP"),
+    ) -> list[tuple[RunStats, CpuPerOperation | None]]:
+        """Alternate the two sides in ``ROUNDS`` rounds; pool each side's latencies and CPU."""
+        pooled: list[tuple[list[float], list[float], dict[str, int]]] = [([], [], {}), ([], [], {})]
+        for _ in range(ROUNDS):
+            for make, (latencies, elapsed, used) in zip(sides, pooled, strict=True):
+                before = cpu_ticks(self.server_pid)
+                took, spent = timed_threads(clients, seconds / ROUNDS, make)
+                after = cpu_ticks(self.server_pid)
+                latencies.extend(took)
+                elapsed.append(spent)
+                if before is not None and after is not None:
+                    for role, ticks in after.items():
+                        used[role] = used.get(role, 0) + ticks - before[role]
+        results = []
+        for label, (latencies, elapsed, used) in zip(labels, pooled, strict=True):
+            stats = summarize(f"{label} {op}", clients, latencies, sum(elapsed))
+            results.append((stats, per_operation(used, stats.operations)))
+        return results
 
 
 def _print(rows: list[ApiBenchRow], chain_ok: bool, events: int) -> None:
@@ -355,6 +472,26 @@ def _print(rows: list[ApiBenchRow], chain_ok: bool, events: int) -> None:
                 f" | in-process {_cpu_line(r.in_process_cpu_us)}\n"
             )
     out(f"ledger after the run: {events} events, chain {'verifies' if chain_ok else 'BROKEN'}\n")
+
+
+def _print_mcp(rows: list[McpBenchRow]) -> None:
+    out = sys.stdout.write
+    out(
+        "MCP — a tool call over /mcp (JSON-RPC, stateless) vs the same syscall over plain HTTP, same server\n"
+    )
+    out(
+        f"{'op':>5} {'clients':>7} | {'MCP call/s':>10} {'p50 ms':>8} {'p95 ms':>8} | "
+        f"{'HTTP req/s':>10} {'p50 ms':>8} {'p95 ms':>8} | {'+p50 ms':>8} {'target':>7}\n"
+    )
+    for r in rows:
+        verdict = "ok" if r.overhead_p50_ms <= r.target_ms else "MISSED"
+        out(
+            f"{r.op:>5} {r.clients:>7} | {r.mcp.per_second:>10.1f} {r.mcp.p50_ms:>8.3f} {r.mcp.p95_ms:>8.3f} | "
+            f"{r.http.per_second:>10.1f} {r.http.p50_ms:>8.3f} {r.http.p95_ms:>8.3f} | "
+            f"{r.overhead_p50_ms:>8.3f} {'<=' + str(r.target_ms):>7} {verdict}\n"
+        )
+        if r.mcp_cpu_us is not None and r.http_cpu_us is not None:
+            out(f"{'':>15}CPU us/op: MCP {_cpu_line(r.mcp_cpu_us)} | HTTP {_cpu_line(r.http_cpu_us)}\n")
 
 
 def _cpu_line(cpu: CpuPerOperation) -> str:

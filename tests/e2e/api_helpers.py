@@ -13,6 +13,24 @@ from domain.model.keys import IssueKey
 from domain.model.namespaces import tenant_of
 
 
+def issue_key(runtime: Runtime, namespace: str, actor: str, role: str) -> str:
+    """A key for ``actor`` in ``namespace``, minted by the tenant's operator."""
+    operator = Identity(tenant_of(namespace), "operator@test", "owner")
+    return runtime.core.governance.issue_key(operator, IssueKey(target=namespace, actor=actor, role=role)).key
+
+
+def audit_records(runtime: Runtime) -> list[AuditRecorded]:
+    """Every audit record on the ledger, in order."""
+    found: list[AuditRecorded] = []
+    after = 0
+    while True:
+        batch = runtime.ledger.read(after, 1000)
+        if not batch:
+            return found
+        found.extend(r.event for r in batch if isinstance(r.event, AuditRecorded))
+        after = int(batch[-1].position or 0)
+
+
 class Api:
     """A served app (Litestar's TestClient runs the real ASGI app, lifespan included)."""
 
@@ -21,11 +39,7 @@ class Api:
         self.client = client
 
     def key(self, namespace: str, actor: str, role: str) -> str:
-        operator = Identity(tenant_of(namespace), "operator@test", "owner")
-        issued = self.runtime.core.governance.issue_key(
-            operator, IssueKey(target=namespace, actor=actor, role=role)
-        )
-        return issued.key
+        return issue_key(self.runtime, namespace, actor, role)
 
     def call(self, key: str | None, path: str, body: Any = None, method: str = "POST", **kw: Any) -> Any:
         headers = dict(kw.pop("headers", {}))
@@ -45,11 +59,4 @@ class Api:
         self.runtime.reads.wait_for(self.runtime.ledger.head_position())
 
     def audit_records(self) -> list[AuditRecorded]:
-        found: list[AuditRecorded] = []
-        after = 0
-        while True:
-            batch = self.runtime.ledger.read(after, 1000)
-            if not batch:
-                return found
-            found.extend(r.event for r in batch if isinstance(r.event, AuditRecorded))
-            after = int(batch[-1].position or 0)
+        return audit_records(self.runtime)

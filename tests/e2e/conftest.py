@@ -2,18 +2,65 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 from litestar.testing import TestClient
 
 from api.app import create_app
 from api.runtime import Runtime
+from domain.ledger.database import ConnectionParams
 from domain.settings import Settings
+from tests.conftest import url_of
 from tests.e2e.api_helpers import Api
+from tests.processes import REPO_ROOT, cli_key, wait_until
 
 
 @pytest.fixture
 def api(settings: Settings) -> Iterator[Api]:
     with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
         yield Api(runtime, client)
+
+
+@pytest.fixture
+def env(database: ConnectionParams, tmp_path: Path) -> dict[str, str]:
+    """The environment of a `memwarden` process on the test database."""
+    return {
+        **os.environ,
+        "DATABASE_URL": url_of(database),
+        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
+        "MEMWARDEN_EMBEDDER": "hash",
+    }
+
+
+@pytest.fixture
+def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
+    """A real `memwarden serve` on a free loopback port, and an agent key of acme/eng."""
+    key = cli_key(env, "acme/eng", "bot", "agent")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, 120)
+        yield server, base, key
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=30)

@@ -203,4 +203,12 @@ def test_bench_api_measures_both_sides_and_where_the_cpu_went(bench_env: dict[st
         # the served API does the HTTP side's work; the bench process does the in-process side's
         assert row["http_cpu_us"]["api"] > row["in_process_cpu_us"]["api"]
         assert row["in_process_cpu_us"]["bench"] > row["http_cpu_us"]["bench"]
+    # the MCP row: a read tool call over /mcp against POST /v1/mem/read, same server, same run
+    assert [(r["op"], r["clients"]) for r in report["mcp_rows"]] == [("read", 1), ("read", 2)]
+    for row in report["mcp_rows"]:
+        assert row["mcp"]["operations"] > 0
+        assert row["http"]["operations"] > 0
+        assert row["overhead_p50_ms"] == pytest.approx(
+            row["mcp"]["p50_ms"] - row["http"]["p50_ms"], abs=0.002
+        )
     assert report["http_floor"]["operations"] > 0

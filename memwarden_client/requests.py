@@ -1,0 +1,328 @@
+"""Every operation of the API as a request struct: its fields are the body (or, for a
+``GET``, the query string), and the class knows its route and the type of its answer.
+Unset optional fields are not sent, so the server's defaults apply. No request has a
+field for who you are: the key decides (admin routes name a ``target`` below you)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+from uuid import UUID
+
+import msgspec
+
+from memwarden_client import results as r
+
+R = TypeVar("R")
+I = TypeVar("I")  # noqa: E741 - the item of a page
+
+
+class Request(msgspec.Struct, Generic[R], frozen=True, kw_only=True, omit_defaults=True):
+    method: ClassVar[str] = "POST"
+    path: ClassVar[str]
+    result: ClassVar[Any]
+    path_params: ClassVar[tuple[str, ...]] = ()
+    """Fields that go into the path (``{name}`` in ``path``), not the body."""
+    fixed: ClassVar[dict[str, Any]] = {}
+    """Body members the request always sends."""
+    body_field: ClassVar[str | None] = None
+    """The field whose value is the whole body (instead of the struct's fields)."""
+
+
+class PagedRequest(Request[R], Generic[R, I], frozen=True, kw_only=True, omit_defaults=True):
+    """A route that answers a page and a ``next_cursor``; ``iterate`` follows it."""
+
+    items: ClassVar[str]
+    cursor: str | None = None
+
+
+# -- syscalls: POST /v1/mem/<name> ------------------------------------------------------------
+
+
+class ProvenanceClaim(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    source: str = "conversation"
+    ref: str | None = None
+
+
+class WriteItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One memory to write (an item of ``WriteBatch``; ``Write`` has the same fields)."""
+
+    content: str
+    type: Literal["fact", "preference", "episode", "pointer", "instruction"] | None = None
+    scope: Literal["user", "assistant", "team", "org"] | None = None
+    subject: str | None = None
+    attribute: str | None = None
+    value: str | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+    provenance: ProvenanceClaim | None = None
+    event_time: datetime | None = None
+    valid_from: datetime | None = None
+    verbatim: bool = False
+
+
+class Write(WriteItem, Request[r.WriteResult], frozen=True, kw_only=True, omit_defaults=True):
+    """Write one memory, and wait for the decision (``WriteAsync`` queues it instead)."""
+
+    path = "/v1/mem/write"
+    result = r.WriteResult
+
+
+class WriteAsync(WriteItem, Request[r.Ticket], frozen=True, kw_only=True, omit_defaults=True):
+    """Queue one write (202); ``WriteStatus`` with the ticket tells its result."""
+
+    path = "/v1/mem/write"
+    result = r.Ticket
+    fixed: ClassVar[dict[str, Any]] = {"async": True}
+
+
+class WriteBatch(Request[r.WriteBatchResult], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/write_batch"
+    result = r.WriteBatchResult
+    items: list[WriteItem]
+
+
+class WriteStatus(Request[r.TicketStatus], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/write_status"
+    result = r.TicketStatus
+    ticket: UUID
+
+
+class Read(Request[r.Memory], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/read"
+    result = r.Memory
+    id: UUID
+    as_of: datetime | None = None
+    valid_at: datetime | None = None
+
+
+class Search(Request[r.SearchResults], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/search"
+    result = r.SearchResults
+    query: str
+    k: int | None = None
+    token_budget: int | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+    include_retired: bool = False
+    as_of: datetime | None = None
+    valid_at: datetime | None = None
+
+
+class Assemble(Request[r.Capsule], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/assemble"
+    result = r.Capsule
+    budget_tokens: int
+    task_hint: str | None = None
+
+
+class Fault(Request[r.FaultAnswer], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/fault"
+    result = r.FaultAnswer
+    question: str
+
+
+class GetHistory(Request[r.History], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/history"
+    result = r.History
+    id: UUID
+
+
+class Verify(Request[r.Verified], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/verify"
+    result = r.Verified
+    id: UUID
+    supports: bool
+    note: str | None = None
+
+
+class Pin(Request[r.Pinned], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/pin"
+    result = r.Pinned
+    id: UUID
+
+
+class Unpin(Request[r.Pinned], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/unpin"
+    result = r.Pinned
+    id: UUID
+
+
+class GetStats(Request[r.Stats], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/stats"
+    result = r.Stats
+
+
+class GetPolicy(Request[r.Policy], frozen=True, kw_only=True, omit_defaults=True):
+    """The effective policy and directives of your namespace and its ancestors."""
+
+    path = "/v1/mem/policy"
+    result = r.Policy
+
+
+class AckPolicy(Request[r.Acknowledged], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/policy_ack"
+    result = r.Acknowledged
+    directive_id: str
+
+
+class Share(Request[r.Shared], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/mem/share"
+    result = r.Shared
+    id: UUID
+    with_namespace: str = msgspec.field(name="with")
+
+
+class Forget(Request[r.Forgotten], frozen=True, kw_only=True, omit_defaults=True):
+    """Erase by ``ids``, ``subject`` or ``subtree`` (one of them), with a ``reason``."""
+
+    path = "/v1/mem/forget"
+    result = r.Forgotten
+    reason: str
+    ids: tuple[UUID, ...] | None = None
+    subject: str | None = None
+    subtree: str | None = None
+
+
+# -- admin: /v1/admin/… ------------------------------------------------------------------------
+
+
+class CreateKey(Request[r.NewKey], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/admin/keys"
+    result = r.NewKey
+    target: str
+    actor: str
+    role: Literal["agent", "member", "auditor", "admin", "owner"]
+
+
+class RevokeKey(Request[r.Revoked], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/admin/keys/revoke"
+    result = r.Revoked
+    key_id: str
+
+
+class ListKeys(Request[list[r.KeyInfo]], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/admin/keys"
+    result = list[r.KeyInfo]
+
+
+class DirectiveSpec(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    text: str
+
+
+class GetNamespacePolicy(Request[r.OwnPolicy], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/admin/policies/{namespace}"
+    path_params = ("namespace",)
+    result = r.OwnPolicy
+    namespace: str
+
+
+class PutNamespacePolicy(Request[r.OwnPolicy], frozen=True, kw_only=True, omit_defaults=True):
+    """A namespace's own policy, whole (an unset field inherits from the ancestors);
+    ``expected_version`` makes it conditional (409 ``version_conflict``)."""
+
+    method = "PUT"
+    path = "/v1/admin/policies/{namespace}"
+    path_params = ("namespace",)
+    result = r.OwnPolicy
+    namespace: str
+    conflict_review: Literal["auto", "lower_trust", "all"] | None = None
+    forbid_secrets: bool | None = None
+    rate_limit_per_minute: int | None = None
+    directives: tuple[DirectiveSpec, ...] = ()
+    driver: str | None = None
+    suspended: bool | None = None
+    expected_version: int | None = None
+
+
+class ListDisputes(Request[list[r.Dispute]], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/admin/disputes"
+    result = list[r.Dispute]
+    status: str | None = None
+
+
+class ResolveDispute(Request[r.Dispute], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/admin/disputes/{dispute_id}/resolve"
+    path_params = ("dispute_id",)
+    result = r.Dispute
+    dispute_id: UUID
+    decision: Literal["uphold_new", "keep_old", "edit", "both_valid"]
+    content: str | None = None
+    value: str | None = None
+    reason: str | None = None
+
+
+# -- compliance: /v1/compliance/… --------------------------------------------------------------
+
+
+class AsOf(PagedRequest[r.AsOfPage, r.AsOfMemory], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/compliance/asof"
+    result = r.AsOfPage
+    items = "memories"
+    as_of: datetime | str
+    valid_at: datetime | str | None = None
+    query: str | None = None
+    target: str | None = None
+    limit: int | None = None
+
+
+class Audit(PagedRequest[r.AuditPage, r.AuditRecord], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/compliance/audit"
+    result = r.AuditPage
+    items = "records"
+    since: datetime | str | None = None
+    until: datetime | str | None = None
+    actor: str | None = None
+    op: str | None = None
+    outcome: Literal["ok", "denied", "miss", "error"] | None = None
+    limit: int | None = None
+
+
+class VerifyLedger(Request[r.LedgerCheck], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/compliance/ledger/verify"
+    result = r.LedgerCheck
+    checkpoint: r.Checkpoint | None = None
+
+
+class MakeCheckpoint(Request[r.Checkpoint], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/compliance/ledger/checkpoint"
+    result = r.Checkpoint
+
+
+class GetCertificate(Request[r.Certificate], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/compliance/certificates/{certificate_id}"
+    path_params = ("certificate_id",)
+    result = r.Certificate
+    certificate_id: UUID
+
+
+class VerifyCertificate(Request[r.CertificateCheck], frozen=True, kw_only=True, omit_defaults=True):
+    """The body is the certificate itself."""
+
+    path = "/v1/compliance/certificates/verify"
+    result = r.CertificateCheck
+    body_field = "certificate"
+    certificate: r.Certificate
+
+
+# -- ops: /v1/ops/… ----------------------------------------------------------------------------
+
+
+class ListProjections(Request[r.Projections], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/ops/projections"
+    result = r.Projections
+
+
+class RebuildProjection(Request[r.Rebuilt], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/ops/projections/{name}/rebuild"
+    path_params = ("name",)
+    result = r.Rebuilt
+    name: str
+    verify: bool = False

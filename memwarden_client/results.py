@@ -1,0 +1,396 @@
+"""What the API answers, as msgspec structs. Fields the server adds later are ignored, so
+an older client keeps working against a newer server."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+
+
+class Result(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+class Classification(Result, frozen=True, kw_only=True):
+    sensitivity: str = "internal"
+    pii: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()
+
+
+class Rejection(Result, frozen=True, kw_only=True):
+    reason: str
+    detail: str
+
+
+class WriteResult(Result, frozen=True, kw_only=True):
+    outcome: Literal["stored", "deduplicated", "superseded", "disputed", "rejected"]
+    id: UUID | None
+    supersedes: tuple[UUID, ...] = ()
+    dispute_id: UUID | None = None
+    position: int = 0
+    classification: Classification | None = None
+    rejected: tuple[Rejection, ...] = ()
+    extracted: bool = False
+    verbatim_reason: str | None = None
+
+
+class Ticket(Result, frozen=True, kw_only=True):
+    ticket: UUID
+
+
+class WriteBatchResult(Result, frozen=True, kw_only=True):
+    results: list[WriteResult]
+
+
+class TicketStatus(Result, frozen=True, kw_only=True):
+    state: Literal["pending", "running", "done", "failed"]
+    result: dict[str, Any] | None = None
+
+
+class Provenance(Result, frozen=True, kw_only=True):
+    source: str
+    actor: str
+    ref: str | None = None
+    content_hash: str | None = None
+
+
+class Verification(Result, frozen=True, kw_only=True):
+    actor: str
+    supports: bool
+    at: datetime
+
+
+class Memory(Result, frozen=True, kw_only=True):
+    """A memory as ``read`` answers it (DESIGN.md section 3); ``content`` is None once erased.
+    A read with ``as_of``/``valid_at`` answers the as-of fields only (the rest default)."""
+
+    id: UUID
+    namespace: str
+    content: str | None
+    status: str
+    trust_tier: str
+    recorded_at: datetime
+    valid_from: datetime
+    valid_to: datetime | None = None
+    retired_at: datetime | None = None
+    scope: str | None = None
+    type: str | None = None
+    subject: str | None = None
+    attribute: str | None = None
+    value: str | None = None
+    tags: list[str] = []
+    selectors: list[str] = []
+    provenance: list[Provenance] = []
+    event_time: datetime | None = None
+    supersedes: list[UUID] = []
+    superseded_by: list[UUID] = []
+    classification: Classification | None = None
+    verifications: list[Verification] = []
+
+
+class SearchHit(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    content: str | None
+    score: float
+    type: str
+    status: str
+    trust_tier: str
+    recorded_at: datetime
+    valid_from: datetime
+    valid_to: datetime | None = None
+    provenance: list[Provenance] = []
+
+
+class SearchResults(Result, frozen=True, kw_only=True):
+    results: list[SearchHit]
+    driver: str
+    degraded: bool = False
+
+
+class Block(Result, frozen=True, kw_only=True):
+    ref: str
+    kind: str
+    lane: str
+    content: str
+    token_estimate: int
+    score: float
+
+
+class Admission(Result, frozen=True, kw_only=True):
+    ref: str
+    lane: str
+    score: float
+    threshold: float
+    admitted: bool
+    reason: str
+
+
+class Receipt(Result, frozen=True, kw_only=True):
+    capsule_id: UUID
+    merkle_root: str
+    position: int
+    namespace: str
+    actor: str
+    issued_at: datetime
+    key_id: str
+    signature: str = ""
+
+
+class Capsule(Result, frozen=True, kw_only=True):
+    blocks: list[Block]
+    admission: list[Admission]
+    receipt: Receipt
+
+
+class FaultBlock(Result, frozen=True, kw_only=True):
+    ref: UUID
+    kind: str
+    content: str
+    score: float
+    title: str | None = None
+
+
+class FaultAnswer(Result, frozen=True, kw_only=True):
+    hit: bool
+    source: str | None
+    blocks: list[FaultBlock]
+    latency_ms: float
+    score: float = 0.0
+    degraded: bool = False
+    position: int = 0
+
+
+class Version(Result, frozen=True, kw_only=True):
+    id: UUID
+    content: str | None
+    status: str
+    trust_tier: str
+    recorded_at: datetime
+    valid_from: datetime
+    valid_to: datetime | None = None
+    retired_at: datetime | None = None
+    superseded_by: UUID | None = None
+    kind: str | None = None
+    reason: str | None = None
+    at: datetime | None = None
+
+
+class History(Result, frozen=True, kw_only=True):
+    versions: list[Version]
+
+
+class Verified(Result, frozen=True, kw_only=True):
+    id: UUID
+    trust_tier: str
+    position: int = 0
+
+
+class Pinned(Result, frozen=True, kw_only=True):
+    pinned: bool
+
+
+class Stats(Result, frozen=True, kw_only=True):
+    namespace: str
+    current: int
+    disputed: int
+    retired: int
+    erased: int
+    shared_in: int = 0
+    pinned: int = 0
+    open_disputes: int = 0
+    open_findings: int | None = None
+    open_proposals: int | None = None
+    unjudged: int | None = None
+    fault_hit_rate: float | None = None
+    projection_lag: int = 0
+
+
+class Directive(Result, frozen=True, kw_only=True):
+    id: str
+    text: str
+    namespace: str | None = None
+    acknowledged: bool | None = None
+
+
+class Policy(Result, frozen=True, kw_only=True):
+    namespace: str
+    conflict_review: str
+    forbid_secrets: bool
+    rate_limit_per_minute: int
+    driver: str | None
+    suspended: bool
+    directives: list[Directive]
+
+
+class Acknowledged(Result, frozen=True, kw_only=True):
+    acknowledged: bool
+
+
+class Shared(Result, frozen=True, kw_only=True):
+    share_id: UUID
+
+
+class Certificate(Result, frozen=True, kw_only=True):
+    """A signed deletion certificate (``requests.VerifyCertificate`` checks one)."""
+
+    id: UUID
+    kind: str
+    erased_ids: tuple[UUID, ...]
+    count: int
+    scope: str
+    target_kind: str
+    ledger_position: int
+    ledger_hash: str
+    time: datetime
+    requester: str
+    requester_namespace: str
+    requester_role: str
+    reason: str
+    key_id: str
+    signature: str = ""
+    erased_documents: tuple[UUID, ...] = ()
+    target: str | None = None
+
+
+class Forgotten(Result, frozen=True, kw_only=True):
+    erased: int
+    certificate: Certificate
+    position: int = 0
+
+
+class NewKey(Result, frozen=True, kw_only=True):
+    key_id: str
+    key: str
+
+
+class Revoked(Result, frozen=True, kw_only=True):
+    revoked: bool
+
+
+class KeyInfo(Result, frozen=True, kw_only=True):
+    key_id: str
+    namespace: str
+    actor: str
+    role: str
+    issued_by: str
+    issued_at: datetime
+    revoked: bool
+    revoked_at: datetime | None = None
+
+
+class OwnPolicy(Result, frozen=True, kw_only=True):
+    namespace: str
+    version: int
+    conflict_review: str | None = None
+    forbid_secrets: bool | None = None
+    rate_limit_per_minute: int | None = None
+    directives: list[Directive] = []
+    driver: str | None = None
+    suspended: bool | None = None
+    effective: Policy
+
+
+class Dispute(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_id: UUID
+    incumbent_id: UUID
+    reason: str
+    status: str
+    decision: str | None = None
+    reviewer: str | None = None
+    resolution_reason: str | None = None
+    replacement_id: UUID | None = None
+    opened_at: datetime
+    resolved_at: datetime | None = None
+
+
+class AsOfMemory(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    content: str | None
+    status: str
+    trust_tier: str
+    recorded_at: datetime
+    valid_from: datetime
+    valid_to: datetime | None = None
+    retired_at: datetime | None = None
+
+
+class AsOfPage(Result, frozen=True, kw_only=True):
+    memories: list[AsOfMemory]
+    position: int
+    next_cursor: str | None
+    as_of: datetime | None = None
+    valid_at: datetime | None = None
+
+
+class AuditRecord(Result, frozen=True, kw_only=True):
+    position: int
+    time: datetime
+    actor: str
+    namespace: str
+    role: str = ""
+    op: str
+    outcome: str
+    detail: str
+    subject_ids: list[UUID] = []
+
+
+class AuditPage(Result, frozen=True, kw_only=True):
+    records: list[AuditRecord]
+    next_cursor: str | None
+
+
+class Head(Result, frozen=True, kw_only=True):
+    position: int
+    hash: str
+
+
+class LedgerCheck(Result, frozen=True, kw_only=True):
+    ok: bool
+    checked: int
+    head: Head
+    first_bad_position: int | None = None
+    problem: str | None = None
+
+
+class Checkpoint(Result, frozen=True, kw_only=True):
+    position: int
+    hash: str
+    time: datetime
+    key_id: str
+    signature: str
+
+
+class CertificateCheck(Result, frozen=True, kw_only=True):
+    valid: bool
+    problem: str | None = None
+
+
+class ProjectionStatus(Result, frozen=True, kw_only=True):
+    name: str
+    position: int
+    lag: int
+    error: str | None = None
+    stopped_at: int | None = None
+
+
+class Projections(Result, frozen=True, kw_only=True):
+    head: int
+    projections: list[ProjectionStatus]
+
+
+class Rebuilt(Result, frozen=True, kw_only=True):
+    name: str
+    position: int
+    events: int
+    seconds: float
+    events_per_second: float
+    switched: bool
+    verified: bool = False
+    differences: list[str] = []
