@@ -68,9 +68,9 @@ class Client:
             attempt += 1
 
     def iterate(self, request: PagedRequest[Any, I]) -> Iterator[I]:
-        """Every item of a paged route, page after page, until no ``next_cursor``. The audit
-        log grows while you read it (each page read is audited too): give ``Audit`` an
-        ``until`` or a filter for a walk that ends, else it follows the log as it grows."""
+        """Every item of a paged route, page after page, until no ``next_cursor``. An audit
+        walk reads the log as it stood at its first page (the server's cursor carries that
+        snapshot), so the page reads it audits never extend it."""
         following: PagedRequest[Any, I] | None = request
         while following is not None:
             items, following = _next_page(following, self.call(following))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -39,6 +40,22 @@ class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     outcome: str | None = None
     limit: int = 100
     cursor: str | None = None
+
+
+def audit_cursor(cursor: str | None, head: Callable[[], int]) -> tuple[int, int]:
+    """(after, upto) of an audit walk: a first page snapshots the ledger head, and its
+    cursors (``after:upto``) carry that snapshot, so a walk ends even though every page it
+    reads is audited too. A bare position (an older cursor) reads up to today's head."""
+    if cursor is None:
+        return 0, head()
+    after, _, upto = cursor.partition(":")
+    if not _position(after) or not (upto == "" or _position(upto)):
+        raise InvalidRequest("malformed cursor")
+    return int(after), int(upto) if upto else head()
+
+
+def _position(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 class ComplianceController(Controller):
@@ -102,11 +119,7 @@ class ComplianceController(Controller):
                 raise InvalidRequest(str(error)) from error
             if not 1 <= asked.limit <= MAX_AUDIT_LIMIT:
                 raise InvalidRequest(f"limit must be between 1 and {MAX_AUDIT_LIMIT}")
-            after = 0
-            if asked.cursor is not None:
-                if not asked.cursor.isdigit() or len(asked.cursor) > 18:
-                    raise InvalidRequest("malformed cursor")
-                after = int(asked.cursor)
+            after, upto = audit_cursor(asked.cursor, state.runtime.ledger.head_position)
             where = AuditFilter(
                 since=compliance_time("since", asked.since),
                 until=compliance_time("until", asked.until),
@@ -114,10 +127,11 @@ class ComplianceController(Controller):
                 op=asked.op,
                 outcome=asked.outcome,
                 after=after,
+                upto=upto,
                 limit=asked.limit,
             )
             records = state.reads.audit(c.identity.namespace, where)
-            cursor = str(records[-1].position) if len(records) == asked.limit else None
+            cursor = f"{records[-1].position}:{upto}" if len(records) == asked.limit else None
             return AuditResponse(records=list(records), next_cursor=cursor)
 
         return query(request, run, lambda r: f"{len(r.records)} records; {quote_text(request.url.query, 150)}")

@@ -49,6 +49,9 @@ class AuditFilter(msgspec.Struct, frozen=True, kw_only=True):
     op: str | None = None
     outcome: str | None = None
     after: int = 0
+    upto: int | None = None
+    """Only records at or before this position: a walk's pages all read one snapshot, so
+    the records the walk itself adds (each page is audited) never extend it."""
     limit: int = 100
 
 
@@ -87,6 +90,7 @@ def list_audit(conn: Connection[Any], schema: str, root: str, where: AuditFilter
         ("actor", "actor = %(actor)s"),
         ("op", "op = %(op)s"),
         ("outcome", "outcome = %(outcome)s"),
+        ("upto", "position <= %(upto)s"),
     ):
         if getattr(where, field) is not None:
             conditions.append(SQL(clause))

@@ -259,3 +259,32 @@ def test_read_as_of_and_valid_at(api: Api) -> None:
     assert naive.status_code == 400
     outsider = api.key("acme/sales", "eve", "agent")
     assert api.mem(outsider, "read", {"id": old["id"], "as_of": between}).status_code == 404
+
+
+def test_an_audit_walk_reads_one_snapshot_and_ends(api: Api) -> None:
+    """Every page read is itself audited: a walk of pages of one still ends, at the head its
+    first page saw, and a cursor that is not ours is a 400."""
+    agent = api.key("acme/eng", "bot", "agent")
+    auditor = api.key("acme", "audrey", "auditor")
+    for n in range(3):
+        api.mem(agent, "write", {"content": f"Queue {n} drains every {n + 2} minutes"})
+    head = api.runtime.ledger.head_position()
+    seen: list[int] = []
+    cursor = ""
+    for _ in range(100):
+        page = api.call(auditor, f"/v1/compliance/audit?limit=1{cursor}", method="GET").json()
+        seen += [r["position"] for r in page["records"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = f"&cursor={page['next_cursor']}"
+    else:
+        raise AssertionError("the walk never ended: its own audit records kept extending it")
+    assert seen == sorted(set(seen))
+    assert seen[-1] <= head  # nothing the walk itself appended
+    assert len(seen) >= 5  # three writes, the keys it issued
+    after = api.call(auditor, "/v1/compliance/audit?limit=1000", method="GET").json()["records"]
+    assert [r["op"] for r in after if r["position"] > head].count("compliance.audit") >= len(seen)
+    for bad in ("x", "1:y", "-1", "1:2:3", "²", "1:²", "9" * 19):
+        response = api.call(auditor, f"/v1/compliance/audit?cursor={bad}", method="GET")
+        assert response.status_code == 400, bad
+        assert response.json()["error"] == "invalid_request"
