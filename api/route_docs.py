@@ -124,7 +124,8 @@ ROUTES: dict[str, tuple[str, str]] = {
     "compliance.audit": (
         "The audit log",
         "Audit records in the caller's subtree, in ledger order, filtered by time, actor, op and "
-        "outcome; paged by `cursor` (every read of the log is audited too).",
+        "outcome; paged by `cursor`. A walk reads the log as it stood at its first page, so the "
+        "audit records of its own page reads never extend it.",
     ),
     "compliance.ledger.verify": (
         "Verify the hash chain",
