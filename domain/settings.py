@@ -19,6 +19,7 @@ def default_data_dir() -> Path:
 
 
 PROJECTORS = ("thread", "external")
+JUDGES = ("rules", "openai", "none")
 SHARED_STATES = ("process", "redis")
 
 
@@ -75,6 +76,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Longer content is not sent to the extractor: it is stored verbatim (``over_budget``)."""
     extractor_max_facts: int = 32
     """An answer with more facts is not used: the content is stored verbatim (``over_budget``)."""
+    judge: str = "rules"
+    """The conflict autopilot's judge: ``rules`` (built in), ``openai`` (``judge_url``,
+    ``judge_model``) or ``none`` (every memory is recorded ``judge_unavailable``)."""
+    judge_url: str | None = None
+    judge_model: str = ""
+    judge_api_key: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -97,6 +104,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "MEMWARDEN_SHARED_STATE", values.get("MEMWARDEN_SHARED_STATE") or "process", SHARED_STATES
             ),
             **_extractor(values),
+            judge=_one_of("MEMWARDEN_JUDGE", values.get("MEMWARDEN_JUDGE") or "rules", JUDGES),
+            judge_url=(values.get("MEMWARDEN_JUDGE_URL") or "").strip() or None,
+            judge_model=(values.get("MEMWARDEN_JUDGE_MODEL") or "").strip(),
+            judge_api_key=values.get("MEMWARDEN_JUDGE_API_KEY") or None,
         )
 
     @property
