@@ -120,9 +120,7 @@ def _extractor(values: Mapping[str, str]) -> dict[str, Any]:
     url = (values.get("MEMWARDEN_EXTRACTOR_URL") or "").strip() or None
     model = (values.get("MEMWARDEN_EXTRACTOR_MODEL") or "").strip()
     if url is not None and not model:
-        raise ValueError(
-            "MEMWARDEN_EXTRACTOR_URL needs MEMWARDEN_EXTRACTOR_MODEL, the model name to ask for"
-        )
+        raise ValueError("MEMWARDEN_EXTRACTOR_URL needs MEMWARDEN_EXTRACTOR_MODEL, the model name to ask for")
     found: dict[str, Any] = {
         "extractor_url": url,
         "extractor_model": model,
