@@ -76,7 +76,9 @@ def _answer_text(answer: AsOfAnswer) -> str:
 
 def cmd_asof(args: argparse.Namespace) -> int:
     try:
-        scope: tuple[str, ...] | Subtree | None = Subtree(validate_namespace(args.namespace)) if args.namespace else None
+        scope: tuple[str, ...] | Subtree | None = (
+            Subtree(validate_namespace(args.namespace)) if args.namespace else None
+        )
         check_storable(args.query, "--query")
     except DomainError as error:
         sys.stderr.write(f"refused: {error.detail}\n")

@@ -13,6 +13,15 @@ from domain.embedding import Embedder, EmbedderUnavailable
 from domain.ledger.app import Ledger
 from domain.model.identity import COMPLIANCE_ROLES, REVIEWER_ROLES, Identity
 from domain.model.namespaces import ancestors
+from projections.autopilot.projection import AutopilotProjection
+from projections.autopilot.views import (
+    AutopilotCounts,
+    DecisionView,
+    FindingView,
+    autopilot_counts,
+    list_decisions,
+    list_findings,
+)
 from projections.base import Projection
 from projections.disputes.projection import DisputesProjection
 from projections.disputes.views import DisputeView, list_disputes
@@ -62,6 +71,7 @@ def default_projections(embedder: Embedder | None = None) -> list[Projection]:
         TimelineProjection(),
         SearchIndexProjection(vector_model),
         AccessProjection(),
+        AutopilotProjection(),
     ]
 
 
@@ -133,6 +143,25 @@ class ReadModels:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return list_disputes(conn, self.ledger.schema, identity.namespace, status)
+
+    def findings(
+        self, identity: Identity, status: str | None = "open", after: int | None = None
+    ) -> list[FindingView]:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return list_findings(conn, self.ledger.schema, identity.namespace, status)
+
+    def decisions(
+        self, identity: Identity, status: str | None = None, after: int | None = None
+    ) -> list[DecisionView]:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return list_decisions(conn, self.ledger.schema, identity.namespace, status)
+
+    def autopilot_counts(self, identity: Identity, after: int | None = None) -> AutopilotCounts:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return autopilot_counts(conn, self.ledger.schema, self.scope(identity), identity.namespace)
 
     def counts(self, identity: Identity, after: int | None = None) -> ScopeCounts:
         self.wait_for(after)

@@ -59,13 +59,12 @@ log = logging.getLogger(__name__)
 class Neighbours(Protocol):
     """The read model the autopilot needs: the ``k`` nearest current memories to a memory,
     among those its writer can see (its namespace, the ancestors, shares into it), with
-    their cosine similarity, best first. Waits until the index has reached ``position``."""
+    their cosine similarity, best first; None when the index holds no vector of the memory.
+    Waits until the index has reached ``position``."""
 
     def nearest(
         self, memory_id: UUID, k: int, min_cosine: float, position: int
-    ) -> list[tuple[UUID, float]]: ...
-
-    def has_vector(self, memory_id: UUID) -> bool: ...
+    ) -> list[tuple[UUID, float]] | None: ...
 
 
 class PassResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,9 +148,9 @@ class AutopilotService:
             return [judged_event(memory, "not_current", now, lease.token)], []
         if self.judge is None:
             return [judged_event(memory, "judge_unavailable", now, lease.token)], []
-        if not self.neighbours.has_vector(memory.id):
-            return [judged_event(memory, "unembedded", now, lease.token)], []
         found = self.neighbours.nearest(memory.id, NEIGHBOURS_K, MIN_COSINE, position)
+        if found is None:
+            return [judged_event(memory, "unembedded", now, lease.token)], []
         states = self.memory.streams.memories(n for n, _ in found)
         older = [(states[n], c) for n, c in found if n in states and _older(states[n], memory)]
         try:

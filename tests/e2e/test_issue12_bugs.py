@@ -287,6 +287,7 @@ def test_the_openapi_document_declares_the_error_bodies_the_api_sends(api: Api) 
     unauthenticated = api.mem(None, "read", {"id": "00000000-0000-4000-8000-000000000000"})
     assert unauthenticated.status_code == 401
     assert set(unauthenticated.json()) == {"error", "detail"}
-    assert unauthenticated.json()["error"] in document["components"]["schemas"]["ErrorBody"]["properties"][
-        "error"
-    ]["enum"]
+    assert (
+        unauthenticated.json()["error"]
+        in document["components"]["schemas"]["ErrorBody"]["properties"]["error"]["enum"]
+    )

@@ -1,0 +1,120 @@
+"""Queries over the ``autopilot`` read model for reviewers (their subtree) and ``stats``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from psycopg import Connection
+from psycopg.sql import SQL, Composed, Identifier
+
+from domain.model.namespaces import subtree_like_pattern
+
+
+class FindingView(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_a: UUID
+    memory_b: UUID
+    judge: str
+    rule: str
+    explanation: str
+    cosine: float
+    status: str
+    decision: str | None
+    reviewer: str | None
+    resolution_reason: str | None
+    opened_at: datetime
+    resolved_at: datetime | None
+
+
+class DecisionView(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    winner: UUID
+    loser: UUID
+    judge: str
+    rule: str
+    explanation: str
+    dial: str
+    status: str
+    reviewer: str | None
+    overturn_reason: str | None
+    restored: UUID | None
+    settled_at: datetime
+    overturned_at: datetime | None
+
+
+class AutopilotCounts(msgspec.Struct, frozen=True, kw_only=True):
+    open_findings: int
+    unjudged: int
+
+
+_IN_SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
+
+
+def _listed(
+    conn: Connection[Any],
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    root: str,
+    status: str | None,
+    order: str,
+) -> list[dict[str, Any]]:
+    condition: Composed | SQL = SQL("") if status is None else SQL(" AND status = %(status)s")
+    query = SQL(
+        "SELECT {cols} FROM {s}.{t} WHERE {subtree}{condition} ORDER BY {order}, id LIMIT 100"
+    ).format(
+        cols=SQL(", ").join(Identifier(c) for c in columns),
+        s=Identifier(schema),
+        t=Identifier(table),
+        subtree=SQL(_IN_SUBTREE),
+        condition=condition,
+        order=Identifier(order),
+    )
+    params = {"root": root, "pattern": subtree_like_pattern(root), "status": status}
+    return conn.execute(query, params).fetchall()
+
+
+def list_findings(
+    conn: Connection[Any], schema: str, root: str, status: str | None = "open"
+) -> list[FindingView]:
+    """Findings in ``root``'s subtree, oldest first."""
+    rows = _listed(conn, schema, "findings", FindingView.__struct_fields__, root, status, "opened_at")
+    return [msgspec.convert(row, FindingView) for row in rows]
+
+
+def list_decisions(
+    conn: Connection[Any], schema: str, root: str, status: str | None = None
+) -> list[DecisionView]:
+    """Automatic settlements in ``root``'s subtree, oldest first."""
+    rows = _listed(
+        conn, schema, "autopilot_decisions", DecisionView.__struct_fields__, root, status, "settled_at"
+    )
+    return [msgspec.convert(row, DecisionView) for row in rows]
+
+
+def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], root: str) -> AutopilotCounts:
+    """Open findings in ``root``'s subtree; current memories in ``scope`` the autopilot has
+    not judged (not yet, judge unavailable, no vector to find neighbours by)."""
+    s = Identifier(schema)
+    findings = conn.execute(
+        SQL("SELECT count(*) AS n FROM {s}.findings WHERE status = 'open' AND " + _IN_SUBTREE).format(s=s),
+        {"root": root, "pattern": subtree_like_pattern(root)},
+    ).fetchone()
+    unjudged = conn.execute(
+        SQL(
+            "SELECT count(*) AS n FROM {s}.memory_objects m WHERE m.namespace = ANY(%(scope)s)"
+            " AND m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
+            " AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j WHERE j.memory_id = m.id"
+            " AND j.outcome IN ('judged', 'not_current'))"
+        ).format(s=s),
+        {"scope": list(scope)},
+    ).fetchone()
+    return AutopilotCounts(
+        open_findings=int(findings["n"]) if findings else 0, unjudged=int(unjudged["n"]) if unjudged else 0
+    )
