@@ -27,7 +27,9 @@ from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.model.namespaces import tenant_of, validate_namespace
 from domain.model.text import storable_text_problem
+from domain.settings import Settings
 from projections.governance.views import KeyView
+from workers.cli import register_worker_command
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -181,6 +183,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415 - only this command needs it
 
     from api.projector import ProjectorProcess  # noqa: PLC0415
+    from workers.cli import serve_autopilot  # noqa: PLC0415
 
     # The API processes (uvicorn's workers included) inherit these.
     # Several API processes agree on buckets and last writes through Redis.
@@ -192,6 +195,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
     projector = ProjectorProcess() if args.projector == "process" else None
+    autopilot = serve_autopilot(Settings.from_env())
     announce_when_listening(args.host, args.port, args.workers, _say)
     # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default
     # handler that kills this process before the ``finally`` stops the projector.
@@ -209,6 +213,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         if projector is not None:
             projector.stop()
+        if autopilot is not None:
+            autopilot.stop()
     return 0
 
 
@@ -347,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     register_knowledge_commands(sub)
     register_import_command(sub)
     register_ingest_bench(bench)
+    register_worker_command(sub)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Mapping
@@ -137,3 +138,10 @@ def _extractor(values: Mapping[str, str]) -> dict[str, Any]:
         if number is not None:
             found[field] = int(number)
     return found
+
+
+def deployment_key(settings: Settings) -> str:
+    """The Redis key prefix of one deployment (its database), so several can share a Redis:
+    the API's shared state and the workers' queues."""
+    database = settings.database_url or str(settings.data_dir)
+    return f"memwarden:{SCHEMA}:{hashlib.sha256(database.encode()).hexdigest()[:16]}"
