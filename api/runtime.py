@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from types import TracebackType
 
 from domain.judging import judge_from_settings
@@ -41,7 +42,11 @@ class Runtime:
             governance = self.core.governance
             self.autopilot = AutopilotService(
                 memory,
-                Leases(self.core.ledger, lambda: memory.clock()),  # noqa: PLW0108
+                Leases(
+                    self.core.ledger,
+                    lambda: memory.clock(),  # noqa: PLW0108
+                    timedelta(seconds=self.settings.lease_seconds),
+                ),
                 SearchNeighbours(self.reads.search, self.reads.wait_for),
                 judge_from_settings(self.settings),
                 lambda namespace: governance.effective_policy(namespace).conflict_review,

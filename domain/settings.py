@@ -83,6 +83,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     judge_url: str | None = None
     judge_model: str = ""
     judge_api_key: str | None = None
+    lease_seconds: float = 30.0
+    """How long a worker pass's lease lasts without an append (each append renews it)."""
+    worker_heartbeat_seconds: float = 60.0
+    """After this long without a heartbeat a worker process counts as dead, and the
+    messages it had taken go back to the queue."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -109,6 +114,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             judge_url=(values.get("MEMWARDEN_JUDGE_URL") or "").strip() or None,
             judge_model=(values.get("MEMWARDEN_JUDGE_MODEL") or "").strip(),
             judge_api_key=values.get("MEMWARDEN_JUDGE_API_KEY") or None,
+            lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
+            worker_heartbeat_seconds=positive_number(values, "MEMWARDEN_WORKER_HEARTBEAT_SECONDS", float)
+            or 60.0,
         )
 
     @property
