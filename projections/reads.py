@@ -18,9 +18,11 @@ from projections.autopilot.views import (
     AutopilotCounts,
     DecisionView,
     FindingView,
+    WorkerGauges,
     autopilot_counts,
     list_decisions,
     list_findings,
+    worker_gauges,
 )
 from projections.base import Projection
 from projections.disputes.projection import DisputesProjection
@@ -162,6 +164,10 @@ class ReadModels:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return autopilot_counts(conn, self.ledger.schema, self.scope(identity), identity.namespace)
+
+    def worker_gauges(self) -> WorkerGauges:
+        with self.ledger.datastore.get_connection() as conn:
+            return worker_gauges(conn, self.ledger.schema)
 
     def counts(self, identity: Identity, after: int | None = None) -> ScopeCounts:
         self.wait_for(after)

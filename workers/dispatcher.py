@@ -19,9 +19,9 @@ from psycopg.sql import SQL, Identifier
 from domain.ledger.app import Ledger
 from domain.ledger.mapper import Recorded
 from domain.model.events import MemoryWritten
+from projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRACKING_TABLE
 
 log = logging.getLogger(__name__)
-TRACKING_TABLE = "worker_tracking"
 BATCH_SIZE = 500
 IDLE_SECONDS = 0.2
 RETRY_SECONDS = 1.0

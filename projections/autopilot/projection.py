@@ -14,6 +14,7 @@ from domain.model.events import (
     ConflictsJudged,
     FindingOpened,
     FindingResolved,
+    LeaseTaken,
     MemoryErased,
     SettlementOverturned,
 )
@@ -64,13 +65,21 @@ CREATE TABLE IF NOT EXISTS {s}.autopilot_judged (
     pairs int NOT NULL,
     contradictions int NOT NULL,
     position bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.autopilot_leases (
+    id uuid PRIMARY KEY,
+    pass_name text NOT NULL,
+    namespace text NOT NULL,
+    holder text NOT NULL,
+    token bigint NOT NULL,
+    takeovers bigint NOT NULL
 )
 """
 
 
 class AutopilotProjection:
     name = "autopilot"
-    tables = ("findings", "autopilot_decisions", "autopilot_judged")
+    tables = ("findings", "autopilot_decisions", "autopilot_judged", "autopilot_leases")
 
     def create(self, curs: Cursor[Any], schema: str) -> None:
         for statement in _TABLES.split(";"):
@@ -90,7 +99,23 @@ class AutopilotProjection:
         erased = [r.event.memory_id for r in events if isinstance(r.event, MemoryErased)]
         for r in events:
             e = r.event
-            if isinstance(e, ConflictsJudged):
+            if isinstance(e, LeaseTaken):  # a token above 1 took the lease from another holder
+                curs.execute(
+                    SQL(
+                        "INSERT INTO {s}.autopilot_leases (id, pass_name, namespace, holder, token, takeovers)"
+                        " VALUES (%(id)s, %(pass)s, %(ns)s, %(holder)s, %(token)s, 0)"
+                        " ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token,"
+                        " takeovers = {s}.autopilot_leases.takeovers + 1"
+                    ).format(s=s),
+                    {
+                        "id": e.lease_id,
+                        "pass": e.pass_name,
+                        "ns": e.namespace,
+                        "holder": e.holder,
+                        "token": e.token,
+                    },
+                )
+            elif isinstance(e, ConflictsJudged):
                 curs.execute(
                     SQL(
                         "INSERT INTO {s}.autopilot_judged (memory_id, namespace, outcome, judge, pairs,"

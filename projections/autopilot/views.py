@@ -53,6 +53,19 @@ class AutopilotCounts(msgspec.Struct, frozen=True, kw_only=True):
     unjudged: int
 
 
+DISPATCH_TRACKING_TABLE = "worker_tracking"
+"""The dispatchers' own tracking records (workers/dispatcher.py), read here for metrics."""
+
+
+class WorkerGauges(msgspec.Struct, frozen=True, kw_only=True):
+    dispatch_positions: dict[str, int]
+    judged: dict[str, int]
+    """Memories by their latest pass outcome (judged, judge_unavailable, unembedded ...)."""
+    unjudged: int
+    open_findings: int
+    lease_takeovers: int
+
+
 _IN_SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
 
 
@@ -117,4 +130,40 @@ def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], r
     ).fetchone()
     return AutopilotCounts(
         open_findings=int(findings["n"]) if findings else 0, unjudged=int(unjudged["n"]) if unjudged else 0
+    )
+
+
+def worker_gauges(conn: Connection[Any], schema: str) -> WorkerGauges:
+    """The autopilot's figures over the whole deployment, for ``/metrics``."""
+    s = Identifier(schema)
+    exists = conn.execute("SELECT to_regclass(%s) AS t", (f"{schema}.{DISPATCH_TRACKING_TABLE}",)).fetchone()
+    positions: dict[str, int] = {}
+    if exists is not None and exists["t"] is not None:
+        rows = conn.execute(
+            SQL("SELECT name, position FROM {s}.{t}").format(s=s, t=Identifier(DISPATCH_TRACKING_TABLE))
+        ).fetchall()
+        positions = {row["name"]: int(row["position"]) for row in rows}
+    judged = {
+        row["outcome"]: int(row["n"])
+        for row in conn.execute(
+            SQL("SELECT outcome, count(*) AS n FROM {s}.autopilot_judged GROUP BY outcome").format(s=s)
+        ).fetchall()
+    }
+    row = conn.execute(
+        SQL(
+            "SELECT (SELECT count(*) FROM {s}.memory_objects m WHERE m.status = 'active'"
+            "  AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
+            "  AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j WHERE j.memory_id = m.id"
+            "  AND j.outcome IN ('judged', 'not_current'))) AS unjudged,"
+            " (SELECT count(*) FROM {s}.findings WHERE status = 'open') AS open_findings,"
+            " (SELECT coalesce(sum(takeovers), 0) FROM {s}.autopilot_leases) AS takeovers"
+        ).format(s=s)
+    ).fetchone()
+    assert row is not None
+    return WorkerGauges(
+        dispatch_positions=positions,
+        judged=judged,
+        unjudged=int(row["unjudged"]),
+        open_findings=int(row["open_findings"]),
+        lease_takeovers=int(row["takeovers"]),
     )

@@ -67,6 +67,12 @@ def test_a_finding_under_lower_trust_is_found_by_the_worker_and_resolved(
     assert [(f["memory_a"], f["memory_b"], f["rule"]) for f in findings] == [(old, new, "frame")]
     stats = eventually(lambda: (s := api.mem(agent, "stats").json())["unjudged"] == 0 and s)
     assert stats["open_findings"] == 1
+    metrics = api.client.get("/metrics").text
+    assert "memwarden_autopilot_open_findings 1\n" in metrics
+    assert "memwarden_autopilot_unjudged 0\n" in metrics
+    assert 'memwarden_autopilot_memories{outcome="judged"} 2\n' in metrics
+    assert 'memwarden_dispatch_lag{dispatcher="autopilot"}' in metrics
+    assert "memwarden_lease_takeovers 0\n" in metrics
     assert api.call(agent, "/v1/admin/findings", method="GET").status_code == 403
 
     path = f"/v1/admin/findings/{findings[0]['id']}/resolve"

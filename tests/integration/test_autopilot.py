@@ -210,4 +210,6 @@ def test_a_pass_whose_lease_was_taken_over_cannot_append(runtime: Runtime) -> No
         stale.judge_memory(first, p1, "worker-1")
     assert runtime.ledger.head_position() == head
     runtime.memory.clock = clock
+    runtime.reads.wait_for(head)
+    assert runtime.reads.worker_gauges().lease_takeovers == 1
     assert old  # the third memory was never touched by the refused pass
