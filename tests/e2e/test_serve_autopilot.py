@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,22 +13,7 @@ import httpx
 
 from domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
-from tests.processes import wait_until
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _key(env: dict[str, str], namespace: str, actor: str, role: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "keys", "create", namespace, actor, role],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return done.stdout.strip().splitlines()[-1]
+from tests.processes import REPO_ROOT, cli_key, free_port, ready, wait_until
 
 
 def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_path: Path) -> None:
@@ -39,21 +23,13 @@ def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_p
         "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
         "REDIS_URL": "redis://127.0.0.1:1/0",  # nothing listens there
     }
-    agent = _key(env, "acme/eng", "bot", "agent")
-    admin = _key(env, "acme", "boss", "admin")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    agent = cli_key(env, "acme/eng", "bot", "agent")
+    admin = cli_key(env, "acme", "boss", "admin")
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
     )
     base = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def findings() -> list[dict[str, str]]:
         response = httpx.get(
@@ -64,7 +40,7 @@ def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_p
         return found
 
     try:
-        wait_until(ready, 120)
+        wait_until(lambda: ready(base), 120)
         ids = []
         for content in ("Payroll runs on Friday", "Payroll runs on Thursday"):
             response = httpx.post(
