@@ -14,6 +14,7 @@ import msgspec
 from psycopg.sql import SQL, Identifier
 
 from api.bench.ingest import register as register_ingest_bench
+from api.bench.workers import register as register_workers_bench
 from api.erasure_cli import register as register_erasure_commands
 from api.importer import register as register_import_command
 from api.knowledge_cli import register as register_knowledge_commands
@@ -353,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     register_knowledge_commands(sub)
     register_import_command(sub)
     register_ingest_bench(bench)
+    register_workers_bench(bench)
     register_worker_command(sub)
     return parser
 
