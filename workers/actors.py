@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 AUTOPILOT_QUEUE = "autopilot"
 AUTOPILOT_ACTOR = "autopilot_memory"
 MAX_RETRIES = 50
-MIN_BACKOFF_MS = 200
-MAX_BACKOFF_MS = 5_000
+MIN_BACKOFF_MS = 100
+MAX_BACKOFF_MS = 2_000
 MAINTENANCE_CHANCE = 50_000
 """Commands in a million that also run the queue's maintenance (Dramatiq's default: 1000):
 a dead worker's messages are found within seconds, for a cheap script on Redis."""

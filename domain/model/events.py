@@ -424,9 +424,9 @@ JudgedOutcome = Literal["judged", "judge_unavailable", "unembedded", "not_curren
 
 class LeaseEvent(Event, frozen=True, kw_only=True):
     """A pass's lease on a namespace (one stream per (pass, namespace)). Every event is the
-    whole state: who holds it, its fencing token, until when. A pass's every append carries
-    a ``LeaseRenewed`` at the stream's next version, so an append by a holder whose lease
-    was taken over conflicts on this stream and is refused with everything in it."""
+    whole state: who holds it, its fencing token, until when. A pass's append carries a
+    lease event at the stream's next version, so an append by a holder whose lease was
+    taken over conflicts on this stream and is refused with everything in it."""
 
     lease_id: UUID
     pass_name: str
@@ -441,11 +441,12 @@ class LeaseEvent(Event, frozen=True, kw_only=True):
 
 
 class LeaseTaken(LeaseEvent, frozen=True, kw_only=True):
-    """A holder took the lease (free, expired, or never held): a new, higher token."""
+    """A holder took the lease (never held, released, or expired): a new, higher token."""
 
 
-class LeaseRenewed(LeaseEvent, frozen=True, kw_only=True):
-    """The holder extended its lease (same token): with each append it makes."""
+class LeaseReleased(LeaseEvent, frozen=True, kw_only=True):
+    """The holder's pass is done: the lease is free (``expires_at`` is the release time).
+    The pass's own append carries it, at the lease stream's next version: its fence."""
 
 
 class ConflictsJudged(Event, frozen=True, kw_only=True):
@@ -556,7 +557,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         KnowledgePublished,
         KnowledgeErased,
         LeaseTaken,
-        LeaseRenewed,
+        LeaseReleased,
         ConflictsJudged,
         FindingOpened,
         FindingResolved,

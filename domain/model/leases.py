@@ -1,8 +1,9 @@
 """Leases with fencing tokens: one worker pass per (pass, namespace) at a time.
 
 A lease is a stream whose latest event is its whole state (holder, token, expiry). Taking
-a free or expired lease appends ``LeaseTaken`` with the next token; the holder renews it
-(same token) with every append it makes, at the stream's next version. The fencing is the
+a free, released or expired lease appends ``LeaseTaken`` with the next token; the pass's
+own append carries ``LeaseReleased`` (same token) at the stream's next version, so the
+namespace is free for whichever process has the next message for it. The fencing is the
 ledger's own optimistic concurrency: after a takeover, the stale holder's append names a
 lease version that is already taken, so the recorder refuses the whole append, in the same
 transaction that would have applied it. The expiry check here only spares a holder the
@@ -17,7 +18,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 import msgspec
 
 from domain.model.errors import DomainError
-from domain.model.events import LeaseEvent, LeaseRenewed, LeaseTaken
+from domain.model.events import LeaseEvent, LeaseReleased, LeaseTaken
 
 
 class LeaseBusy(DomainError):
@@ -63,46 +64,37 @@ def lease_from(event: LeaseEvent, version: int) -> Lease:
 
 def decide_take(
     current: Lease | None, pass_name: str, namespace: str, holder: str, now: datetime, ttl: timedelta
-) -> LeaseEvent:
-    """Take the lease, or renew it when this holder has it still. A live lease of another
-    holder is ``LeaseBusy``; an expired one is taken over with the next token."""
+) -> LeaseTaken:
+    """Take the lease with the next token: it is free (never held, released) or expired.
+    A live lease is ``LeaseBusy``, for its own holder too: one pass at a time."""
     if ttl <= timedelta(0):
         raise ValueError("a lease needs a positive time to live")
-    expires = now + ttl
-    if current is not None and current.holder == holder and current.live(now):
-        return renewal(current, now, ttl)
     if current is not None and current.live(now):
         raise LeaseBusy(
             f"the {pass_name} lease of this namespace is held until {current.expires_at.isoformat()}"
         )
-    token = 1 if current is None else current.token + 1
     return LeaseTaken(
         lease_id=lease_id(pass_name, namespace),
         pass_name=pass_name,
         namespace=namespace,
         holder=holder,
-        token=token,
-        expires_at=expires,
-        at=now,
-    )
-
-
-def renewal(lease: Lease, now: datetime, ttl: timedelta) -> LeaseRenewed:
-    """The fencing event every append of the holder carries (appended at ``version + 1``).
-    A lease past its expiry is lost: another holder may already have taken it."""
-    if not lease.live(now):
-        raise LeaseLost(f"the {lease.pass_name} lease (token {lease.token}) expired")
-    return LeaseRenewed(
-        lease_id=lease.id,
-        pass_name=lease.pass_name,
-        namespace=lease.namespace,
-        holder=lease.holder,
-        token=lease.token,
+        token=1 if current is None else current.token + 1,
         expires_at=now + ttl,
         at=now,
     )
 
 
-def renewed(lease: Lease, event: LeaseEvent) -> Lease:
-    """The lease after its holder appended ``event`` at the next version."""
-    return lease_from(event, lease.version + 1)
+def release(lease: Lease, now: datetime) -> LeaseReleased:
+    """The fence of a pass's append: the lease is free once it commits. A lease past its
+    expiry is lost: another holder may already have taken it."""
+    if not lease.live(now):
+        raise LeaseLost(f"the {lease.pass_name} lease (token {lease.token}) expired")
+    return LeaseReleased(
+        lease_id=lease.id,
+        pass_name=lease.pass_name,
+        namespace=lease.namespace,
+        holder=lease.holder,
+        token=lease.token,
+        expires_at=now,
+        at=now,
+    )

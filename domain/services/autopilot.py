@@ -101,7 +101,6 @@ class AutopilotService:
         self.neighbours = neighbours
         self.judge = judge
         self.dial_for = dial_for
-        self._held: dict[str, Lease] = {}
 
     @property
     def ledger(self) -> Ledger:
@@ -111,34 +110,39 @@ class AutopilotService:
 
     def judge_memory(self, memory_id: UUID, position: int, holder: str) -> PassResult:
         """Judge one memory against its nearest older neighbours and settle what contradicts,
-        in one append fenced by ``holder``'s lease on the memory's namespace. Idempotent: a
-        memory already judged is left alone. ``LeaseBusy``: another holder has the
-        namespace (try later); ``LeaseLost``: this holder's lease was taken over meanwhile
-        and its append was refused."""
+        under ``holder``'s lease on the memory's namespace (``judge_with_lease``).
+        Idempotent: a memory already judged is left alone, without a lease. ``LeaseBusy``:
+        another holder has the namespace now (try later)."""
         memory = self.memory.streams.memories([memory_id]).get(memory_id)
-        if memory is None:
+        if memory is None or self._judged(memory_id)[0]:
             return PassResult(memory_id=memory_id, outcome=None)
+        lease = self.leases.acquire(AUTOPILOT, memory.namespace, holder)
+        return self.judge_with_lease(lease, memory_id, position)
+
+    def judge_with_lease(self, lease: Lease, memory_id: UUID, position: int) -> PassResult:
+        """The pass, in one append fenced by ``lease``: the append releases the lease at its
+        stream's next version. ``LeaseLost``: the lease was taken over meanwhile and the
+        append was refused; nothing of the pass was applied."""
         for _ in range(MAX_ATTEMPTS):
             judged, judged_version = self._judged(memory_id)
-            if judged:
-                return PassResult(memory_id=memory_id, outcome=None)
-            lease = self._lease(memory.namespace, holder)
-            now = self.memory.clock()
             memory = self.memory.streams.memories([memory_id])[memory_id]
-            events, neighbours = self._decide(memory, position, lease, now)
-            fence, after = self.leases.fence(lease)
+            now = self.memory.clock()
+            events, neighbours = ([], []) if judged else self._decide(memory, position, lease, now)
             versions = {m.id: m.version for m in (memory, *neighbours)}
             versions[judgement_stream(memory_id)] = judged_version
-            recorded = [*version_events(events, versions), fence]
+            recorded = [*version_events(events, versions), self.leases.fence(lease)]
             try:
                 appended = self.ledger.append(recorded)
             except StreamConflict:
                 self.memory.streams.cache.drop(r.originator_id for r in recorded)
-                self._check_lease(lease)
+                lease = self._check_lease(lease)
                 continue
-            self._held[memory.namespace] = after
             self.memory.streams.remember(recorded[:-1])
-            return _result(memory_id, events, appended)
+            return (
+                _result(memory_id, events, appended)
+                if events
+                else PassResult(memory_id=memory_id, outcome=None)
+            )
         raise TooMuchContention("the memory's neighbours kept changing; the pass will run again")
 
     def _decide(
@@ -175,21 +179,13 @@ class AutopilotService:
             return False, 0
         return head.event.outcome in {"judged", "not_current"}, head.originator_version
 
-    def _lease(self, namespace: str, holder: str) -> Lease:
-        held = self._held.get(namespace)
-        if held is not None and held.holder == holder and held.live(self.memory.clock()):
-            return held
-        lease = self.leases.acquire(AUTOPILOT, namespace, holder)
-        self._held[namespace] = lease
-        return lease
-
-    def _check_lease(self, lease: Lease) -> None:
-        """After a refused append: if the lease moved on, this holder lost it."""
+    def _check_lease(self, lease: Lease) -> Lease:
+        """After a refused append: the lease as it is now if this holder still has it (the
+        conflict was elsewhere), else ``LeaseLost``."""
         current = self.leases.current(lease.pass_name, lease.namespace)
-        self._held.pop(lease.namespace, None)
         if current is None or current.token != lease.token or current.holder != lease.holder:
             raise LeaseLost(f"the {AUTOPILOT} lease was taken over (token {lease.token} is stale)")
-        self._held[lease.namespace] = current
+        return current
 
     # -- reviewers ------------------------------------------------------------------------------
 

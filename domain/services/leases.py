@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from domain.ledger.app import Ledger, StreamConflict
 from domain.ledger.mapper import Recorded
 from domain.model.events import LeaseEvent
-from domain.model.leases import Lease, LeaseBusy, decide_take, lease_from, lease_id, renewal, renewed
+from domain.model.leases import Lease, LeaseBusy, decide_take, lease_from, lease_id, release
 
 DEFAULT_TTL = timedelta(seconds=30)
 
@@ -28,23 +28,19 @@ class Leases:
         return lease_from(head.event, head.originator_version)
 
     def acquire(self, pass_name: str, namespace: str, holder: str) -> Lease:
-        """Take (or renew) the lease for ``holder``; ``LeaseBusy`` while another holds it.
-        Two takers racing for a free lease append the same version: one of them loses."""
+        """Take the lease for ``holder``; ``LeaseBusy`` while a pass holds it. Two takers
+        racing for a free lease append the same version: one of them loses."""
         current = self.current(pass_name, namespace)
         event = decide_take(current, pass_name, namespace, holder, self.clock(), self.ttl)
         version = 0 if current is None else current.version
         try:
             self.ledger.append([Recorded(event.lease_id, version + 1, event)])
         except StreamConflict:
-            latest = self.current(pass_name, namespace)
-            if latest is not None and latest.holder == holder and latest.live(self.clock()):
-                return latest  # another thread of the same holder took it
             raise LeaseBusy(f"another holder took the {pass_name} lease of this namespace") from None
         return lease_from(event, version + 1)
 
-    def fence(self, lease: Lease) -> tuple[Recorded, Lease]:
-        """The event that makes an append the holder's: a renewal at the lease stream's
-        next version (refused with the whole append once another holder took over), and
-        the lease as it will be if that append commits."""
-        event = renewal(lease, self.clock(), self.ttl)
-        return Recorded(lease.id, lease.version + 1, event), renewed(lease, event)
+    def fence(self, lease: Lease) -> Recorded:
+        """The event that makes a pass's append the holder's: the lease's release at its
+        stream's next version (refused with the whole append once another holder took
+        over)."""
+        return Recorded(lease.id, lease.version + 1, release(lease, self.clock()))

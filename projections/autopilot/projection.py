@@ -14,6 +14,7 @@ from domain.model.events import (
     ConflictsJudged,
     FindingOpened,
     FindingResolved,
+    LeaseReleased,
     LeaseTaken,
     MemoryErased,
     SettlementOverturned,
@@ -72,6 +73,7 @@ CREATE TABLE IF NOT EXISTS {s}.autopilot_leases (
     namespace text NOT NULL,
     holder text NOT NULL,
     token bigint NOT NULL,
+    released boolean NOT NULL,
     takeovers bigint NOT NULL
 )
 """
@@ -99,13 +101,14 @@ class AutopilotProjection:
         erased = [r.event.memory_id for r in events if isinstance(r.event, MemoryErased)]
         for r in events:
             e = r.event
-            if isinstance(e, LeaseTaken):  # a token above 1 took the lease from another holder
+            if isinstance(e, LeaseTaken):  # from a holder that never released it: a takeover
                 curs.execute(
                     SQL(
-                        "INSERT INTO {s}.autopilot_leases (id, pass_name, namespace, holder, token, takeovers)"
-                        " VALUES (%(id)s, %(pass)s, %(ns)s, %(holder)s, %(token)s, 0)"
+                        "INSERT INTO {s}.autopilot_leases (id, pass_name, namespace, holder, token, released,"
+                        " takeovers) VALUES (%(id)s, %(pass)s, %(ns)s, %(holder)s, %(token)s, false, 0)"
                         " ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token,"
-                        " takeovers = {s}.autopilot_leases.takeovers + 1"
+                        " released = false, takeovers = {s}.autopilot_leases.takeovers"
+                        " + (NOT {s}.autopilot_leases.released)::int"
                     ).format(s=s),
                     {
                         "id": e.lease_id,
@@ -114,6 +117,13 @@ class AutopilotProjection:
                         "holder": e.holder,
                         "token": e.token,
                     },
+                )
+            elif isinstance(e, LeaseReleased):
+                curs.execute(
+                    SQL(
+                        "UPDATE {s}.autopilot_leases SET released = true WHERE id = %s AND token = %s"
+                    ).format(s=s),
+                    (e.lease_id, e.token),
                 )
             elif isinstance(e, ConflictsJudged):
                 curs.execute(

@@ -189,27 +189,29 @@ def test_a_pass_whose_lease_was_taken_over_cannot_append(runtime: Runtime) -> No
     start = clock()
     late_clock = lambda: runtime.memory.clock()  # noqa: E731, PLW0108 - late-bound: the test moves the clock
     runtime.autopilot.leases = Leases(runtime.ledger, late_clock, ttl=timedelta(seconds=5))
-    old, _ = write(runtime, AGENT, "Standup is at 9:30")
+    write(runtime, AGENT, "Standup is at 9:30")
     first, p1 = write(runtime, AGENT, "Standup is at 10:00")
     second, p2 = write(runtime, AGENT, "Standup is at 11:00")
     lease = runtime.autopilot.leases.acquire("autopilot", AGENT.namespace, "worker-1")
     assert lease.token == 1
-    with pytest.raises(LeaseBusy):
-        runtime.autopilot.leases.acquire("autopilot", AGENT.namespace, "worker-2")
-    stale = runtime.autopilot  # worker-1 holds the lease ...
-    runtime.memory.clock = lambda: start + timedelta(seconds=6)  # ... and stalls past its expiry
-    taken = runtime.autopilot.leases.acquire("autopilot", AGENT.namespace, "worker-2")
-    assert taken.token == 2
-    stale._held.clear()
-    runtime.autopilot.judge_memory(second, p2, "worker-2")
+    for holder in ("worker-2", "worker-1"):  # one pass at a time, its own holder's too
+        with pytest.raises(LeaseBusy):
+            runtime.autopilot.leases.acquire("autopilot", AGENT.namespace, holder)
+    runtime.memory.clock = lambda: start + timedelta(seconds=6)  # worker-1 stalls past its expiry
+    taken = runtime.autopilot.judge_memory(second, p2, "worker-2")  # takes over with token 2
+    assert taken.outcome == "judged"
     head = runtime.ledger.head_position()
-    # worker-1 resumes with the lease it had: its append is refused as a whole
-    stale._held[AGENT.namespace] = lease
-    runtime.memory.clock = lambda: start + timedelta(seconds=1)  # its own clock still believes in the lease
+    # worker-1 resumes, its clock still believing in the lease: the append is refused whole
+    runtime.memory.clock = lambda: start + timedelta(seconds=1)
     with pytest.raises(LeaseLost):
-        stale.judge_memory(first, p1, "worker-1")
+        runtime.autopilot.judge_with_lease(lease, first, p1)
     assert runtime.ledger.head_position() == head
-    runtime.memory.clock = clock
     runtime.reads.wait_for(head)
     assert runtime.reads.worker_gauges().lease_takeovers == 1
-    assert old  # the third memory was never touched by the refused pass
+    # the lease was released by worker-2's pass: the next pass takes it (token 3), no takeover
+    runtime.memory.clock = lambda: start + timedelta(seconds=7)
+    assert runtime.autopilot.judge_memory(first, p1, "worker-1").outcome == "judged"
+    runtime.memory.clock = clock
+    assert runtime.autopilot.leases.current("autopilot", AGENT.namespace).token == 3  # type: ignore[union-attr]
+    runtime.reads.wait_for(runtime.ledger.head_position())
+    assert runtime.reads.worker_gauges().lease_takeovers == 1

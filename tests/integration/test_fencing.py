@@ -124,7 +124,7 @@ def test_a_stopped_worker_past_its_lease_cannot_append_when_it_resumes(
 
     events = [r.event for r in runtime.ledger.read(0, 10_000)]
     judged = [e for e in events if isinstance(e, ConflictsJudged) and e.memory_id == written.id]
-    assert [(e.outcome, e.token, e.judge) for e in judged] == [("judged", 2, "rules")]
+    assert [(e.outcome, e.token, e.judge) for e in judged] == [("judged", 3, "rules")]  # 2 judged the other
     assert sum(isinstance(e, FindingOpened) for e in events) == 1
     lease = runtime.ledger.streams([lease_id("autopilot", AGENT.namespace)])
     taken = [
@@ -134,4 +134,4 @@ def test_a_stopped_worker_past_its_lease_cannot_append_when_it_resumes(
     ]
     assert taken[0] == ("worker-1", 1)
     assert ("worker-2", 2) in taken
-    assert all(token == 2 for _, token in taken[taken.index(("worker-2", 2)) :])  # never again token 1
+    assert all(token >= 2 for _, token in taken[taken.index(("worker-2", 2)) :])  # never again token 1
