@@ -2,15 +2,16 @@
 
 The actor takes ids (the memory's, and its ledger position as a lower bound for the read
 models to reach) and calls the plain pass (domain/services/autopilot.py), which is
-idempotent: a redelivery changes nothing. ``LeaseBusy`` (another process has the
-namespace) and ``LeaseLost`` (the lease was taken over mid-pass) raise, and Dramatiq
-retries the message later, with backoff.
+idempotent: a redelivery changes nothing. ``LeaseBusy`` (another pass has the namespace)
+and ``LeaseLost`` (the lease was taken over mid-pass) send the message back for a retry
+shortly; any other failure is retried by Dramatiq with backoff.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import uuid
 from collections.abc import Callable
@@ -21,6 +22,7 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from domain.model.leases import LeaseBusy, LeaseLost
 from domain.services.autopilot import AutopilotService, PassResult
 from domain.settings import Settings, deployment_key
 
@@ -30,6 +32,8 @@ AUTOPILOT_ACTOR = "autopilot_memory"
 MAX_RETRIES = 50
 MIN_BACKOFF_MS = 100
 MAX_BACKOFF_MS = 2_000
+LEASE_RETRY_MS = 50
+"""A message whose namespace is leased comes back after 50-150 ms (a pass takes tens)."""
 MAINTENANCE_CHANCE = 50_000
 """Commands in a million that also run the queue's maintenance (Dramatiq's default: 1000):
 a dead worker's messages are found within seconds, for a cheap script on Redis."""
@@ -83,7 +87,13 @@ def declare_autopilot(
     worker process; a sender never calls it)."""
 
     def autopilot_memory(memory_id: str, position: int) -> None:
-        run_pass(autopilot(), holder, memory_id, position)
+        try:
+            run_pass(autopilot(), holder, memory_id, position)
+        except (LeaseBusy, LeaseLost) as error:  # another pass has the namespace: soon again
+            raise dramatiq.Retry(
+                str(error),
+                delay=random.randint(LEASE_RETRY_MS, 3 * LEASE_RETRY_MS),  # noqa: S311 - jitter, no secret
+            ) from error
 
     declare = dramatiq.actor(
         broker=broker,
