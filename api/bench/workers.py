@@ -35,6 +35,7 @@ from domain.model.events import ConflictsJudged, MemoryWritten
 from domain.model.identity import Identity
 from domain.settings import Settings
 from projections.search.neighbours import SearchNeighbours
+from workers.actors import redis_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET_LAG_P95_S = 2.0
@@ -127,6 +128,9 @@ def _run(processes: int, args: argparse.Namespace) -> tuple[WorkerRun, float]:
         scratch_database(f"memwarden_bench_workers_{processes}") as (scratch, _params),
         Runtime(scratch) as rt,
     ):
+        broker = redis_broker(scratch)
+        broker.flush_all()  # what an interrupted run on a database of this name left queued
+        broker.close()
         backlog = [
             rt.memory.write(_identity(n, args.namespaces), WriteMemory(content=_content(n))).id
             for n in range(args.backlog)
