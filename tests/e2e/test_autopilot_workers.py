@@ -152,3 +152,36 @@ def test_a_broker_outage_delays_the_dispatcher_and_loses_nothing(api: Api, setti
     dispatcher.catch_up()
     assert sent == [UUID(first), UUID(second)]
     redis_broker(settings).close()
+
+
+def test_poison_bodies_on_the_reviewer_routes_are_400s_and_change_nothing(api: Api) -> None:
+    admin = api.key("acme/eng", "rev", "admin")
+    finding = f"/v1/admin/findings/{UUID(int=7)}/resolve"
+    decision = f"/v1/admin/decisions/{UUID(int=7)}/overturn"
+    head = api.runtime.ledger.head_position()
+    raw_bodies = [
+        (finding, b'{"decision": "keep_a", "reason": "x \\ud800 y"}', "reason contains a lone surrogate"),
+        (decision, b'{"reason": "x \\u0000 y"}', "reason contains a NUL character"),
+        (
+            finding,
+            b'{"decision": "keep_a", "reason": "' + b"r" * 1001 + b'"}',
+            "Expected `str` of length <= 1000",
+        ),
+        (decision, b'{"reason": ""}', "Expected `str` of length >= 1"),
+        (finding, b'{"decision": ' * 40 + b"1" + b"}" * 40, "deeper than 32 levels"),
+        (decision, b'{"reason": "ok", "target": "acme"}', "Object contains unknown field `target`"),
+    ]
+    for path, raw, named in raw_bodies:
+        response = api.client.post(
+            path,
+            content=raw,
+            headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"},
+        )
+        assert response.status_code == 400, (path, response.text)
+        assert named in response.json()["detail"], response.json()
+    for path in (finding, decision):  # a well-formed body for nothing there: 404, audited as a miss
+        body = {"decision": "dismiss", "reason": "\u200b"} if path == finding else {"reason": "\u200b"}
+        assert api.call(admin, path, body).status_code == 404
+    written = [r.event for r in api.runtime.ledger.read(head, 10_000)]
+    assert all(type(e).__name__ == "AuditRecorded" for e in written)
+    assert api.client.get("/readyz").status_code == 200
