@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from uuid import UUID
 
@@ -24,6 +25,10 @@ from projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRACKING_TABL
 log = logging.getLogger(__name__)
 BATCH_SIZE = 500
 IDLE_SECONDS = 0.2
+MAX_BATCH_SECONDS = 2.0
+"""A batch stops sending after this long and commits how far it got: in-process, each send
+is a whole pass, and the record's transaction must not sit idle for long (the pool's
+connections end an idle transaction after 30 s)."""
 RETRY_SECONDS = 1.0
 
 Send = Callable[[UUID, int], None]
@@ -31,8 +36,15 @@ Send = Callable[[UUID, int], None]
 
 
 class Dispatcher:
-    def __init__(self, ledger: Ledger, send: Send, name: str = "autopilot") -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        send: Send,
+        name: str = "autopilot",
+        max_batch_seconds: float = MAX_BATCH_SECONDS,
+    ) -> None:
         self.ledger = ledger
+        self.max_batch_seconds = max_batch_seconds
         self.send = send
         self.name = name
         self._table = SQL("{}.{}").format(Identifier(ledger.schema), Identifier(TRACKING_TABLE))
@@ -87,8 +99,10 @@ class Dispatcher:
 
     def _send_all(self, events: list[Recorded], start: int) -> tuple[int, Exception | None]:
         """Send each new active memory in order; return the position reached (the event
-        before the first failed send) and that failure."""
+        before the first failed send, or the last sent once ``max_batch_seconds`` passed)
+        and that failure."""
         reached = start
+        began = time.monotonic()
         for recorded in events:
             event = recorded.event
             if isinstance(event, MemoryWritten) and event.status == "active":
@@ -98,6 +112,8 @@ class Dispatcher:
                     return reached, error
                 self.sent += 1
             reached = int(recorded.position or reached)
+            if time.monotonic() - began > self.max_batch_seconds:
+                break
         return reached, None
 
     def catch_up(self) -> int:

@@ -185,3 +185,21 @@ def test_poison_bodies_on_the_reviewer_routes_are_400s_and_change_nothing(api: A
     written = [r.event for r in api.runtime.ledger.read(head, 10_000)]
     assert all(type(e).__name__ == "AuditRecorded" for e in written)
     assert api.client.get("/readyz").status_code == 200
+
+
+def test_a_slow_batch_commits_how_far_it_got(api: Api) -> None:
+    agent = api.key(NS, "bot", "agent")
+    sent: list[UUID] = []
+
+    def slow(memory_id: UUID, _position: int) -> None:
+        time.sleep(0.3)
+        sent.append(memory_id)
+
+    dispatcher = Dispatcher(api.runtime.ledger, slow, name="slow-test", max_batch_seconds=0.5)
+    dispatcher.create_table()
+    ids = [UUID(write(api, agent, f"Build {n} of the wiki took {n + 2} minutes")) for n in range(3)]
+    dispatcher.dispatch_once()
+    assert sent == ids[:2]  # 0.6 s after the second send: the batch commits there
+    assert 0 < dispatcher.position() < api.runtime.ledger.head_position()
+    dispatcher.catch_up()
+    assert sent == ids
