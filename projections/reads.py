@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
@@ -22,6 +23,7 @@ from projections.autopilot.views import (
     autopilot_counts,
     list_decisions,
     list_findings,
+    unjudged_memories,
     worker_gauges,
 )
 from projections.base import Projection
@@ -164,6 +166,10 @@ class ReadModels:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return autopilot_counts(conn, self.ledger.schema, self.scope(identity), identity.namespace)
+
+    def unjudged_memories(self, recorded_before: datetime, limit: int = 500) -> list[tuple[UUID, int]]:
+        with self.ledger.datastore.get_connection() as conn:
+            return unjudged_memories(conn, self.ledger.schema, recorded_before, limit)
 
     def worker_gauges(self) -> WorkerGauges:
         with self.ledger.datastore.get_connection() as conn:

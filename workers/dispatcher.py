@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
@@ -142,3 +143,50 @@ class Dispatcher:
                 continue
             if not moved:
                 self._stop.wait(IDLE_SECONDS)
+
+
+SWEEP_SECONDS = 60.0
+"""How often, and how old a memory must be, before a sweep hands an unjudged one back."""
+
+
+class Sweeper:
+    """Hands the autopilot every current memory no pass has judged for a while: one left
+    ``judge_unavailable`` (the judge is back now?), ``unembedded``, or a message lost with a
+    worker's Redis. The pass is idempotent, so a memory judged meanwhile costs nothing."""
+
+    def __init__(
+        self,
+        unjudged: Callable[[datetime], list[tuple[UUID, int]]],
+        send: Send,
+        clock: Callable[[], datetime],
+        every: float = SWEEP_SECONDS,
+    ) -> None:
+        self.unjudged = unjudged
+        self.send = send
+        self.clock = clock
+        self.every = every
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sweep_once(self) -> int:
+        """Send what has waited longer than ``every``; return how many."""
+        found = self.unjudged(self.clock() - timedelta(seconds=self.every))
+        for memory_id, position in found:
+            self.send(memory_id, position)
+        return len(found)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="autopilot-sweeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.sweep_once()
+            except Exception:
+                log.exception("autopilot sweep failed; trying again later")

@@ -13,7 +13,7 @@ from api.runtime import Runtime
 from domain.services.autopilot import PassResult
 from domain.settings import Settings
 from workers.actors import AUTOPILOT_QUEUE, declare_autopilot, holder_id, redis_broker
-from workers.dispatcher import Dispatcher
+from workers.dispatcher import Dispatcher, Sweeper
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +27,12 @@ class WorkerProcess:
         self.broker = redis_broker(settings)
         self.actor = declare_autopilot(self.broker, lambda: self.runtime.autopilot, self.holder)
         self.dispatcher: Dispatcher | None = None
+        self.sweeper: Sweeper | None = None
         if dispatch:
             self.dispatcher = Dispatcher(self.runtime.ledger, self._send)
             self.dispatcher.create_table()
+            memory = self.runtime.memory
+            self.sweeper = Sweeper(self.runtime.reads.unjudged_memories, self._send, lambda: memory.clock())  # noqa: PLW0108
         self.worker = dramatiq.Worker(self.broker, queues={AUTOPILOT_QUEUE}, worker_threads=threads)
 
     def _send(self, memory_id: UUID, position: int) -> None:
@@ -39,8 +42,12 @@ class WorkerProcess:
         self.worker.start()
         if self.dispatcher is not None:
             self.dispatcher.start()
+        if self.sweeper is not None:
+            self.sweeper.start()
 
     def stop(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.stop()
         if self.dispatcher is not None:
             self.dispatcher.stop()
         self.worker.stop()

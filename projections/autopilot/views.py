@@ -167,3 +167,22 @@ def worker_gauges(conn: Connection[Any], schema: str) -> WorkerGauges:
         open_findings=int(row["open_findings"]),
         lease_takeovers=int(row["takeovers"]),
     )
+
+
+def unjudged_memories(
+    conn: Connection[Any], schema: str, recorded_before: datetime, limit: int
+) -> list[tuple[UUID, int]]:
+    """Current memories recorded before ``recorded_before`` that no pass has judged (left
+    ``judge_unavailable`` or ``unembedded``, or never reached), oldest first, with their
+    positions: what a sweep hands to the autopilot again."""
+    rows = conn.execute(
+        SQL(
+            "SELECT m.id, m.position FROM {s}.memory_objects m WHERE m.status = 'active'"
+            " AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
+            " AND m.recorded_at < %s AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j"
+            " WHERE j.memory_id = m.id AND j.outcome IN ('judged', 'not_current'))"
+            " ORDER BY m.recorded_at, m.id LIMIT %s"
+        ).format(s=Identifier(schema)),
+        (recorded_before, limit),
+    ).fetchall()
+    return [(row["id"], int(row["position"])) for row in rows]

@@ -21,6 +21,7 @@ from domain.model.policies import PolicyBody
 from domain.services.leases import Leases
 from domain.settings import Settings
 from projections.governance.views import AuditFilter
+from workers.dispatcher import Sweeper
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 ORG = Identity(namespace="acme", actor="lead", role="member")
@@ -215,3 +216,27 @@ def test_a_pass_whose_lease_was_taken_over_cannot_append(runtime: Runtime) -> No
     assert runtime.autopilot.leases.current("autopilot", AGENT.namespace).token == 3  # type: ignore[union-attr]
     runtime.reads.wait_for(runtime.ledger.head_position())
     assert runtime.reads.worker_gauges().lease_takeovers == 1
+
+
+def test_the_sweep_hands_back_what_no_pass_judged_once_it_waited(runtime: Runtime) -> None:
+    runtime.autopilot.judge = None
+    memory_id, position = write(runtime, AGENT, "Standup is at 9:30")
+    assert runtime.autopilot.judge_memory(memory_id, position, "w").outcome == "judge_unavailable"
+    runtime.autopilot.judge = RulesJudge()  # the judge is back
+    now = runtime.memory.clock()
+    sent: list[tuple[UUID, int]] = []
+
+    def send(memory: UUID, at: int) -> None:
+        sent.append((memory, at))
+        runtime.autopilot.judge_memory(memory, at, "sweeper")
+
+    runtime.reads.wait_for(runtime.ledger.head_position())
+    sweeper = Sweeper(runtime.reads.unjudged_memories, send, lambda: now, every=60)
+    assert sweeper.sweep_once() == 0  # not waited long enough yet
+    sweeper.clock = lambda: now + timedelta(seconds=61)
+    assert sweeper.sweep_once() == 1
+    assert [m for m, _ in sent] == [memory_id]
+    assert 0 < sent[0][1] <= position  # the memory's own event: the index has it once past there
+    runtime.reads.wait_for(runtime.ledger.head_position())
+    assert sweeper.sweep_once() == 0  # judged now: nothing to hand back
+    assert runtime.reads.autopilot_counts(AGENT).unjudged == 0
