@@ -66,6 +66,13 @@ class WorkerGauges(msgspec.Struct, frozen=True, kw_only=True):
     lease_takeovers: int
 
 
+_UNJUDGED = (
+    "m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
+    " AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j WHERE j.memory_id = m.id"
+    " AND j.outcome IN ('judged', 'not_current'))"
+)
+"""A current memory (``m``) that no pass has judged for good: what ``unjudged`` counts."""
+
 _IN_SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
 
 
@@ -121,10 +128,8 @@ def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], r
     ).fetchone()
     unjudged = conn.execute(
         SQL(
-            "SELECT count(*) AS n FROM {s}.memory_objects m WHERE m.namespace = ANY(%(scope)s)"
-            " AND m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
-            " AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j WHERE j.memory_id = m.id"
-            " AND j.outcome IN ('judged', 'not_current'))"
+            "SELECT count(*) AS n FROM {s}.memory_objects m WHERE m.namespace = ANY(%(scope)s) AND "
+            + _UNJUDGED
         ).format(s=s),
         {"scope": list(scope)},
     ).fetchone()
@@ -151,10 +156,7 @@ def worker_gauges(conn: Connection[Any], schema: str) -> WorkerGauges:
     }
     row = conn.execute(
         SQL(
-            "SELECT (SELECT count(*) FROM {s}.memory_objects m WHERE m.status = 'active'"
-            "  AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
-            "  AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j WHERE j.memory_id = m.id"
-            "  AND j.outcome IN ('judged', 'not_current'))) AS unjudged,"
+            "SELECT (SELECT count(*) FROM {s}.memory_objects m WHERE " + _UNJUDGED + ") AS unjudged,"
             " (SELECT count(*) FROM {s}.findings WHERE status = 'open') AS open_findings,"
             " (SELECT coalesce(sum(takeovers), 0) FROM {s}.autopilot_leases) AS takeovers"
         ).format(s=s)
@@ -177,11 +179,9 @@ def unjudged_memories(
     positions: what a sweep hands to the autopilot again."""
     rows = conn.execute(
         SQL(
-            "SELECT m.id, m.position FROM {s}.memory_objects m WHERE m.status = 'active'"
-            " AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
-            " AND m.recorded_at < %s AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j"
-            " WHERE j.memory_id = m.id AND j.outcome IN ('judged', 'not_current'))"
-            " ORDER BY m.recorded_at, m.id LIMIT %s"
+            "SELECT m.id, m.position FROM {s}.memory_objects m WHERE m.recorded_at < %s AND "
+            + _UNJUDGED
+            + " ORDER BY m.recorded_at, m.id LIMIT %s"
         ).format(s=Identifier(schema)),
         (recorded_before, limit),
     ).fetchall()
