@@ -14,6 +14,7 @@ import msgspec
 from psycopg.sql import SQL, Identifier
 
 from api.bench.ingest import register as register_ingest_bench
+from api.bench.workers import register as register_workers_bench
 from api.erasure_cli import register as register_erasure_commands
 from api.importer import register as register_import_command
 from api.knowledge_cli import register as register_knowledge_commands
@@ -28,7 +29,9 @@ from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.model.namespaces import tenant_of, validate_namespace
 from domain.model.text import storable_text_problem
+from domain.settings import Settings
 from projections.governance.views import KeyView
+from workers.cli import register_worker_command
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -182,6 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415 - only this command needs it
 
     from api.projector import ProjectorProcess  # noqa: PLC0415
+    from workers.cli import serve_autopilot  # noqa: PLC0415
 
     # The API processes (uvicorn's workers included) inherit these.
     # Several API processes agree on buckets and last writes through Redis.
@@ -193,6 +197,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
     projector = ProjectorProcess() if args.projector == "process" else None
+    autopilot = serve_autopilot(Settings.from_env())
     announce_when_listening(args.host, args.port, args.workers, _say)
     # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default
     # handler that kills this process before the ``finally`` stops the projector.
@@ -210,6 +215,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         if projector is not None:
             projector.stop()
+        if autopilot is not None:
+            autopilot.stop()
     return 0
 
 
@@ -351,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     register_import_command(sub)
     register_mcp_command(sub)
     register_ingest_bench(bench)
+    register_workers_bench(bench)
+    register_worker_command(sub)
     show_defaults(parser)
     return parser
 

@@ -138,7 +138,28 @@ def run_demo(runtime: Runtime, say: Say = print) -> dict[str, Any]:
     )
 
     facts = _prove(runtime, say, (agent, agent2, hr), newer, resolved.position)
-    return {"outcomes": [first.outcome, dup.outcome, newer.outcome, contra.outcome], **facts}
+    finding = _autopilot(runtime, say, (agent, agent2), reviewer)
+    return {
+        "outcomes": [first.outcome, dup.outcome, newer.outcome, contra.outcome],
+        **facts,
+        "finding": finding,
+    }
+
+
+def _autopilot(
+    runtime: Runtime, say: Say, agents: tuple[Identity, Identity], reviewer: Identity
+) -> str | None:
+    """Step 11: an unslotted contradiction, found after the commit by the conflict autopilot
+    (run here in-process; `memwarden worker` runs it on Redis)."""
+    _step(say, 11, "Two agents contradict each other without a slot: the conflict autopilot finds it.")
+    runtime.memory.write(agents[0], WriteMemory(content="The team standup is at 9:30"))
+    second = runtime.memory.write(agents[1], WriteMemory(content="The team standup is at 10:00"))
+    assert second.id is not None
+    result = runtime.autopilot.judge_memory(second.id, second.position, "demo")
+    found = runtime.reads.findings(reviewer, after=result.position)
+    for f in found:
+        say(f"   -> finding for a reviewer (equal trust, lower_trust dial): rule {f.rule}, {f.explanation}")
+    return found[0].rule if found else None
 
 
 def _prove(

@@ -133,7 +133,9 @@ def error_response(status: int) -> OpenAPIResponse:
     codes = sorted(code for code, code_status in STATUS.items() if code_status == status)
     return OpenAPIResponse(
         description=f"{_DESCRIPTIONS[status]} ({', '.join(codes)})",
-        content={"application/json": OpenAPIMediaType(schema=Reference(f"#/components/schemas/{ERROR_SCHEMA}"))},
+        content={
+            "application/json": OpenAPIMediaType(schema=Reference(f"#/components/schemas/{ERROR_SCHEMA}"))
+        },
         headers={"Retry-After": _RETRY_AFTER} if status in {429, 503} else None,
     )
 
@@ -166,9 +168,7 @@ def _success_unions_as_any_of(responses: dict[str, Any]) -> None:
     the structs admit other properties, so a body may match more than one (a memory also
     reads as an as-of memory). A struct a route declares under a status of its own (the
     async write's 202 ticket) leaves the 200 union."""
-    declared = {
-        _schema_ref(response) for status, response in responses.items() if status != "200"
-    } - {None}
+    declared = {_schema_ref(response) for status, response in responses.items() if status != "200"} - {None}
     for response in responses.values():
         for media in (getattr(response, "content", None) or {}).values():
             schema = media.schema

@@ -115,6 +115,27 @@ ROUTES: dict[str, tuple[str, str]] = {
         "new one is retired, the reason kept), `edit` (a corrected memory is written with `manual` "
         "provenance) or `both_valid` (both active: not a contradiction).",
     ),
+    "admin.findings.list": (
+        "List findings",
+        "Contradictions the conflict autopilot found and left for a person (the namespace's "
+        "`conflict_review` dial, or a memory of an ancestor namespace), in the caller's subtree; "
+        "`status` is `open` (default), `resolved` or `all`.",
+    ),
+    "resolve_finding": (
+        "Resolve a finding",
+        "`keep_a` or `keep_b` (the other memory is retired by the reviewer), `both_valid` (not a "
+        "contradiction; both stay) or `dismiss` (nothing changes). Audited; `reason` is kept.",
+    ),
+    "admin.decisions.list": (
+        "List automatic decisions",
+        "Contradictions the conflict autopilot settled by itself (higher trust wins, equal trust "
+        "the newer), in the caller's subtree; `status` is `settled`, `overturned` or `all` (default).",
+    ),
+    "overturn_decision": (
+        "Overturn an automatic decision",
+        "The memory that lost is written again and supersedes the winner; the ledger is not "
+        "rewritten, and the reversal and its `reason` are audited.",
+    ),
     "compliance.asof": (
         "What was believed at a time",
         "The memories as known at `as_of` (and true at `valid_at`, default `as_of`) in the subtree of "

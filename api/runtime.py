@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from types import TracebackType
 
+from domain.judging import judge_from_settings
 from domain.ledger.app import Ledger
+from domain.services.autopilot import AutopilotService
 from domain.services.core import Core
+from domain.services.leases import Leases
 from domain.services.memory import MemoryService
 from domain.settings import Settings
 from projections.erasure.lookup import ProjectionErasureLookup
 from projections.reads import ReadModels
 from projections.search.assemble import ReadsService
+from projections.search.neighbours import SearchNeighbours
 
 
 class Runtime:
@@ -33,6 +38,18 @@ class Runtime:
                 self.core.governance.effective_policy,
                 clock=lambda: memory.clock(),  # noqa: PLW0108 - late-bound: tests swap the clock
                 new_id=lambda: memory.new_id(),  # noqa: PLW0108
+            )
+            governance = self.core.governance
+            self.autopilot = AutopilotService(
+                memory,
+                Leases(
+                    self.core.ledger,
+                    lambda: memory.clock(),  # noqa: PLW0108
+                    timedelta(seconds=self.settings.lease_seconds),
+                ),
+                SearchNeighbours(self.reads.search, self.reads.wait_for),
+                judge_from_settings(self.settings),
+                lambda namespace: governance.effective_policy(namespace).conflict_review,
             )
             if follow:
                 self.reads.runner.start()

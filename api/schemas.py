@@ -12,7 +12,7 @@ from domain.ledger.checkpoints import Checkpoint
 from domain.model.classification import Classification
 from domain.model.commands import WriteMemory
 from domain.model.errors import InvalidRequest
-from domain.model.events import ConflictReview, Directive, DisputeDecision
+from domain.model.events import ConflictReview, Directive, DisputeDecision, FindingDecision
 from domain.model.policies import PolicyBody
 from domain.model.storable import unstorable_field
 from domain.model.text import escape_unprintable, quote_text
@@ -241,8 +241,8 @@ class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
     shared_in: int
     pinned: int
     open_disputes: int
-    # null until the conflict autopilot and consolidation exist, and fault_hit_rate before
-    # the first fault: "none yet" and "not measured" must not look the same
+    # open_proposals is null until consolidation exists, and fault_hit_rate before the
+    # first fault: "none yet" and "not measured" must not look the same
     open_findings: int | None
     open_proposals: int | None
     unjudged: int | None
@@ -292,6 +292,18 @@ class ResolveBody(Body, frozen=True, kw_only=True):
     content: str | None = None
     value: str | None = None
     reason: str | None = None
+
+
+Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
+
+
+class FindingResolveBody(Body, frozen=True, kw_only=True):
+    decision: FindingDecision
+    reason: Reason | None = None
+
+
+class OverturnBody(Body, frozen=True, kw_only=True):
+    reason: Reason | None = None
 
 
 class VerifyLedgerBody(Body, frozen=True, kw_only=True):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from api.limits import CallerState, ProcessCallerState, RedisCallerState, TokenBuckets
 from api.metrics import Metrics
 from api.runtime import Runtime, api_runtime
@@ -12,7 +10,7 @@ from api.tickets import TicketStore, TicketWorker
 from domain.model.identity import Identity
 from domain.services.governance import GovernanceService
 from domain.services.memory import MemoryService, WriteResult
-from domain.settings import SCHEMA, Settings
+from domain.settings import Settings, deployment_key
 from projections.reads import ReadModels
 
 MAX_BODY_BYTES = 1_048_576
@@ -68,7 +66,7 @@ class ApiState:
         if self._runtime is None:
             self._runtime = api_runtime(settings)
         if settings.shared_state == "redis":
-            self.callers = RedisCallerState(settings.redis_url, _deployment(settings), self.metrics)
+            self.callers = RedisCallerState(settings.redis_url, deployment_key(settings), self.metrics)
         ledger = self.runtime.ledger
         self._tickets = TicketStore(ledger.datastore, ledger.schema)
         self._tickets.create_table()
@@ -84,9 +82,3 @@ class ApiState:
         if self._given is None and self._runtime is not None:
             self._runtime.close()
             self._runtime = None
-
-
-def _deployment(settings: Settings) -> str:
-    """The Redis key prefix of one deployment (its database), so several can share a Redis."""
-    database = settings.database_url or str(settings.data_dir)
-    return f"memwarden:{SCHEMA}:{hashlib.sha256(database.encode()).hexdigest()[:16]}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ def default_data_dir() -> Path:
 
 
 PROJECTORS = ("thread", "external")
+JUDGES = ("rules", "openai", "none")
 SHARED_STATES = ("process", "redis")
 
 
@@ -75,6 +77,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Longer content is not sent to the extractor: it is stored verbatim (``over_budget``)."""
     extractor_max_facts: int = 32
     """An answer with more facts is not used: the content is stored verbatim (``over_budget``)."""
+    judge: str = "rules"
+    """The conflict autopilot's judge: ``rules`` (built in), ``openai`` (``judge_url``,
+    ``judge_model``) or ``none`` (every memory is recorded ``judge_unavailable``)."""
+    judge_url: str | None = None
+    judge_model: str = ""
+    judge_api_key: str | None = None
+    lease_seconds: float = 30.0
+    """How long a worker pass's lease lasts without an append (each append renews it)."""
+    worker_heartbeat_seconds: float = 60.0
+    """After this long without a heartbeat a worker process counts as dead, and the
+    messages it had taken go back to the queue."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -97,6 +110,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "MEMWARDEN_SHARED_STATE", values.get("MEMWARDEN_SHARED_STATE") or "process", SHARED_STATES
             ),
             **_extractor(values),
+            judge=_one_of("MEMWARDEN_JUDGE", values.get("MEMWARDEN_JUDGE") or "rules", JUDGES),
+            judge_url=(values.get("MEMWARDEN_JUDGE_URL") or "").strip() or None,
+            judge_model=(values.get("MEMWARDEN_JUDGE_MODEL") or "").strip(),
+            judge_api_key=values.get("MEMWARDEN_JUDGE_API_KEY") or None,
+            lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
+            worker_heartbeat_seconds=positive_number(values, "MEMWARDEN_WORKER_HEARTBEAT_SECONDS", float)
+            or 60.0,
         )
 
     @property
@@ -109,9 +129,7 @@ def _extractor(values: Mapping[str, str]) -> dict[str, Any]:
     url = (values.get("MEMWARDEN_EXTRACTOR_URL") or "").strip() or None
     model = (values.get("MEMWARDEN_EXTRACTOR_MODEL") or "").strip()
     if url is not None and not model:
-        raise ValueError(
-            "MEMWARDEN_EXTRACTOR_URL needs MEMWARDEN_EXTRACTOR_MODEL, the model name to ask for"
-        )
+        raise ValueError("MEMWARDEN_EXTRACTOR_URL needs MEMWARDEN_EXTRACTOR_MODEL, the model name to ask for")
     found: dict[str, Any] = {
         "extractor_url": url,
         "extractor_model": model,
@@ -128,3 +146,10 @@ def _extractor(values: Mapping[str, str]) -> dict[str, Any]:
         if number is not None:
             found[field] = int(number)
     return found
+
+
+def deployment_key(settings: Settings) -> str:
+    """The Redis key prefix of one deployment (its database), so several can share a Redis:
+    the API's shared state and the workers' queues."""
+    database = settings.database_url or str(settings.data_dir)
+    return f"memwarden:{SCHEMA}:{hashlib.sha256(database.encode()).hexdigest()[:16]}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
@@ -13,6 +14,18 @@ from domain.embedding import Embedder, EmbedderUnavailable
 from domain.ledger.app import Ledger
 from domain.model.identity import COMPLIANCE_ROLES, REVIEWER_ROLES, Identity
 from domain.model.namespaces import ancestors
+from projections.autopilot.projection import AutopilotProjection
+from projections.autopilot.views import (
+    AutopilotCounts,
+    DecisionView,
+    FindingView,
+    WorkerGauges,
+    autopilot_counts,
+    list_decisions,
+    list_findings,
+    unjudged_memories,
+    worker_gauges,
+)
 from projections.base import Projection
 from projections.disputes.projection import DisputesProjection
 from projections.disputes.views import DisputeView, list_disputes
@@ -62,6 +75,7 @@ def default_projections(embedder: Embedder | None = None) -> list[Projection]:
         TimelineProjection(),
         SearchIndexProjection(vector_model),
         AccessProjection(),
+        AutopilotProjection(),
     ]
 
 
@@ -133,6 +147,33 @@ class ReadModels:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return list_disputes(conn, self.ledger.schema, identity.namespace, status)
+
+    def findings(
+        self, identity: Identity, status: str | None = "open", after: int | None = None
+    ) -> list[FindingView]:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return list_findings(conn, self.ledger.schema, identity.namespace, status)
+
+    def decisions(
+        self, identity: Identity, status: str | None = None, after: int | None = None
+    ) -> list[DecisionView]:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return list_decisions(conn, self.ledger.schema, identity.namespace, status)
+
+    def autopilot_counts(self, identity: Identity, after: int | None = None) -> AutopilotCounts:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return autopilot_counts(conn, self.ledger.schema, self.scope(identity), identity.namespace)
+
+    def unjudged_memories(self, recorded_before: datetime, limit: int = 500) -> list[tuple[UUID, int]]:
+        with self.ledger.datastore.get_connection() as conn:
+            return unjudged_memories(conn, self.ledger.schema, recorded_before, limit)
+
+    def worker_gauges(self) -> WorkerGauges:
+        with self.ledger.datastore.get_connection() as conn:
+            return worker_gauges(conn, self.ledger.schema)
 
     def counts(self, identity: Identity, after: int | None = None) -> ScopeCounts:
         self.wait_for(after)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import httpx
 
 
 def wait_until(condition: Callable[[], bool], seconds: float = 30) -> None:
@@ -31,8 +34,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli_key(env: dict[str, str], namespace: str, actor: str, role: str) -> str:
-    """A key minted by ``memwarden keys create`` (the key alone is its last line)."""
-    done = subprocess.run(
+    """A key made by ``memwarden keys create`` (the key is alone on its last line)."""
+    created = subprocess.run(
         [sys.executable, "-m", "api.cli", "keys", "create", namespace, actor, role],
         cwd=REPO_ROOT,
         env=env,
@@ -41,4 +44,19 @@ def cli_key(env: dict[str, str], namespace: str, actor: str, role: str) -> str:
         check=True,
         timeout=120,
     )
-    return done.stdout.strip().splitlines()[-1]
+    return created.stdout.strip().splitlines()[-1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def ready(base: str) -> bool:
+    """Does the served API at ``base`` answer ``/readyz`` with 200?"""
+    try:
+        return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

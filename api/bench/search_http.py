@@ -123,9 +123,7 @@ def ms(values: list[float], fraction: float) -> float:
     return round(percentile(values, fraction) * 1000, 3)
 
 
-def measure(
-    client: HttpClient, model: Embedder, asked: Sequence[str], server_pid: int
-) -> dict[str, object]:
+def measure(client: HttpClient, model: Embedder, asked: Sequence[str], server_pid: int) -> dict[str, object]:
     """Warm up, then each measured question over HTTP and embedded alone (same order each)."""
     for text in asked[:WARM_UP_QUERIES]:
         ask(client, text)

@@ -11,20 +11,24 @@ from litestar.params import FromPath, JSONBody
 from api.gate import Call, api_state, command, query
 from api.routes.mem import policy_view
 from api.schemas import (
+    FindingResolveBody,
     NewKeyBody,
     NewKeyResponse,
+    OverturnBody,
     OwnPolicyResponse,
     PolicyPutBody,
     ResolveBody,
     RevokeBody,
     RevokeResponse,
 )
+from domain.model.autopilot import DecisionState, FindingState, OverturnDecision, ResolveFinding
 from domain.model.commands import ResolveDispute
 from domain.model.errors import InvalidRequest
 from domain.model.identity import REVIEWER_ROLES
 from domain.model.keys import IssueKey
 from domain.model.memory import DisputeState
 from domain.model.policies import PolicyBody, check_policy_admin, effective_policy
+from projections.autopilot.views import DecisionView, FindingView
 from projections.disputes.views import DisputeView
 from projections.governance.views import KeyView
 
@@ -145,6 +149,74 @@ class AdminController(Controller):
         result = command(request, lambda c: state.memory.resolve_dispute(c.identity, cmd))
         dispute: DisputeState = result.dispute
         return dispute
+
+    # -- the conflict autopilot: findings for people, automatic decisions to overturn -------
+
+    @get(
+        "/findings", opt=admin("admin.findings.list", None, query=frozenset({"status"})), sync_to_thread=True
+    )
+    def list_findings(self, request: Req) -> list[FindingView]:
+        state = api_state(request)
+
+        def run(c: Call) -> list[FindingView]:
+            status = _status(request, {"open", "resolved"}, "open")
+            found: list[FindingView] = state.reads.findings(c.identity, status, after=c.last_write)
+            return found
+
+        return query(request, run, lambda found: f"{len(found)} findings")
+
+    @post(
+        "/findings/{finding_id:uuid}/resolve",
+        opt=admin("resolve_finding", FindingResolveBody),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def resolve_finding(
+        self, request: Req, finding_id: FromPath[UUID], data: JSONBody[FindingResolveBody]
+    ) -> FindingState:
+        state = api_state(request)
+        cmd = ResolveFinding(finding_id=finding_id, decision=data.decision, reason=data.reason)
+        result = command(request, lambda c: state.runtime.autopilot.resolve_finding(c.identity, cmd))
+        finding: FindingState = result.finding
+        return finding
+
+    @get(
+        "/decisions",
+        opt=admin("admin.decisions.list", None, query=frozenset({"status"})),
+        sync_to_thread=True,
+    )
+    def list_decisions(self, request: Req) -> list[DecisionView]:
+        state = api_state(request)
+
+        def run(c: Call) -> list[DecisionView]:
+            status = _status(request, {"settled", "overturned"}, "all")
+            found: list[DecisionView] = state.reads.decisions(c.identity, status, after=c.last_write)
+            return found
+
+        return query(request, run, lambda found: f"{len(found)} decisions")
+
+    @post(
+        "/decisions/{decision_id:uuid}/overturn",
+        opt=admin("overturn_decision", OverturnBody),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def overturn(
+        self, request: Req, decision_id: FromPath[UUID], data: JSONBody[OverturnBody]
+    ) -> DecisionState:
+        state = api_state(request)
+        cmd = OverturnDecision(decision_id=decision_id, reason=data.reason)
+        result = command(request, lambda c: state.runtime.autopilot.overturn(c.identity, cmd))
+        decision: DecisionState = result.decision
+        return decision
+
+
+def _status(request: Req, statuses: set[str], default: str) -> str | None:
+    """The ``status`` query parameter: one of ``statuses`` or ``all`` (None: no filter)."""
+    status = request.query_params.get("status", default)
+    if status != "all" and status not in statuses:
+        raise InvalidRequest(f"status must be {', '.join(sorted(statuses))} or all")
+    return None if status == "all" else status
 
 
 def _own_policy(state: Any, call: Call, target: str) -> OwnPolicyResponse:

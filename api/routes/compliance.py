@@ -134,4 +134,6 @@ class ComplianceController(Controller):
             cursor = f"{records[-1].position}:{upto}" if len(records) == asked.limit else None
             return AuditResponse(records=list(records), next_cursor=cursor)
 
-        return query(request, run, lambda r: f"{len(r.records)} records; {quote_text(request.url.query, 150)}")
+        return query(
+            request, run, lambda r: f"{len(r.records)} records; {quote_text(request.url.query, 150)}"
+        )

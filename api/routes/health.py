@@ -9,6 +9,7 @@ from litestar import Request, Response, get, head
 
 from api.gate import api_state
 from api.metrics import Gauge, Labels
+from projections.autopilot.views import WorkerGauges
 
 Req = Request[Any, Any, Any]
 READY_MAX_LAG = 10_000
@@ -73,6 +74,7 @@ def metrics(request: Req) -> str:
     try:
         head = state.runtime.ledger.head_position()
         statuses = state.reads.runner.status()
+        workers = state.reads.worker_gauges()
     except Exception:  # noqa: BLE001 - metrics must answer even when the database does not
         reachable = 0
     else:
@@ -80,9 +82,32 @@ def metrics(request: Req) -> str:
         gauges.append(Gauge("ledger_head_position", "Position of the ledger's last event", [((), head)]))
         lags: list[tuple[Labels, float]] = [((("projection", s.name),), float(s.lag)) for s in statuses]
         gauges.append(Gauge("projection_lag", "Events a projection is behind the ledger head", lags))
+        gauges.extend(_worker_gauges(head, workers))
     gauges.append(Gauge("ledger_reachable", "1 when the ledger answered this scrape", [((), reachable)]))
     rendered: str = state.metrics.render(gauges)
     return rendered
+
+
+def _worker_gauges(head: int, workers: WorkerGauges) -> list[Gauge]:
+    dispatch: list[tuple[Labels, float]] = [
+        ((("dispatcher", name),), head - at) for name, at in workers.dispatch_positions.items()
+    ]
+    judged: list[tuple[Labels, float]] = [
+        ((("outcome", outcome),), n) for outcome, n in sorted(workers.judged.items())
+    ]
+    return [
+        Gauge("dispatch_lag", "Events a worker dispatcher is behind the ledger head", dispatch),
+        Gauge("autopilot_memories", "Memories by the outcome of their latest autopilot pass", judged),
+        Gauge(
+            "autopilot_unjudged", "Current memories the autopilot has not judged", [((), workers.unjudged)]
+        ),
+        Gauge(
+            "autopilot_open_findings", "Contradictions waiting for a reviewer", [((), workers.open_findings)]
+        ),
+        Gauge(
+            "lease_takeovers", "Worker leases taken over from another holder", [((), workers.lease_takeovers)]
+        ),
+    ]
 
 
 HEALTH_ROUTES = [healthz, healthz_head, readyz, readyz_head, metrics]

@@ -191,13 +191,14 @@ class MemController(Controller):
 
         def run(c: Call) -> StatsResponse:
             counts = state.reads.counts(c.identity, after=c.last_write)
+            autopilot = state.reads.autopilot_counts(c.identity)
             lag = max(0, state.runtime.ledger.head_position() - state.reads.runner.position())
             return StatsResponse(
                 namespace=c.identity.namespace,
                 **{f: getattr(counts, f) for f in counts.__struct_fields__},
-                open_findings=None,
+                open_findings=autopilot.open_findings,
                 open_proposals=None,
-                unjudged=None,
+                unjudged=autopilot.unjudged,
                 projection_lag=lag,
             )
 

@@ -69,4 +69,3 @@ def _openai(values: Mapping[str, str]) -> OpenAIEmbedder:
         )
     except ValueError as exc:
         raise ValueError(f"MEMWARDEN_EMBEDDER=openai: {exc}") from exc
-

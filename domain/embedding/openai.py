@@ -119,4 +119,3 @@ class OpenAIEmbedder:
         if not np.all(np.isfinite(rows)) or not np.all(norms > 0):
             raise EmbedderUnavailable(f"{self.url}: embeddings with non-finite values or zero length")
         return normalize_rows(rows / norms[:, np.newaxis])
-

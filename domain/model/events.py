@@ -416,6 +416,121 @@ class KnowledgeErased(Event, frozen=True, kw_only=True):
         return self.document_id
 
 
+# -- workers: leases, the conflict autopilot, findings, automatic settlements -----------------
+
+FindingDecision = Literal["keep_a", "keep_b", "both_valid", "dismiss"]
+JudgedOutcome = Literal["judged", "judge_unavailable", "unembedded", "not_current"]
+
+
+class LeaseEvent(Event, frozen=True, kw_only=True):
+    """A pass's lease on a namespace (one stream per (pass, namespace)). Every event is the
+    whole state: who holds it, its fencing token, until when. A pass's append carries a
+    lease event at the stream's next version, so an append by a holder whose lease was
+    taken over conflicts on this stream and is refused with everything in it."""
+
+    lease_id: UUID
+    pass_name: str
+    namespace: str
+    holder: str
+    token: int
+    expires_at: datetime
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.lease_id
+
+
+class LeaseTaken(LeaseEvent, frozen=True, kw_only=True):
+    """A holder took the lease (never held, released, or expired): a new, higher token."""
+
+
+class LeaseReleased(LeaseEvent, frozen=True, kw_only=True):
+    """The holder's pass is done: the lease is free (``expires_at`` is the release time).
+    The pass's own append carries it, at the lease stream's next version: its fence."""
+
+
+class ConflictsJudged(Event, frozen=True, kw_only=True):
+    """The autopilot's pass over one memory: how many older neighbours it judged and what
+    came of it. One stream per memory (``judgement_id``), so a redelivered message that
+    would judge it again conflicts on version 1 and changes nothing. ``judge_unavailable``
+    (or ``unembedded``: no vector to find neighbours by) leaves the memory unjudged; a later
+    pass may judge it (version 2)."""
+
+    judgement_id: UUID
+    memory_id: UUID
+    namespace: str
+    outcome: JudgedOutcome
+    judge: str | None = None
+    pairs: int = 0
+    contradictions: int = 0
+    token: int = 0
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.judgement_id
+
+
+class FindingOpened(Event, frozen=True, kw_only=True):
+    """A contradiction the autopilot did not settle: for a person. ``memory_a`` is the older
+    memory, ``memory_b`` the one whose pass found it. ``explanation`` is the judge's, which
+    never quotes the memories."""
+
+    finding_id: UUID
+    namespace: str
+    memory_a: UUID
+    memory_b: UUID
+    judge: str
+    rule: str
+    explanation: str
+    cosine: float
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.finding_id
+
+
+class FindingResolved(Event, frozen=True, kw_only=True):
+    finding_id: UUID
+    decision: FindingDecision
+    reviewer: str
+    reason: str | None = None
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.finding_id
+
+
+class ConflictSettled(Event, frozen=True, kw_only=True):
+    """An automatic settlement: ``winner`` superseded ``loser`` (reason ``autopilot``)."""
+
+    decision_id: UUID
+    namespace: str
+    winner: UUID
+    loser: UUID
+    judge: str
+    rule: str
+    explanation: str
+    dial: ConflictReview
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.decision_id
+
+
+class SettlementOverturned(Event, frozen=True, kw_only=True):
+    """A reviewer reversed an automatic settlement: the loser's fact is current again as
+    ``restored`` (a new memory superseding the winner)."""
+
+    decision_id: UUID
+    reviewer: str
+    restored: UUID
+    reason: str | None = None
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.decision_id
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -441,5 +556,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ContextFaulted,
         KnowledgePublished,
         KnowledgeErased,
+        LeaseTaken,
+        LeaseReleased,
+        ConflictsJudged,
+        FindingOpened,
+        FindingResolved,
+        ConflictSettled,
+        SettlementOverturned,
     )
 }

@@ -642,7 +642,11 @@ class _Item:
     """One command of a write (the content, or one extracted fact) and its claims."""
 
     def __init__(
-        self, command: WriteMemory, memory_id: UUID, dispute_id: UUID, wanted: list[tuple[UUID, ClaimKind, str]]
+        self,
+        command: WriteMemory,
+        memory_id: UUID,
+        dispute_id: UUID,
+        wanted: list[tuple[UUID, ClaimKind, str]],
     ) -> None:
         self.command = command
         self.memory_id = memory_id

@@ -154,6 +154,8 @@ def history(
         "shared": list(seen.shared),
         "quarantined": seen.quarantined,
     }
-    rows = conn.execute(SQL(_HISTORY).format(s=Identifier(schema), below=below, hidden=SQL(HIDDEN)), params).fetchall()
+    rows = conn.execute(
+        SQL(_HISTORY).format(s=Identifier(schema), below=below, hidden=SQL(HIDDEN)), params
+    ).fetchall()
     steps = [msgspec.convert(row, HistoryStep) for row in rows]
     return steps if any(step.id == memory_id for step in steps) else None

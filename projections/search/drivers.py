@@ -64,7 +64,9 @@ def best_first(scores: Mapping[UUID, float]) -> list[Hit]:
     return sorted((Hit(ref, score) for ref, score in scores.items()), key=lambda h: (-h.score, h.ref))
 
 
-def with_context(hits: Sequence[Hit], neighbours: Sequence[tuple[UUID, UUID, int]], weight: float) -> list[Hit]:
+def with_context(
+    hits: Sequence[Hit], neighbours: Sequence[tuple[UUID, UUID, int]], weight: float
+) -> list[Hit]:
     """Each memory gains ``weight / d`` of the best score among the hits ``d`` places from it
     in its namespace's write order (``neighbours``: ``(hit, neighbour, d)``), summed over d.
 

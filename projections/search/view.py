@@ -203,9 +203,9 @@ class ScopedView:
         if docs is None:
             where = SQL(" AND namespace = ANY(%(scope)s)") if scope is not None else SQL("")
             rows = self._fetch(
-                SQL("SELECT coalesce(sum(docs), 0) AS n FROM {s}.search_stats WHERE kind = {kind}{where}").format(
-                    s=self._s, kind=Literal(MEMORY), where=where
-                ),
+                SQL(
+                    "SELECT coalesce(sum(docs), 0) AS n FROM {s}.search_stats WHERE kind = {kind}{where}"
+                ).format(s=self._s, kind=Literal(MEMORY), where=where),
                 {},
             )
             docs = int(rows[0]["n"])

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from litestar.testing import TestClient
 
@@ -19,7 +17,7 @@ from domain.ledger.database import ConnectionParams
 from domain.settings import Settings
 from tests.conftest import url_of
 from tests.e2e.api_helpers import Api
-from tests.processes import REPO_ROOT, cli_key, wait_until
+from tests.processes import REPO_ROOT, cli_key, free_port, ready, wait_until
 
 
 @pytest.fixture
@@ -43,22 +41,13 @@ def env(database: ConnectionParams, tmp_path: Path) -> dict[str, str]:
 def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
     """A real `memwarden serve` on a free loopback port, and an agent key of acme/eng."""
     key = cli_key(env, "acme/eng", "bot", "agent")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
     )
     base = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_until(ready, 120)
+        wait_until(lambda: ready(base), 120)
         yield server, base, key
     finally:
         if server.poll() is None:

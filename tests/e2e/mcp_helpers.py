@@ -4,7 +4,6 @@ official ``mcp`` client connected to its ``/mcp`` with a key."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -20,13 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from api.app import create_app
 from api.runtime import Runtime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.processes import free_port
 
 
 @contextmanager

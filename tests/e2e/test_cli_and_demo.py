@@ -40,6 +40,7 @@ def test_demo_tells_the_whole_story(settings: Settings) -> None:
     assert facts["fault"] is None  # nothing about parking: a miss
     assert not facts["tampered"].ok
     assert facts["tampered"].first_bad_position == facts["tampered_position"]
+    assert facts["finding"] == "frame"  # the unslotted contradiction, found by the autopilot
     text = "\n".join(lines)
     assert "not found (quarantined)" in text
     assert f"chain BROKEN at position {facts['tampered_position']}" in text

@@ -10,7 +10,6 @@ import fcntl
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from typing import IO
 import httpx
 import pytest
 
-from tests.processes import alive, wait_until
+from tests.processes import alive, cli_key, free_port, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ANSWER_BOUND_SECONDS = 6.0
@@ -60,19 +59,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
     data_dir = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}  # the embedded default
     env |= {"MEMWARDEN_DATA_DIR": str(data_dir), "MEMWARDEN_EMBEDDER": "hash"}
-    created = subprocess.run(
-        [sys.executable, "-m", "api.cli", "keys", "create", "acme/eng", "bot", "agent"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    key = created.stdout.strip().splitlines()[-1]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    key = cli_key(env, "acme/eng", "bot", "agent")
+    port = free_port()
     log = tmp_path / "serve.log"
     with log.open("wb") as output:
         process = subprocess.Popen(

@@ -144,7 +144,12 @@ def test_a_write_is_split_into_facts_each_decided_in_one_append(api: Api, model:
         ]
 
     again = api.mem(agent, "write", body).json()  # the same transcript again: nothing new
-    assert [f["outcome"] for f in again["facts"]] == ["deduplicated", "deduplicated", "deduplicated", "rejected"]
+    assert [f["outcome"] for f in again["facts"]] == [
+        "deduplicated",
+        "deduplicated",
+        "deduplicated",
+        "rejected",
+    ]
 
 
 def test_verbatim_true_stores_the_content_whole_without_asking_the_model(api: Api, model: Model) -> None:
@@ -203,7 +208,11 @@ def test_every_failure_of_the_extractor_stores_verbatim_and_says_why(api: Api, m
     results.append(api.mem(agent, "write", {"content": model_failures[-1][0]}).json())
 
     for result, (content, reason) in zip(results, model_failures, strict=True):
-        assert (result["outcome"], result["extracted"], result["verbatim_reason"]) == ("stored", False, reason)
+        assert (result["outcome"], result["extracted"], result["verbatim_reason"]) == (
+            "stored",
+            False,
+            reason,
+        )
         assert result["facts"] == []
         assert api.mem(agent, "read", {"id": result["id"]}).json()["content"] == content
     assert audit_route_details(api) == [f"extracted=false ({reason}): stored" for _, reason in model_failures]

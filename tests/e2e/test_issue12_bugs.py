@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from domain.model.scopes import Subtree
 from projections.timeline.service import AsOfQuestion
 from tests.conftest import url_of
 from tests.e2e.api_helpers import Api
+from tests.processes import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -196,9 +196,7 @@ def test_metric_label_values_are_escaped() -> None:
 def test_serve_prints_one_listening_line_once_it_accepts_connections(
     database: ConnectionParams, tmp_path: Path
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": url_of(database),
@@ -287,6 +285,7 @@ def test_the_openapi_document_declares_the_error_bodies_the_api_sends(api: Api) 
     unauthenticated = api.mem(None, "read", {"id": "00000000-0000-4000-8000-000000000000"})
     assert unauthenticated.status_code == 401
     assert set(unauthenticated.json()) == {"error", "detail"}
-    assert unauthenticated.json()["error"] in document["components"]["schemas"]["ErrorBody"]["properties"][
-        "error"
-    ]["enum"]
+    assert (
+        unauthenticated.json()["error"]
+        in document["components"]["schemas"]["ErrorBody"]["properties"]["error"]["enum"]
+    )

@@ -201,8 +201,7 @@ def tamper(cur: psycopg.Cursor[Any], rows: list[Row], kind: str, data: st.DataOb
         return p, "hash mismatch"
     if kind == "change_topic":
         topic = data.draw(
-            st.sampled_from(sorted(set(EVENT_TYPES) - {row.topic}))
-            | st.text(STORABLE, max_size=12),
+            st.sampled_from(sorted(set(EVENT_TYPES) - {row.topic})) | st.text(STORABLE, max_size=12),
             label="topic",
         )
         if topic == row.topic:

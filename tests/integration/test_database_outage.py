@@ -295,9 +295,11 @@ def test_sessions_read_times_in_utc_whatever_the_database_default_zone(database:
     """The read models clamp times to years 1-9999 in UTC; a session in a zone west of UTC
     could not read the earliest of them back (``timestamp too small``, a 500)."""
     with psycopg.connect(database.conninfo(), autocommit=True) as conn:
-        conn.execute(f'ALTER DATABASE "{database.dbname}" SET timezone = \'America/New_York\'')
+        conn.execute(f"ALTER DATABASE \"{database.dbname}\" SET timezone = 'America/New_York'")
     with psycopg.connect(database.conninfo(), autocommit=True) as conn:
-        row = conn.execute("SELECT current_setting('TimeZone'), '0001-01-01 00:00+00'::timestamptz").fetchone()
+        row = conn.execute(
+            "SELECT current_setting('TimeZone'), '0001-01-01 00:00+00'::timestamptz"
+        ).fetchone()
     assert row is not None
     assert row[0] == "UTC"
     assert row[1].year == 1

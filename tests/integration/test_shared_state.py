@@ -4,7 +4,6 @@ what happens when Redis is down (per-process limits, reads wait for the ledger h
 from __future__ import annotations
 
 import asyncio
-import socket
 from uuid import uuid4
 
 import pytest
@@ -13,14 +12,13 @@ import redis
 from api.limits import HEAD, LastWrites, ProcessCallerState, RedisCallerState
 from api.metrics import Metrics
 from domain.settings import Settings
+from tests.processes import free_port
 
 REDIS_URL = Settings.from_env().redis_url
 
 
 def _closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     return f"redis://127.0.0.1:{port}/0"
 
 

@@ -195,7 +195,9 @@ def text_claim_id(content: str, namespace: str = NS) -> UUID:
 
 
 def slot_claim_id(subject: str, attribute: str, namespace: str = NS) -> UUID:
-    return uuid5(NAMESPACE_OID, f"slot\x00{namespace}\x00{normalize_key(subject)}\x00{normalize_key(attribute)}")
+    return uuid5(
+        NAMESPACE_OID, f"slot\x00{namespace}\x00{normalize_key(subject)}\x00{normalize_key(attribute)}"
+    )
 
 
 def ref_claim_id(source: str, ref: str, namespace: str = NS) -> UUID:

@@ -200,6 +200,7 @@ def test_caching_embedder_passes_on_failures() -> None:
 
 # -- OpenAI-compatible client against a local HTTP server ---------------------------------
 
+
 def fake_vector(text: str, dimensions: int = 8) -> list[float]:
     """An unnormalised, text-dependent vector, as a server might return."""
     return [

@@ -1,0 +1,357 @@
+"""The conflict autopilot's rules (DESIGN.md section 5): a memory's pass, findings and
+automatic settlements, and a reviewer's answer to each. Pure: states, a judgement, the
+namespace's dial, ``now`` and ids in; events out.
+
+The pass over memory M judges each of its nearest older current neighbours once (the newer
+memory's pass judges the pair, so every pair is judged exactly once). A contradiction is
+settled by the ``conflict_review`` dial of M's namespace:
+
+- ``auto``: the higher rank wins, equal rank -> the newer (M);
+- ``lower_trust``: automatic only when M outranks the neighbour, else a finding;
+- ``all``: always a finding.
+
+A neighbour in another namespace (an ancestor's, or one shared in) is never settled
+automatically: a pass never closes a memory outside the namespace it was written in, as
+the write path never does (section 4, step 6). It becomes a finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Literal
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+import msgspec
+from msgspec.structs import replace
+
+from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from domain.model.events import (
+    ConflictReview,
+    ConflictSettled,
+    ConflictsJudged,
+    Event,
+    FindingDecision,
+    FindingOpened,
+    FindingResolved,
+    JudgedOutcome,
+    MemoryRetired,
+    MemoryWritten,
+    SettlementOverturned,
+)
+from domain.model.identity import REVIEWER_ROLES, Identity
+from domain.model.judging import Judgement
+from domain.model.memory import MemoryState
+from domain.model.namespaces import is_within
+from domain.model.storable import check_storable
+from domain.model.write import supersede
+
+AUTOPILOT = "autopilot"
+"""The pass's name (its leases) and the supersedence reason of its settlements."""
+NEIGHBOURS_K = 8
+MIN_COSINE = 0.6
+
+
+def judgement_stream(memory_id: UUID) -> UUID:
+    """The stream of a memory's ``ConflictsJudged``: its version 1 is taken once."""
+    return uuid5(NAMESPACE_URL, f"memwarden:judged:{memory_id}")
+
+
+class Pair(msgspec.Struct, frozen=True, kw_only=True):
+    neighbour: MemoryState
+    cosine: float
+    judgement: Judgement
+
+
+def judged_event(
+    memory: MemoryState, outcome: JudgedOutcome, now: datetime, token: int, judge: str | None = None
+) -> ConflictsJudged:
+    return ConflictsJudged(
+        judgement_id=judgement_stream(memory.id),
+        memory_id=memory.id,
+        namespace=memory.namespace,
+        outcome=outcome,
+        judge=judge,
+        token=token,
+        at=now,
+    )
+
+
+def decide_pass(
+    memory: MemoryState,
+    pairs: list[Pair],
+    dial: ConflictReview,
+    judge: str,
+    token: int,
+    now: datetime,
+    ids: Iterator[UUID],
+) -> list[Event]:
+    """The events of one memory's pass: its ``ConflictsJudged``, then a settlement or a
+    finding per contradiction (most similar first). Once a settlement retires the memory
+    itself, its remaining contradictions are moot: it is no longer current."""
+    events: list[Event] = []
+    current = memory
+    contradictions = 0
+    for pair in sorted(pairs, key=lambda p: (-p.cosine, str(p.neighbour.id))):
+        if not pair.judgement.contradicts:
+            continue
+        contradictions += 1
+        old = pair.neighbour
+        if not current.is_current(now) or not old.is_current(now):
+            continue
+        winner = _automatic_winner(current, old, dial)
+        if winner is None:
+            events.append(_finding(current, pair, judge, now, next(ids)))
+            continue
+        loser = old if winner.id == current.id else current
+        superseded = supersede(loser, winner.id, winner.valid_from, AUTOPILOT, now)
+        events.append(superseded)
+        events.append(
+            ConflictSettled(
+                decision_id=next(ids),
+                namespace=current.namespace,
+                winner=winner.id,
+                loser=loser.id,
+                judge=judge,
+                rule=pair.judgement.rule,
+                explanation=pair.judgement.explanation,
+                dial=dial,
+                at=now,
+            )
+        )
+        if loser.id == current.id and superseded.kind == "correction":
+            current = replace(current, status="retired", retired_at=now)
+    judged = judged_event(memory, "judged", now, token, judge)
+    return [replace(judged, pairs=len(pairs), contradictions=contradictions), *events]
+
+
+def _automatic_winner(new: MemoryState, old: MemoryState, dial: ConflictReview) -> MemoryState | None:
+    if dial == "all" or new.namespace != old.namespace:
+        return None
+    if dial == "auto":
+        return new if new.rank >= old.rank else old
+    return new if new.rank > old.rank else None  # lower_trust
+
+
+def _finding(memory: MemoryState, pair: Pair, judge: str, now: datetime, finding_id: UUID) -> FindingOpened:
+    return FindingOpened(
+        finding_id=finding_id,
+        namespace=memory.namespace,
+        memory_a=pair.neighbour.id,
+        memory_b=memory.id,
+        judge=judge,
+        rule=pair.judgement.rule,
+        explanation=pair.judgement.explanation,
+        cosine=round(pair.cosine, 6),
+        at=now,
+    )
+
+
+# -- findings ------------------------------------------------------------------------------
+
+FindingStatus = Literal["open", "resolved"]
+
+
+class FindingState(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_a: UUID
+    memory_b: UUID
+    judge: str
+    rule: str
+    explanation: str
+    cosine: float
+    opened_at: datetime
+    status: FindingStatus = "open"
+    decision: FindingDecision | None = None
+    reviewer: str | None = None
+    resolved_at: datetime | None = None
+    version: int = 0
+
+
+def evolve_finding(state: FindingState | None, event: Event) -> FindingState:
+    if isinstance(event, FindingOpened):
+        return FindingState(
+            id=event.finding_id,
+            namespace=event.namespace,
+            memory_a=event.memory_a,
+            memory_b=event.memory_b,
+            judge=event.judge,
+            rule=event.rule,
+            explanation=event.explanation,
+            cosine=event.cosine,
+            opened_at=event.at,
+            version=1,
+        )
+    if isinstance(event, FindingResolved) and state is not None:
+        return replace(
+            state,
+            status="resolved",
+            decision=event.decision,
+            reviewer=event.reviewer,
+            resolved_at=event.at,
+            version=state.version + 1,
+        )
+    msg = f"not a finding event: {type(event).__name__}"
+    raise TypeError(msg)
+
+
+class ResolveFinding(msgspec.Struct, frozen=True, kw_only=True):
+    finding_id: UUID
+    decision: FindingDecision
+    reason: str | None = None
+
+
+def _check_reviewer(reviewer: Identity, namespace: str | None, what: str) -> None:
+    if namespace is None or not is_within(namespace, reviewer.namespace):
+        raise NotFound(f"no such {what}")
+    if reviewer.role not in REVIEWER_ROLES:
+        raise Forbidden(f"role {reviewer.role!r} may not review {what}s")
+
+
+def decide_resolve_finding(
+    command: ResolveFinding,
+    reviewer: Identity,
+    finding: FindingState | None,
+    a: MemoryState | None,
+    b: MemoryState | None,
+    now: datetime,
+) -> list[Event]:
+    """``keep_a`` retires B, ``keep_b`` retires A; ``both_valid`` and ``dismiss`` change no
+    memory. The memory retired must be current and inside the reviewer's subtree (a team's
+    reviewer cannot retire an org fact it can read)."""
+    _check_reviewer(reviewer, finding.namespace if finding else None, "finding")
+    assert finding is not None
+    check_storable(command)
+    if finding.status != "open":
+        raise InvalidState(f"finding already resolved ({finding.decision})")
+    resolved = FindingResolved(
+        finding_id=finding.id,
+        decision=command.decision,
+        reviewer=reviewer.actor,
+        reason=command.reason,
+        at=now,
+    )
+    if command.decision in {"both_valid", "dismiss"}:
+        return [resolved]
+    kept, retired = (a, b) if command.decision == "keep_a" else (b, a)
+    if kept is None or retired is None or not retired.is_current(now):
+        raise InvalidState("the memory to retire is no longer current")
+    if not is_within(retired.namespace, reviewer.namespace):
+        raise Forbidden("the memory to retire lives outside your subtree")
+    retirement = MemoryRetired(
+        memory_id=retired.id, reason=f"finding:{command.decision}", kept=kept.id, at=now
+    )
+    return [retirement, resolved]
+
+
+# -- automatic settlements and their reversal ---------------------------------------------
+
+DecisionStatus = Literal["settled", "overturned"]
+
+
+class DecisionState(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    winner: UUID
+    loser: UUID
+    judge: str
+    rule: str
+    explanation: str
+    dial: ConflictReview
+    settled_at: datetime
+    status: DecisionStatus = "settled"
+    reviewer: str | None = None
+    restored: UUID | None = None
+    overturned_at: datetime | None = None
+    version: int = 0
+
+
+def evolve_decision(state: DecisionState | None, event: Event) -> DecisionState:
+    if isinstance(event, ConflictSettled):
+        return DecisionState(
+            id=event.decision_id,
+            namespace=event.namespace,
+            winner=event.winner,
+            loser=event.loser,
+            judge=event.judge,
+            rule=event.rule,
+            explanation=event.explanation,
+            dial=event.dial,
+            settled_at=event.at,
+            version=1,
+        )
+    if isinstance(event, SettlementOverturned) and state is not None:
+        return replace(
+            state,
+            status="overturned",
+            reviewer=event.reviewer,
+            restored=event.restored,
+            overturned_at=event.at,
+            version=state.version + 1,
+        )
+    msg = f"not a settlement event: {type(event).__name__}"
+    raise TypeError(msg)
+
+
+class OverturnDecision(msgspec.Struct, frozen=True, kw_only=True):
+    decision_id: UUID
+    reason: str | None = None
+
+
+def decide_overturn(
+    command: OverturnDecision,
+    reviewer: Identity,
+    decision: DecisionState | None,
+    winner: MemoryState | None,
+    loser: MemoryState | None,
+    now: datetime,
+    restored_id: UUID,
+) -> list[Event]:
+    """Reverse a settlement: the loser's fact is written again (``restored``, its content,
+    slot and provenance, reason ``overturn``) and supersedes the winner, if still current.
+    The ledger is never rewritten: the loser stays retired, its copy takes its place."""
+    _check_reviewer(reviewer, decision.namespace if decision else None, "decision")
+    assert decision is not None
+    check_storable(command)
+    if decision.status != "settled":
+        raise InvalidState("decision already overturned")
+    if loser is None or winner is None or loser.status == "erased" or loser.content is None:
+        raise InvalidState("the settled memories are no longer available")
+    if command.reason is not None and not command.reason.strip():
+        raise InvalidRequest("reason must not be blank")
+    restored = MemoryWritten(
+        memory_id=restored_id,
+        namespace=loser.namespace,
+        actor=reviewer.actor,
+        type=loser.type,
+        scope=loser.scope,
+        content=loser.content,
+        value=loser.value,
+        subject=loser.subject,
+        attribute=loser.attribute,
+        tags=loser.tags,
+        selectors=loser.selectors,
+        provenance=loser.provenance,
+        event_time=loser.event_time,
+        valid_from=loser.valid_from,
+        status="active",
+        trust_tier="canonical",
+        supersedes=(loser.id, winner.id),
+        classification=loser.classification,
+        reason="overturn",
+        at=now,
+    )
+    events: list[Event] = [restored]
+    if winner.is_current(now):
+        events.append(supersede(winner, restored_id, loser.valid_from, "overturn", now))
+    events.append(
+        SettlementOverturned(
+            decision_id=decision.id,
+            reviewer=reviewer.actor,
+            restored=restored_id,
+            reason=command.reason,
+            at=now,
+        )
+    )
+    return events

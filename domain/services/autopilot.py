@@ -1,0 +1,312 @@
+"""The conflict autopilot as a plain service (DESIGN.md section 5): one memory's pass under
+the namespace's lease, findings resolved and settlements overturned by reviewers.
+
+The actor (workers/) and the in-process fallback of ``memwarden serve`` both call
+``AutopilotService.judge_memory``; it needs nothing of a broker. What it needs from the
+read side, the nearest current neighbours a writer can see, is the ``Neighbours`` port,
+which the search index implements (projections/search/neighbours.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
+
+import msgspec
+
+from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
+from domain.model.autopilot import (
+    AUTOPILOT,
+    MIN_COSINE,
+    NEIGHBOURS_K,
+    DecisionState,
+    FindingState,
+    OverturnDecision,
+    Pair,
+    ResolveFinding,
+    decide_overturn,
+    decide_pass,
+    decide_resolve_finding,
+    evolve_decision,
+    evolve_finding,
+    judged_event,
+    judgement_stream,
+)
+from domain.model.events import (
+    ClaimKind,
+    ClaimSet,
+    ConflictReview,
+    ConflictSettled,
+    ConflictsJudged,
+    Event,
+    FindingOpened,
+    JudgedOutcome,
+)
+from domain.model.identity import Identity
+from domain.model.judging import Judge, JudgeUnavailable, Statement
+from domain.model.leases import Lease, LeaseLost
+from domain.model.memory import Claim, MemoryState
+from domain.services.leases import Leases
+from domain.services.memory import MAX_ATTEMPTS, MemoryService, TooMuchContention, version_events
+from domain.services.streams import fold
+
+log = logging.getLogger(__name__)
+
+
+class Neighbours(Protocol):
+    """The read model the autopilot needs: the ``k`` nearest current memories to a memory,
+    among those its writer can see (its namespace, the ancestors, shares into it), with
+    their cosine similarity, best first; None when the index holds no vector of the memory.
+    Waits until the index has reached ``position``."""
+
+    def nearest(
+        self, memory_id: UUID, k: int, min_cosine: float, position: int
+    ) -> list[tuple[UUID, float]] | None: ...
+
+
+class PassResult(msgspec.Struct, frozen=True, kw_only=True):
+    memory_id: UUID
+    outcome: JudgedOutcome | None
+    """What the pass recorded; None when an earlier pass (a redelivery's original) had."""
+    pairs: int = 0
+    findings: int = 0
+    settled: int = 0
+    position: int | None = None
+
+
+class FindingResult(msgspec.Struct, frozen=True, kw_only=True):
+    finding: FindingState
+    position: int
+
+
+class DecisionResult(msgspec.Struct, frozen=True, kw_only=True):
+    decision: DecisionState
+    position: int
+
+
+class AutopilotService:
+    def __init__(
+        self,
+        memory: MemoryService,
+        leases: Leases,
+        neighbours: Neighbours,
+        judge: Judge | None,
+        dial_for: Callable[[str], ConflictReview],
+    ) -> None:
+        self.memory = memory
+        self.leases = leases
+        self.neighbours = neighbours
+        self.judge = judge
+        self.dial_for = dial_for
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.memory.ledger
+
+    # -- the pass --------------------------------------------------------------------------
+
+    def judge_memory(self, memory_id: UUID, position: int, holder: str) -> PassResult:
+        """Judge one memory against its nearest older neighbours and settle what contradicts,
+        under ``holder``'s lease on the memory's namespace (``judge_with_lease``).
+        Idempotent: a memory already judged is left alone, without a lease. ``LeaseBusy``:
+        another holder has the namespace now (try later)."""
+        memory = self.memory.streams.memories([memory_id]).get(memory_id)
+        if memory is None or self._judged(memory_id)[0]:
+            return PassResult(memory_id=memory_id, outcome=None)
+        lease = self.leases.acquire(AUTOPILOT, memory.namespace, holder)
+        return self.judge_with_lease(lease, memory_id, position)
+
+    def judge_with_lease(self, lease: Lease, memory_id: UUID, position: int) -> PassResult:
+        """The pass, in one append fenced by ``lease``: the append releases the lease at its
+        stream's next version. ``LeaseLost``: the lease was taken over meanwhile and the
+        append was refused; nothing of the pass was applied."""
+        for _ in range(MAX_ATTEMPTS):
+            judged, judged_version = self._judged(memory_id)
+            memory = self.memory.streams.memories([memory_id])[memory_id]
+            now = self.memory.clock()
+            events, neighbours = ([], []) if judged else self._decide(memory, position, lease, now)
+            versions = {m.id: m.version for m in (memory, *neighbours)}
+            versions[judgement_stream(memory_id)] = judged_version
+            recorded = [*version_events(events, versions), self.leases.fence(lease)]
+            try:
+                appended = self.ledger.append(recorded)
+            except StreamConflict:
+                self.memory.streams.cache.drop(r.originator_id for r in recorded)
+                lease = self._check_lease(lease)
+                continue
+            self.memory.streams.remember(recorded[:-1])
+            return (
+                _result(memory_id, events, appended)
+                if events
+                else PassResult(memory_id=memory_id, outcome=None)
+            )
+        raise TooMuchContention("the memory's neighbours kept changing; the pass will run again")
+
+    def _decide(
+        self, memory: MemoryState, position: int, lease: Lease, now: datetime
+    ) -> tuple[list[Event], list[MemoryState]]:
+        if not memory.is_current(now):
+            return [judged_event(memory, "not_current", now, lease.token)], []
+        if self.judge is None:
+            return [judged_event(memory, "judge_unavailable", now, lease.token)], []
+        found = self.neighbours.nearest(memory.id, NEIGHBOURS_K, MIN_COSINE, position)
+        if found is None:
+            return [judged_event(memory, "unembedded", now, lease.token)], []
+        states = self.memory.streams.memories(n for n, _ in found)
+        older = [(states[n], c) for n, c in found if n in states and _older(states[n], memory)]
+        try:
+            pairs = [
+                Pair(neighbour=n, cosine=c, judgement=self.judge.judge(_statement(n), _statement(memory)))
+                for n, c in older
+                if n.is_current(now)
+            ]
+        except JudgeUnavailable as error:
+            log.warning("judge %s unavailable: %s", self.judge.name, error)
+            return [judged_event(memory, "judge_unavailable", now, lease.token, self.judge.name)], []
+        dial = self.dial_for(memory.namespace)
+        events = decide_pass(memory, pairs, dial, self.judge.name, lease.token, now, _ids(self.memory.new_id))
+        return events, [p.neighbour for p in pairs]
+
+    def _judged(self, memory_id: UUID) -> tuple[bool, int]:
+        """Whether the memory is judged for good (a later pass only retries an unjudged
+        outcome), and its judgement stream's version."""
+        stream = judgement_stream(memory_id)
+        head = self.ledger.stream_heads([stream]).get(stream)
+        if head is None or not isinstance(head.event, ConflictsJudged):
+            return False, 0
+        return head.event.outcome in {"judged", "not_current"}, head.originator_version
+
+    def _check_lease(self, lease: Lease) -> Lease:
+        """After a refused append: the lease as it is now if this holder still has it (the
+        conflict was elsewhere), else ``LeaseLost``."""
+        current = self.leases.current(lease.pass_name, lease.namespace)
+        if current is None or current.token != lease.token or current.holder != lease.holder:
+            raise LeaseLost(f"the {AUTOPILOT} lease was taken over (token {lease.token} is stale)")
+        return current
+
+    # -- reviewers ------------------------------------------------------------------------------
+
+    def finding(self, finding_id: UUID) -> FindingState | None:
+        return fold(self.ledger.streams([finding_id]).get(finding_id, []), evolve_finding)
+
+    def decision(self, decision_id: UUID) -> DecisionState | None:
+        return fold(self.ledger.streams([decision_id]).get(decision_id, []), evolve_decision)
+
+    def resolve_finding(self, identity: Identity, command: ResolveFinding) -> FindingResult:
+        return self.memory.audit.audited(
+            identity, "resolve_finding", lambda: self._resolve(identity, command)
+        )
+
+    def _resolve(self, identity: Identity, command: ResolveFinding) -> FindingResult:
+        for _ in range(MAX_ATTEMPTS):
+            now = self.memory.clock()
+            finding = self.finding(command.finding_id)
+            ids = (finding.memory_a, finding.memory_b) if finding else ()
+            memories = self.memory.streams.memories(ids)
+            a = memories.get(finding.memory_a) if finding else None
+            b = memories.get(finding.memory_b) if finding else None
+            events = decide_resolve_finding(command, identity, finding, a, b, now)
+            assert finding is not None
+            versions = {finding.id: finding.version, **{m.id: m.version for m in memories.values()}}
+            audit = self.memory.audit.event(
+                identity, "resolve_finding", "ok", command.decision, now, finding.id
+            )
+            try:
+                position = self.memory._append(version_events(events, versions), audit, [])
+            except StreamConflict:
+                self.memory.streams.cache.drop([*ids, finding.id])
+                continue
+            resolved = self.finding(finding.id)
+            assert resolved is not None
+            return FindingResult(finding=resolved, position=position)
+        raise TooMuchContention("the finding's memories kept changing; retry")
+
+    def overturn(self, identity: Identity, command: OverturnDecision) -> DecisionResult:
+        return self.memory.audit.audited(
+            identity, "overturn_decision", lambda: self._overturn(identity, command)
+        )
+
+    def _overturn(self, identity: Identity, command: OverturnDecision) -> DecisionResult:
+        restored_id = self.memory.new_id()
+        key: NewMemoryKey | None = None
+        vectors: dict[str, bytes | None] = {}
+        for _ in range(MAX_ATTEMPTS):
+            now = self.memory.clock()
+            decision = self.decision(command.decision_id)
+            ids = (decision.winner, decision.loser) if decision else ()
+            memories = self.memory.streams.memories(ids)
+            winner = memories.get(decision.winner) if decision else None
+            loser = memories.get(decision.loser) if decision else None
+            events = decide_overturn(command, identity, decision, winner, loser, now, restored_id)
+            assert decision is not None
+            assert loser is not None
+            claims = self._restored_claims(loser)
+            events.extend(
+                ClaimSet(
+                    claim_id=c.id,
+                    kind=c.kind,
+                    namespace=c.namespace,
+                    holders=(*c.holders, restored_id),
+                    at=now,
+                )
+                for c in claims
+            )
+            key = key or self.ledger.new_data_key(restored_id)
+            versions = {decision.id: decision.version, **{m.id: m.version for m in memories.values()}}
+            versions.update({c.id: c.version for c in claims})
+            recorded = version_events(self.memory._embedded(events, vectors), versions)
+            audit = self.memory.audit.event(
+                identity, "overturn_decision", "ok", "overturned", now, decision.id
+            )
+            try:
+                position = self.memory._append(recorded, audit, [key])
+            except StreamConflict:
+                self.memory.streams.cache.drop(r.originator_id for r in recorded)
+                continue
+            overturned = self.decision(decision.id)
+            assert overturned is not None
+            return DecisionResult(decision=overturned, position=position)
+        raise TooMuchContention("the decision's memories kept changing; retry")
+
+    def _restored_claims(self, loser: MemoryState) -> list[Claim]:
+        """The claims the restored copy joins: its text, and its slot if it has one."""
+        claim_ids = self.memory.claim_ids
+        wanted: list[tuple[UUID, ClaimKind, str]] = []
+        if loser.content is not None:
+            wanted.append((claim_ids.text(loser.namespace, loser.content), "text", loser.namespace))
+        if loser.subject is not None and loser.attribute is not None:
+            slot = claim_ids.slot(loser.namespace, loser.subject, loser.attribute)
+            wanted.append((slot, "slot", loser.namespace))
+        return list(self.memory.streams.claims(wanted).values())
+
+
+def _older(neighbour: MemoryState, memory: MemoryState) -> bool:
+    """The newer memory's pass judges a pair: ``neighbour`` came first."""
+    return (neighbour.recorded_at, str(neighbour.id)) < (memory.recorded_at, str(memory.id))
+
+
+def _statement(memory: MemoryState) -> Statement:
+    return Statement(
+        content=memory.content or "", subject=memory.subject, attribute=memory.attribute, value=memory.value
+    )
+
+
+def _ids(new_id: Callable[[], UUID]) -> Iterator[UUID]:
+    while True:
+        yield new_id()
+
+
+def _result(memory_id: UUID, events: list[Event], position: int) -> PassResult:
+    judged = events[0]
+    assert isinstance(judged, ConflictsJudged)
+    return PassResult(
+        memory_id=memory_id,
+        outcome=judged.outcome,
+        pairs=judged.pairs,
+        findings=sum(isinstance(e, FindingOpened) for e in events),
+        settled=sum(isinstance(e, ConflictSettled) for e in events),
+        position=position,
+    )

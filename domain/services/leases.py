@@ -1,0 +1,46 @@
+"""Leases on the ledger: take one, and fence every append of the pass that holds it
+(see domain/model/leases.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from domain.ledger.app import Ledger, StreamConflict
+from domain.ledger.mapper import Recorded
+from domain.model.events import LeaseEvent
+from domain.model.leases import Lease, LeaseBusy, decide_take, lease_from, lease_id, release
+
+DEFAULT_TTL = timedelta(seconds=30)
+
+
+class Leases:
+    def __init__(self, ledger: Ledger, clock: Callable[[], datetime], ttl: timedelta = DEFAULT_TTL) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.ttl = ttl
+
+    def current(self, pass_name: str, namespace: str) -> Lease | None:
+        stream = lease_id(pass_name, namespace)
+        head = self.ledger.stream_heads([stream]).get(stream)
+        if head is None or not isinstance(head.event, LeaseEvent):
+            return None
+        return lease_from(head.event, head.originator_version)
+
+    def acquire(self, pass_name: str, namespace: str, holder: str) -> Lease:
+        """Take the lease for ``holder``; ``LeaseBusy`` while a pass holds it. Two takers
+        racing for a free lease append the same version: one of them loses."""
+        current = self.current(pass_name, namespace)
+        event = decide_take(current, pass_name, namespace, holder, self.clock(), self.ttl)
+        version = 0 if current is None else current.version
+        try:
+            self.ledger.append([Recorded(event.lease_id, version + 1, event)])
+        except StreamConflict:
+            raise LeaseBusy(f"another holder took the {pass_name} lease of this namespace") from None
+        return lease_from(event, version + 1)
+
+    def fence(self, lease: Lease) -> Recorded:
+        """The event that makes a pass's append the holder's: the lease's release at its
+        stream's next version (refused with the whole append once another holder took
+        over)."""
+        return Recorded(lease.id, lease.version + 1, release(lease, self.clock()))

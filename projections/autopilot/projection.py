@@ -1,0 +1,209 @@
+"""The ``autopilot`` read model: findings for reviewers, automatic settlements (decisions)
+and each memory's latest judgement outcome (what ``stats`` counts as unjudged)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import Cursor
+from psycopg.sql import SQL, Identifier
+
+from domain.ledger.mapper import Recorded
+from domain.model.events import (
+    ConflictSettled,
+    ConflictsJudged,
+    FindingOpened,
+    FindingResolved,
+    LeaseReleased,
+    LeaseTaken,
+    MemoryErased,
+    SettlementOverturned,
+)
+from projections.sanitize import sanitized
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS {s}.findings (
+    id uuid PRIMARY KEY,
+    namespace text NOT NULL,
+    memory_a uuid NOT NULL,
+    memory_b uuid NOT NULL,
+    judge text NOT NULL,
+    rule text NOT NULL,
+    explanation text NOT NULL,
+    cosine double precision NOT NULL,
+    status text NOT NULL,
+    decision text,
+    reviewer text,
+    resolution_reason text,
+    opened_at timestamptz NOT NULL,
+    resolved_at timestamptz,
+    position bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS findings_open ON {s}.findings (namespace) WHERE status = 'open';
+CREATE TABLE IF NOT EXISTS {s}.autopilot_decisions (
+    id uuid PRIMARY KEY,
+    namespace text NOT NULL,
+    winner uuid NOT NULL,
+    loser uuid NOT NULL,
+    judge text NOT NULL,
+    rule text NOT NULL,
+    explanation text NOT NULL,
+    dial text NOT NULL,
+    status text NOT NULL,
+    reviewer text,
+    overturn_reason text,
+    restored uuid,
+    settled_at timestamptz NOT NULL,
+    overturned_at timestamptz,
+    position bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS autopilot_decisions_namespace ON {s}.autopilot_decisions (namespace);
+CREATE TABLE IF NOT EXISTS {s}.autopilot_judged (
+    memory_id uuid PRIMARY KEY,
+    namespace text NOT NULL,
+    outcome text NOT NULL,
+    judge text,
+    pairs int NOT NULL,
+    contradictions int NOT NULL,
+    position bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.autopilot_leases (
+    id uuid PRIMARY KEY,
+    pass_name text NOT NULL,
+    namespace text NOT NULL,
+    holder text NOT NULL,
+    token bigint NOT NULL,
+    released boolean NOT NULL,
+    takeovers bigint NOT NULL
+)
+"""
+
+
+class AutopilotProjection:
+    name = "autopilot"
+    tables = ("findings", "autopilot_decisions", "autopilot_judged", "autopilot_leases")
+
+    def create(self, curs: Cursor[Any], schema: str) -> None:
+        for statement in _TABLES.split(";"):
+            curs.execute(SQL(statement.strip()).format(s=Identifier(schema)))
+
+    def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
+        kinds = (
+            ConflictsJudged,
+            FindingOpened,
+            FindingResolved,
+            ConflictSettled,
+            SettlementOverturned,
+            MemoryErased,
+        )
+        events = sanitized(events, kinds)
+        s = Identifier(schema)
+        erased = [r.event.memory_id for r in events if isinstance(r.event, MemoryErased)]
+        for r in events:
+            e = r.event
+            if isinstance(e, LeaseTaken):  # from a holder that never released it: a takeover
+                curs.execute(
+                    SQL(
+                        "INSERT INTO {s}.autopilot_leases (id, pass_name, namespace, holder, token, released,"
+                        " takeovers) VALUES (%(id)s, %(pass)s, %(ns)s, %(holder)s, %(token)s, false, 0)"
+                        " ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token,"
+                        " released = false, takeovers = {s}.autopilot_leases.takeovers"
+                        " + (NOT {s}.autopilot_leases.released)::int"
+                    ).format(s=s),
+                    {
+                        "id": e.lease_id,
+                        "pass": e.pass_name,
+                        "ns": e.namespace,
+                        "holder": e.holder,
+                        "token": e.token,
+                    },
+                )
+            elif isinstance(e, LeaseReleased):
+                curs.execute(
+                    SQL(
+                        "UPDATE {s}.autopilot_leases SET released = true WHERE id = %s AND token = %s"
+                    ).format(s=s),
+                    (e.lease_id, e.token),
+                )
+            elif isinstance(e, ConflictsJudged):
+                curs.execute(
+                    SQL(
+                        "INSERT INTO {s}.autopilot_judged (memory_id, namespace, outcome, judge, pairs,"
+                        " contradictions, position) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                        " ON CONFLICT (memory_id) DO UPDATE SET outcome = EXCLUDED.outcome,"
+                        " judge = EXCLUDED.judge, pairs = EXCLUDED.pairs,"
+                        " contradictions = EXCLUDED.contradictions, position = EXCLUDED.position"
+                    ).format(s=s),
+                    (e.memory_id, e.namespace, e.outcome, e.judge, e.pairs, e.contradictions, r.position),
+                )
+            elif isinstance(e, FindingOpened):
+                curs.execute(
+                    SQL(
+                        "INSERT INTO {s}.findings (id, namespace, memory_a, memory_b, judge, rule, explanation,"
+                        " cosine, status, opened_at, position) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+                        " 'open', %s, %s) ON CONFLICT (id) DO NOTHING"
+                    ).format(s=s),
+                    (
+                        e.finding_id,
+                        e.namespace,
+                        e.memory_a,
+                        e.memory_b,
+                        e.judge,
+                        e.rule,
+                        e.explanation,
+                        e.cosine,
+                        e.at,
+                        r.position,
+                    ),
+                )
+            elif isinstance(e, FindingResolved):
+                curs.execute(
+                    SQL(
+                        "UPDATE {s}.findings SET status = 'resolved', decision = %s, reviewer = %s,"
+                        " resolution_reason = %s, resolved_at = %s, position = %s WHERE id = %s"
+                    ).format(s=s),
+                    (e.decision, e.reviewer, e.reason, e.at, r.position, e.finding_id),
+                )
+            elif isinstance(e, ConflictSettled):
+                curs.execute(
+                    SQL(
+                        "INSERT INTO {s}.autopilot_decisions (id, namespace, winner, loser, judge, rule,"
+                        " explanation, dial, status, settled_at, position) VALUES (%s, %s, %s, %s, %s, %s,"
+                        " %s, %s, 'settled', %s, %s) ON CONFLICT (id) DO NOTHING"
+                    ).format(s=s),
+                    (
+                        e.decision_id,
+                        e.namespace,
+                        e.winner,
+                        e.loser,
+                        e.judge,
+                        e.rule,
+                        e.explanation,
+                        e.dial,
+                        e.at,
+                        r.position,
+                    ),
+                )
+            elif isinstance(e, SettlementOverturned):
+                curs.execute(
+                    SQL(
+                        "UPDATE {s}.autopilot_decisions SET status = 'overturned', reviewer = %s,"
+                        " overturn_reason = %s, restored = %s, overturned_at = %s, position = %s WHERE id = %s"
+                    ).format(s=s),
+                    (e.reviewer, e.reason, e.restored, e.at, r.position, e.decision_id),
+                )
+        if erased:  # a reviewer's free text about an erased memory goes with it
+            curs.execute(
+                SQL(
+                    "UPDATE {s}.findings SET resolution_reason = NULL WHERE resolution_reason IS NOT NULL"
+                    " AND (memory_a = ANY(%(ids)s) OR memory_b = ANY(%(ids)s))"
+                ).format(s=s),
+                {"ids": erased},
+            )
+            curs.execute(
+                SQL(
+                    "UPDATE {s}.autopilot_decisions SET overturn_reason = NULL WHERE overturn_reason IS NOT NULL"
+                    " AND (winner = ANY(%(ids)s) OR loser = ANY(%(ids)s) OR restored = ANY(%(ids)s))"
+                ).format(s=s),
+                {"ids": erased},
+            )

@@ -1,0 +1,188 @@
+"""Queries over the ``autopilot`` read model for reviewers (their subtree) and ``stats``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from psycopg import Connection
+from psycopg.sql import SQL, Composed, Identifier
+
+from domain.model.namespaces import subtree_like_pattern
+
+
+class FindingView(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_a: UUID
+    memory_b: UUID
+    judge: str
+    rule: str
+    explanation: str
+    cosine: float
+    status: str
+    decision: str | None
+    reviewer: str | None
+    resolution_reason: str | None
+    opened_at: datetime
+    resolved_at: datetime | None
+
+
+class DecisionView(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    winner: UUID
+    loser: UUID
+    judge: str
+    rule: str
+    explanation: str
+    dial: str
+    status: str
+    reviewer: str | None
+    overturn_reason: str | None
+    restored: UUID | None
+    settled_at: datetime
+    overturned_at: datetime | None
+
+
+class AutopilotCounts(msgspec.Struct, frozen=True, kw_only=True):
+    open_findings: int
+    unjudged: int
+
+
+DISPATCH_TRACKING_TABLE = "worker_tracking"
+"""The dispatchers' own tracking records (workers/dispatcher.py), read here for metrics."""
+
+
+class WorkerGauges(msgspec.Struct, frozen=True, kw_only=True):
+    dispatch_positions: dict[str, int]
+    judged: dict[str, int]
+    """Memories by their latest pass outcome (judged, judge_unavailable, unembedded ...)."""
+    unjudged: int
+    open_findings: int
+    lease_takeovers: int
+
+
+_UNJUDGED = (
+    "m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
+    " AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j WHERE j.memory_id = m.id"
+    " AND j.outcome IN ('judged', 'not_current'))"
+)
+"""A current memory (``m``) that no pass has judged for good: what ``unjudged`` counts."""
+
+_IN_SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
+
+
+def _listed(
+    conn: Connection[Any],
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    root: str,
+    status: str | None,
+    order: str,
+) -> list[dict[str, Any]]:
+    condition: Composed | SQL = SQL("") if status is None else SQL(" AND status = %(status)s")
+    query = SQL(
+        "SELECT {cols} FROM {s}.{t} WHERE {subtree}{condition} ORDER BY {order}, id LIMIT 100"
+    ).format(
+        cols=SQL(", ").join(Identifier(c) for c in columns),
+        s=Identifier(schema),
+        t=Identifier(table),
+        subtree=SQL(_IN_SUBTREE),
+        condition=condition,
+        order=Identifier(order),
+    )
+    params = {"root": root, "pattern": subtree_like_pattern(root), "status": status}
+    return conn.execute(query, params).fetchall()
+
+
+def list_findings(
+    conn: Connection[Any], schema: str, root: str, status: str | None = "open"
+) -> list[FindingView]:
+    """Findings in ``root``'s subtree, oldest first."""
+    rows = _listed(conn, schema, "findings", FindingView.__struct_fields__, root, status, "opened_at")
+    return [msgspec.convert(row, FindingView) for row in rows]
+
+
+def list_decisions(
+    conn: Connection[Any], schema: str, root: str, status: str | None = None
+) -> list[DecisionView]:
+    """Automatic settlements in ``root``'s subtree, oldest first."""
+    rows = _listed(
+        conn, schema, "autopilot_decisions", DecisionView.__struct_fields__, root, status, "settled_at"
+    )
+    return [msgspec.convert(row, DecisionView) for row in rows]
+
+
+def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], root: str) -> AutopilotCounts:
+    """Open findings in ``root``'s subtree; current memories in ``scope`` the autopilot has
+    not judged (not yet, judge unavailable, no vector to find neighbours by)."""
+    s = Identifier(schema)
+    findings = conn.execute(
+        SQL("SELECT count(*) AS n FROM {s}.findings WHERE status = 'open' AND " + _IN_SUBTREE).format(s=s),
+        {"root": root, "pattern": subtree_like_pattern(root)},
+    ).fetchone()
+    unjudged = conn.execute(
+        SQL(
+            "SELECT count(*) AS n FROM {s}.memory_objects m WHERE m.namespace = ANY(%(scope)s) AND "
+            + _UNJUDGED
+        ).format(s=s),
+        {"scope": list(scope)},
+    ).fetchone()
+    return AutopilotCounts(
+        open_findings=int(findings["n"]) if findings else 0, unjudged=int(unjudged["n"]) if unjudged else 0
+    )
+
+
+def worker_gauges(conn: Connection[Any], schema: str) -> WorkerGauges:
+    """The autopilot's figures over the whole deployment, for ``/metrics``."""
+    s = Identifier(schema)
+    exists = conn.execute("SELECT to_regclass(%s) AS t", (f"{schema}.{DISPATCH_TRACKING_TABLE}",)).fetchone()
+    positions: dict[str, int] = {}
+    if exists is not None and exists["t"] is not None:
+        rows = conn.execute(
+            SQL("SELECT name, position FROM {s}.{t}").format(s=s, t=Identifier(DISPATCH_TRACKING_TABLE))
+        ).fetchall()
+        positions = {row["name"]: int(row["position"]) for row in rows}
+    judged = {
+        row["outcome"]: int(row["n"])
+        for row in conn.execute(
+            SQL("SELECT outcome, count(*) AS n FROM {s}.autopilot_judged GROUP BY outcome").format(s=s)
+        ).fetchall()
+    }
+    row = conn.execute(
+        SQL(
+            "SELECT (SELECT count(*) FROM {s}.memory_objects m WHERE " + _UNJUDGED + ") AS unjudged,"
+            " (SELECT count(*) FROM {s}.findings WHERE status = 'open') AS open_findings,"
+            " (SELECT coalesce(sum(takeovers), 0) FROM {s}.autopilot_leases) AS takeovers"
+        ).format(s=s)
+    ).fetchone()
+    assert row is not None
+    return WorkerGauges(
+        dispatch_positions=positions,
+        judged=judged,
+        unjudged=int(row["unjudged"]),
+        open_findings=int(row["open_findings"]),
+        lease_takeovers=int(row["takeovers"]),
+    )
+
+
+def unjudged_memories(
+    conn: Connection[Any], schema: str, recorded_before: datetime, limit: int
+) -> list[tuple[UUID, int]]:
+    """Current memories recorded before ``recorded_before`` that no pass has judged (left
+    ``judge_unavailable`` or ``unembedded``, or never reached), oldest first, with their
+    positions: what a sweep hands to the autopilot again."""
+    rows = conn.execute(
+        SQL(
+            "SELECT m.id, m.position FROM {s}.memory_objects m WHERE m.recorded_at < %s AND "
+            + _UNJUDGED
+            + " ORDER BY m.recorded_at, m.id LIMIT %s"
+        ).format(s=Identifier(schema)),
+        (recorded_before, limit),
+    ).fetchall()
+    return [(row["id"], int(row["position"])) for row in rows]

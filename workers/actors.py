@@ -1,0 +1,107 @@
+"""Dramatiq on Redis: the broker of one deployment and the autopilot actor.
+
+The actor takes ids (the memory's, and its ledger position as a lower bound for the read
+models to reach) and calls the plain pass (domain/services/autopilot.py), which is
+idempotent: a redelivery changes nothing. ``LeaseBusy`` (another pass has the namespace)
+and ``LeaseLost`` (the lease was taken over mid-pass) send the message back for a retry
+shortly; any other failure is retried by Dramatiq with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+import dramatiq
+import redis
+from dramatiq.brokers.redis import RedisBroker
+
+from domain.model.leases import LeaseBusy, LeaseLost
+from domain.services.autopilot import AutopilotService, PassResult
+from domain.settings import Settings, deployment_key
+
+log = logging.getLogger(__name__)
+AUTOPILOT_QUEUE = "autopilot"
+AUTOPILOT_ACTOR = "autopilot_memory"
+MAX_RETRIES = 50
+MIN_BACKOFF_MS = 100
+MAX_BACKOFF_MS = 2_000
+LEASE_RETRY_MS = 50
+"""A message whose namespace is leased comes back after 50-150 ms (a pass takes tens)."""
+MAINTENANCE_CHANCE = 50_000
+"""Commands in a million that also run the queue's maintenance (Dramatiq's default: 1000):
+a dead worker's messages are found within seconds, for a cheap script on Redis."""
+
+
+def holder_id() -> str:
+    """Who holds a lease: this process, unique even when a pid is reused."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def redis_broker(settings: Settings) -> RedisBroker:
+    """The deployment's broker: its keys live under the deployment's prefix, so deployments
+    (and test databases) sharing a Redis never take each other's messages. The messages of
+    a worker that died (``kill -9``) go back to the queue once its heartbeat is missed and
+    a maintenance run (``MAINTENANCE_CHANCE``) finds it."""
+    return RedisBroker(  # type: ignore[no-untyped-call]
+        url=settings.redis_url,
+        namespace=f"{deployment_key(settings)}:dramatiq",
+        heartbeat_timeout=int(settings.worker_heartbeat_seconds * 1000),
+        maintenance_chance=MAINTENANCE_CHANCE,
+    )
+
+
+def redis_reachable(settings: Settings) -> bool:
+    broker = redis_broker(settings)
+    try:
+        broker.client.ping()
+    except (redis.RedisError, OSError):  # refused, unknown host, timeout: not reachable
+        return False
+    finally:
+        broker.close()
+    return True
+
+
+def run_pass(autopilot: AutopilotService, holder: str, memory_id: Any, position: Any) -> PassResult | None:
+    """One message's work. A message whose arguments are not an id and a position (not
+    ours, or damaged) is dropped with a log line: retrying it could never succeed."""
+    try:
+        memory = UUID(str(memory_id))
+        at = int(position)
+    except (TypeError, ValueError):
+        log.warning("autopilot: dropped a message that names no memory")
+        return None
+    return autopilot.judge_memory(memory, at, holder)
+
+
+def declare_autopilot(
+    broker: RedisBroker, autopilot: Callable[[], AutopilotService], holder: str
+) -> dramatiq.Actor[Any, Any]:
+    """The autopilot actor on ``broker``; ``autopilot`` gives the service (opened by the
+    worker process; a sender never calls it)."""
+
+    def autopilot_memory(memory_id: str, position: int) -> None:
+        try:
+            run_pass(autopilot(), holder, memory_id, position)
+        except (LeaseBusy, LeaseLost) as error:  # another pass has the namespace: soon again
+            raise dramatiq.Retry(
+                str(error),
+                delay=random.randint(LEASE_RETRY_MS, 3 * LEASE_RETRY_MS),  # noqa: S311 - jitter, no secret
+            ) from error
+
+    declare = dramatiq.actor(
+        broker=broker,
+        actor_name=AUTOPILOT_ACTOR,
+        queue_name=AUTOPILOT_QUEUE,
+        max_retries=MAX_RETRIES,
+        min_backoff=MIN_BACKOFF_MS,
+        max_backoff=MAX_BACKOFF_MS,
+    )
+    actor: dramatiq.Actor[Any, Any] = declare(autopilot_memory)
+    return actor
