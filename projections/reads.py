@@ -23,6 +23,7 @@ from projections.autopilot.views import (
     autopilot_counts,
     list_decisions,
     list_findings,
+    namespace_memories,
     unjudged_memories,
     worker_gauges,
 )
@@ -161,6 +162,11 @@ class ReadModels:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return list_decisions(conn, self.ledger.schema, identity.namespace, status)
+
+    def namespace_memories(self, namespace: str, limit: int, after: int | None = None) -> list[UUID]:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return namespace_memories(conn, self.ledger.schema, namespace, limit)
 
     def autopilot_counts(self, identity: Identity, after: int | None = None) -> AutopilotCounts:
         self.wait_for(after)

@@ -186,3 +186,16 @@ def unjudged_memories(
         (recorded_before, limit),
     ).fetchall()
     return [(row["id"], int(row["position"])) for row in rows]
+
+
+def namespace_memories(conn: Connection[Any], schema: str, namespace: str, limit: int) -> list[UUID]:
+    """The ids of a namespace's memories that are not erased (current first, then newest):
+    what a consolidation pass clusters."""
+    rows = conn.execute(
+        SQL(
+            "SELECT m.id FROM {s}.memory_objects m WHERE m.namespace = %s AND m.status <> 'erased'"
+            " ORDER BY (m.retired_at IS NULL) DESC, m.recorded_at DESC, m.id LIMIT %s"
+        ).format(s=Identifier(schema)),
+        (namespace, limit),
+    ).fetchall()
+    return [row["id"] for row in rows]
