@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from uuid import UUID
 
 import pytest
+from litestar.testing import TestClient
 
+from api.app import create_app
 from api.runtime import Runtime
 from domain.model.commands import ProvenanceClaim, WriteMemory
 from domain.model.erasure import Forget
@@ -16,6 +18,7 @@ from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFoun
 from domain.model.events import KnowledgePublished
 from domain.model.identity import Identity
 from domain.settings import Settings
+from tests.e2e.api_helpers import Api
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 REVIEWER = Identity(namespace="acme/eng", actor="rev", role="admin")
@@ -134,3 +137,49 @@ def test_an_edit_is_what_approval_publishes_and_a_rejection_is_final(runtime: Ru
     assert rejected.proposal.status == "rejected"
     with pytest.raises(InvalidState):
         runtime.consolidation.approve(REVIEWER, second[0])
+
+
+def test_the_proposal_routes_list_edit_reject_and_approve_within_the_subtree(settings: Settings) -> None:
+    with Runtime(settings) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
+        api = Api(runtime, client)
+        admin, outsider, agent = (
+            api.key("acme/eng", "rev", "admin"),
+            api.key("acme/sales", "rev2", "admin"),
+            api.key(NS, "bot", "agent"),
+        )
+        proposal_id = drafted(runtime)
+        api.settle()
+        listed = api.call(admin, "/v1/admin/proposals", method="GET")
+        assert listed.status_code == 200, listed.text
+        assert [p["id"] for p in listed.json()] == [str(proposal_id)]
+        assert api.call(outsider, "/v1/admin/proposals", method="GET").json() == []
+        assert api.mem(agent, "stats").json()["open_proposals"] == 1
+        assert api.call(agent, f"/v1/admin/proposals/{proposal_id}/approve").status_code == 403
+
+        path = f"/v1/admin/proposals/{proposal_id}"
+        for body in ({"content": "a\u0000b"}, {"content": ""}, {"content": "x", "extra": 1}, {}):
+            refused = api.call(admin, f"{path}/edit", body)
+            assert refused.status_code == 400, (body, refused.text)
+        surrogate = client.post(
+            f"{path}/edit",
+            content=b'{"content": "\\ud800"}',
+            headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"},
+        )
+        assert surrogate.status_code == 400, surrogate.text
+        edited = api.call(admin, f"{path}/edit", {"content": "Staging rebuilds on Sundays."})
+        assert edited.status_code == 200, edited.text
+        assert edited.json()["content"] == "Staging rebuilds on Sundays."
+        approved = api.call(admin, f"{path}/approve")
+        assert approved.status_code == 200, approved.text
+        assert approved.json()["proposal"]["status"] == "approved"
+        assert approved.json()["proposal"]["document_id"] is not None
+        assert api.call(admin, f"{path}/reject").status_code == 409
+        assert (
+            api.call(admin, "/v1/admin/proposals/00000000-0000-0000-0000-000000000000/approve").status_code
+            == 404
+        )
+        assert api.mem(agent, "stats").json()["open_proposals"] == 0
+        ops = [(a.op, a.outcome) for a in api.audit_records() if a.op.endswith("_proposal")]
+        assert ops.count(("approve_proposal", "ok")) == 1
+        assert ops.count(("edit_proposal", "ok")) == 1
+        assert ("approve_proposal", "denied") in ops  # the agent's and the unknown id's
