@@ -37,7 +37,7 @@ from domain.model.consolidation import (
 from domain.model.errors import InvalidState
 from domain.model.events import Event, ProposalDrafted
 from domain.model.identity import Identity
-from domain.model.leases import Lease, LeaseLost
+from domain.model.leases import Lease
 from domain.services.autopilot import Neighbours
 from domain.services.knowledge import KnowledgeService
 from domain.services.leases import Leases
@@ -93,7 +93,7 @@ class ConsolidationService:
             try:
                 appended = self.memory.ledger.append(recorded)
             except StreamConflict:
-                lease = self._check_lease(lease)
+                lease = self.leases.still_held(lease)
                 continue
             return ConsolidationResult(
                 namespace=namespace,
@@ -117,12 +117,6 @@ class ConsolidationService:
         proposed = set(self.memory.ledger.stream_heads(streams))
         drafts = decide_drafts(namespace, clusters, states, proposed, lease.token, now)
         return drafts, len(clusters)
-
-    def _check_lease(self, lease: Lease) -> Lease:
-        current = self.leases.current(lease.pass_name, lease.namespace)
-        if current is None or current.token != lease.token or current.holder != lease.holder:
-            raise LeaseLost(f"the {CONSOLIDATION} lease was taken over (token {lease.token} is stale)")
-        return current
 
     # -- reviewers -----------------------------------------------------------------------------
 
