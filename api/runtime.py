@@ -8,7 +8,9 @@ from types import TracebackType
 from domain.judging import judge_from_settings
 from domain.ledger.app import Ledger
 from domain.services.autopilot import AutopilotService
+from domain.services.consolidation import ConsolidationService
 from domain.services.core import Core
+from domain.services.knowledge import KnowledgeService
 from domain.services.leases import Leases
 from domain.services.memory import MemoryService
 from domain.settings import Settings
@@ -50,6 +52,13 @@ class Runtime:
                 SearchNeighbours(self.reads.search, self.reads.wait_for),
                 judge_from_settings(self.settings),
                 lambda namespace: governance.effective_policy(namespace).conflict_review,
+            )
+            self.consolidation = ConsolidationService(
+                memory,
+                self.autopilot.leases,
+                self.autopilot.neighbours,
+                self.reads.namespace_memories,
+                KnowledgeService(self.core.ledger, self.core.embedder, governance.write_policy),
             )
             if follow:
                 self.reads.runner.start()

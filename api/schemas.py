@@ -11,6 +11,7 @@ import msgspec
 from domain.ledger.checkpoints import Checkpoint
 from domain.model.classification import Classification
 from domain.model.commands import WriteMemory
+from domain.model.consolidation import ProposalState
 from domain.model.errors import InvalidRequest
 from domain.model.events import ConflictReview, Directive, DisputeDecision, FindingDecision
 from domain.model.policies import PolicyBody
@@ -241,7 +242,7 @@ class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
     shared_in: int
     pinned: int
     open_disputes: int
-    # open_proposals is null until consolidation exists, and fault_hit_rate before the
+    # fault_hit_rate is null before the
     # first fault: "none yet" and "not measured" must not look the same
     open_findings: int | None
     open_proposals: int | None
@@ -300,6 +301,17 @@ Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
 class FindingResolveBody(Body, frozen=True, kw_only=True):
     decision: FindingDecision
     reason: Reason | None = None
+
+
+class ProposalEditBody(Body, frozen=True, kw_only=True):
+    content: Annotated[str, msgspec.Meta(min_length=1, max_length=8000)]
+
+
+class ProposalResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """A proposal and the text approval publishes (null once its drafted memory is erased)."""
+
+    proposal: ProposalState
+    content: str | None
 
 
 class OverturnBody(Body, frozen=True, kw_only=True):

@@ -19,10 +19,13 @@ from projections.autopilot.views import (
     AutopilotCounts,
     DecisionView,
     FindingView,
+    ProposalView,
     WorkerGauges,
     autopilot_counts,
     list_decisions,
     list_findings,
+    list_proposals,
+    namespace_memories,
     unjudged_memories,
     worker_gauges,
 )
@@ -161,6 +164,18 @@ class ReadModels:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return list_decisions(conn, self.ledger.schema, identity.namespace, status)
+
+    def proposals(
+        self, identity: Identity, status: str | None = "pending_review", after: int | None = None
+    ) -> list[ProposalView]:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return list_proposals(conn, self.ledger.schema, identity.namespace, status)
+
+    def namespace_memories(self, namespace: str, limit: int, after: int | None = None) -> list[UUID]:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return namespace_memories(conn, self.ledger.schema, namespace, limit)
 
     def autopilot_counts(self, identity: Identity, after: int | None = None) -> AutopilotCounts:
         self.wait_for(after)

@@ -22,13 +22,17 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from domain.model.errors import DomainError
 from domain.model.leases import LeaseBusy, LeaseLost
+from domain.model.namespaces import validate_namespace
 from domain.services.autopilot import AutopilotService, PassResult
+from domain.services.consolidation import ConsolidationResult, ConsolidationService
 from domain.settings import Settings, deployment_key
 
 log = logging.getLogger(__name__)
 AUTOPILOT_QUEUE = "autopilot"
 AUTOPILOT_ACTOR = "autopilot_memory"
+CONSOLIDATION_ACTOR = "consolidate_namespace"
 MAX_RETRIES = 50
 MIN_BACKOFF_MS = 100
 MAX_BACKOFF_MS = 2_000
@@ -87,21 +91,57 @@ def declare_autopilot(
     worker process; a sender never calls it)."""
 
     def autopilot_memory(memory_id: str, position: int) -> None:
-        try:
-            run_pass(autopilot(), holder, memory_id, position)
-        except (LeaseBusy, LeaseLost) as error:  # another pass has the namespace: soon again
-            raise dramatiq.Retry(
-                str(error),
-                delay=random.randint(LEASE_RETRY_MS, 3 * LEASE_RETRY_MS),  # noqa: S311 - jitter, no secret
-            ) from error
+        _soon_again_when_leased(lambda: run_pass(autopilot(), holder, memory_id, position))
 
+    return _declared(broker, AUTOPILOT_ACTOR, autopilot_memory)
+
+
+def run_consolidation(
+    consolidation: ConsolidationService, holder: str, namespace: Any, position: Any
+) -> ConsolidationResult | None:
+    """One consolidation message's work; a damaged one (no namespace, no position) is
+    dropped with a log line."""
+    try:
+        name = validate_namespace(str(namespace)) if isinstance(namespace, str) else None
+        at = int(position)
+    except (TypeError, ValueError, DomainError):
+        name = None
+    if name is None:
+        log.warning("consolidation: dropped a message that names no namespace")
+        return None
+    return consolidation.consolidate(name, at, holder)
+
+
+def declare_consolidation(
+    broker: RedisBroker, consolidation: Callable[[], ConsolidationService], holder: str
+) -> dramatiq.Actor[Any, Any]:
+    """The consolidation actor on ``broker`` (a namespace and a position): idempotent, as
+    a cluster is proposed once."""
+
+    def consolidate_namespace(namespace: str, position: int) -> None:
+        _soon_again_when_leased(lambda: run_consolidation(consolidation(), holder, namespace, position))
+
+    return _declared(broker, CONSOLIDATION_ACTOR, consolidate_namespace)
+
+
+def _soon_again_when_leased(work: Callable[[], object]) -> None:
+    try:
+        work()
+    except (LeaseBusy, LeaseLost) as error:  # another pass has the namespace: soon again
+        raise dramatiq.Retry(
+            str(error),
+            delay=random.randint(LEASE_RETRY_MS, 3 * LEASE_RETRY_MS),  # noqa: S311 - jitter, no secret
+        ) from error
+
+
+def _declared(broker: RedisBroker, name: str, fn: Callable[[str, int], None]) -> dramatiq.Actor[Any, Any]:
     declare = dramatiq.actor(
         broker=broker,
-        actor_name=AUTOPILOT_ACTOR,
+        actor_name=name,
         queue_name=AUTOPILOT_QUEUE,
         max_retries=MAX_RETRIES,
         min_backoff=MIN_BACKOFF_MS,
         max_backoff=MAX_BACKOFF_MS,
     )
-    actor: dramatiq.Actor[Any, Any] = declare(autopilot_memory)
+    actor: dramatiq.Actor[Any, Any] = declare(fn)
     return actor

@@ -17,6 +17,8 @@ from api.schemas import (
     OverturnBody,
     OwnPolicyResponse,
     PolicyPutBody,
+    ProposalEditBody,
+    ProposalResponse,
     ResolveBody,
     RevokeBody,
     RevokeResponse,
@@ -28,7 +30,7 @@ from domain.model.identity import REVIEWER_ROLES
 from domain.model.keys import IssueKey
 from domain.model.memory import DisputeState
 from domain.model.policies import PolicyBody, check_policy_admin, effective_policy
-from projections.autopilot.views import DecisionView, FindingView
+from projections.autopilot.views import DecisionView, FindingView, ProposalView
 from projections.disputes.views import DisputeView
 from projections.governance.views import KeyView
 
@@ -209,6 +211,60 @@ class AdminController(Controller):
         result = command(request, lambda c: state.runtime.autopilot.overturn(c.identity, cmd))
         decision: DecisionState = result.decision
         return decision
+
+    # -- consolidation: proposals for people ------------------------------------------------
+
+    @get(
+        "/proposals",
+        opt=admin("admin.proposals.list", None, query=frozenset({"status"})),
+        sync_to_thread=True,
+    )
+    def list_proposals(self, request: Req) -> list[ProposalView]:
+        state = api_state(request)
+
+        def run(c: Call) -> list[ProposalView]:
+            status = _status(request, {"pending_review", "approved", "rejected"}, "pending_review")
+            found: list[ProposalView] = state.reads.proposals(c.identity, status, after=c.last_write)
+            return found
+
+        return query(request, run, lambda found: f"{len(found)} proposals")
+
+    @post(
+        "/proposals/{proposal_id:uuid}/approve",
+        opt=admin("approve_proposal", None),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def approve_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
+        state = api_state(request)
+        result = command(request, lambda c: state.runtime.consolidation.approve(c.identity, proposal_id))
+        return ProposalResponse(proposal=result.proposal, content=result.content)
+
+    @post(
+        "/proposals/{proposal_id:uuid}/edit",
+        opt=admin("edit_proposal", ProposalEditBody),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def edit_proposal(
+        self, request: Req, proposal_id: FromPath[UUID], data: JSONBody[ProposalEditBody]
+    ) -> ProposalResponse:
+        state = api_state(request)
+        result = command(
+            request, lambda c: state.runtime.consolidation.edit(c.identity, proposal_id, data.content)
+        )
+        return ProposalResponse(proposal=result.proposal, content=result.content)
+
+    @post(
+        "/proposals/{proposal_id:uuid}/reject",
+        opt=admin("reject_proposal", None),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def reject_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
+        state = api_state(request)
+        result = command(request, lambda c: state.runtime.consolidation.reject(c.identity, proposal_id))
+        return ProposalResponse(proposal=result.proposal, content=result.content)
 
 
 def _status(request: Req, statuses: set[str], default: str) -> str | None:

@@ -197,7 +197,7 @@ class MemController(Controller):
                 namespace=c.identity.namespace,
                 **{f: getattr(counts, f) for f in counts.__struct_fields__},
                 open_findings=autopilot.open_findings,
-                open_proposals=None,
+                open_proposals=autopilot.open_proposals,
                 unjudged=autopilot.unjudged,
                 projection_lag=lag,
             )

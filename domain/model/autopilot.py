@@ -202,7 +202,7 @@ class ResolveFinding(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None = None
 
 
-def _check_reviewer(reviewer: Identity, namespace: str | None, what: str) -> None:
+def check_reviewer(reviewer: Identity, namespace: str | None, what: str) -> None:
     if namespace is None or not is_within(namespace, reviewer.namespace):
         raise NotFound(f"no such {what}")
     if reviewer.role not in REVIEWER_ROLES:
@@ -220,7 +220,7 @@ def decide_resolve_finding(
     """``keep_a`` retires B, ``keep_b`` retires A; ``both_valid`` and ``dismiss`` change no
     memory. The memory retired must be current and inside the reviewer's subtree (a team's
     reviewer cannot retire an org fact it can read)."""
-    _check_reviewer(reviewer, finding.namespace if finding else None, "finding")
+    check_reviewer(reviewer, finding.namespace if finding else None, "finding")
     assert finding is not None
     check_storable(command)
     if finding.status != "open":
@@ -311,7 +311,7 @@ def decide_overturn(
     """Reverse a settlement: the loser's fact is written again (``restored``, its content,
     slot and provenance, reason ``overturn``) and supersedes the winner, if still current.
     The ledger is never rewritten: the loser stays retired, its copy takes its place."""
-    _check_reviewer(reviewer, decision.namespace if decision else None, "decision")
+    check_reviewer(reviewer, decision.namespace if decision else None, "decision")
     assert decision is not None
     check_storable(command)
     if decision.status != "settled":

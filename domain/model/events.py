@@ -531,6 +531,68 @@ class SettlementOverturned(Event, frozen=True, kw_only=True):
         return self.decision_id
 
 
+ProposalKind = Literal["near_duplicate", "slot_history"]
+
+
+class ProposalDrafted(Event, frozen=True, kw_only=True):
+    """Consolidation drafted a canonical statement for a cluster of memories, for a person
+    to approve, edit or reject. The extractive drafter names the memory it chose
+    (``canonical``) instead of copying its text, so erasing that memory erases the draft.
+    One stream per cluster (``proposal_id`` is derived from it): drafted once."""
+
+    proposal_id: UUID
+    namespace: str
+    kind: ProposalKind
+    sources: tuple[UUID, ...]
+    canonical: UUID
+    drafter: str
+    token: int = 0
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.proposal_id
+
+
+class ProposalEdited(Event, frozen=True, kw_only=True):
+    """A reviewer replaced the draft's text; sealed with the proposal's own data key."""
+
+    SEALED: ClassVar[tuple[str, ...]] = ("content",)
+    proposal_id: UUID
+    reviewer: str
+    content: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.proposal_id
+
+    @property
+    def sealing_owner(self) -> UUID:
+        return self.proposal_id
+
+
+class ProposalApproved(Event, frozen=True, kw_only=True):
+    """A reviewer approved the proposal: it was published as ``document_id`` ``version``
+    (L3, ``consolidation`` provenance)."""
+
+    proposal_id: UUID
+    reviewer: str
+    document_id: UUID
+    version: int
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.proposal_id
+
+
+class ProposalRejected(Event, frozen=True, kw_only=True):
+    proposal_id: UUID
+    reviewer: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.proposal_id
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -563,5 +625,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         FindingResolved,
         ConflictSettled,
         SettlementOverturned,
+        ProposalDrafted,
+        ProposalEdited,
+        ProposalApproved,
+        ProposalRejected,
     )
 }

@@ -47,7 +47,7 @@ from domain.model.events import (
 )
 from domain.model.identity import Identity
 from domain.model.judging import Judge, JudgeUnavailable, Statement
-from domain.model.leases import Lease, LeaseLost
+from domain.model.leases import Lease
 from domain.model.memory import Claim, MemoryState
 from domain.services.leases import Leases
 from domain.services.memory import MAX_ATTEMPTS, MemoryService, TooMuchContention, version_events
@@ -135,7 +135,7 @@ class AutopilotService:
                 appended = self.ledger.append(recorded)
             except StreamConflict:
                 self.memory.streams.cache.drop(r.originator_id for r in recorded)
-                lease = self._check_lease(lease)
+                lease = self.leases.still_held(lease)
                 continue
             self.memory.streams.remember(recorded[:-1])
             return (
@@ -178,14 +178,6 @@ class AutopilotService:
         if head is None or not isinstance(head.event, ConflictsJudged):
             return False, 0
         return head.event.outcome in {"judged", "not_current"}, head.originator_version
-
-    def _check_lease(self, lease: Lease) -> Lease:
-        """After a refused append: the lease as it is now if this holder still has it (the
-        conflict was elsewhere), else ``LeaseLost``."""
-        current = self.leases.current(lease.pass_name, lease.namespace)
-        if current is None or current.token != lease.token or current.holder != lease.holder:
-            raise LeaseLost(f"the {AUTOPILOT} lease was taken over (token {lease.token} is stale)")
-        return current
 
     # -- reviewers ------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from domain.ledger.app import Ledger, StreamConflict
 from domain.ledger.mapper import Recorded
 from domain.model.events import LeaseEvent
-from domain.model.leases import Lease, LeaseBusy, decide_take, lease_from, lease_id, release
+from domain.model.leases import Lease, LeaseBusy, LeaseLost, decide_take, lease_from, lease_id, release
 
 DEFAULT_TTL = timedelta(seconds=30)
 
@@ -44,3 +44,11 @@ class Leases:
         stream's next version (refused with the whole append once another holder took
         over)."""
         return Recorded(lease.id, lease.version + 1, release(lease, self.clock()))
+
+    def still_held(self, lease: Lease) -> Lease:
+        """After a refused append: the lease as it is now if its holder still has it (the
+        conflict was elsewhere), else ``LeaseLost``."""
+        current = self.current(lease.pass_name, lease.namespace)
+        if current is None or current.token != lease.token or current.holder != lease.holder:
+            raise LeaseLost(f"the {lease.pass_name} lease was taken over (token {lease.token} is stale)")
+        return current

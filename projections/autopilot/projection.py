@@ -17,6 +17,10 @@ from domain.model.events import (
     LeaseReleased,
     LeaseTaken,
     MemoryErased,
+    ProposalApproved,
+    ProposalDrafted,
+    ProposalEdited,
+    ProposalRejected,
     SettlementOverturned,
 )
 from projections.sanitize import sanitized
@@ -67,6 +71,22 @@ CREATE TABLE IF NOT EXISTS {s}.autopilot_judged (
     contradictions int NOT NULL,
     position bigint NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {s}.proposals (
+    id uuid PRIMARY KEY,
+    namespace text NOT NULL,
+    kind text NOT NULL,
+    sources uuid[] NOT NULL,
+    canonical uuid NOT NULL,
+    drafter text NOT NULL,
+    status text NOT NULL,
+    edited boolean NOT NULL,
+    reviewer text,
+    document_id uuid,
+    drafted_at timestamptz NOT NULL,
+    reviewed_at timestamptz,
+    position bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS proposals_pending ON {s}.proposals (namespace) WHERE status = 'pending_review';
 CREATE TABLE IF NOT EXISTS {s}.autopilot_leases (
     id uuid PRIMARY KEY,
     pass_name text NOT NULL,
@@ -81,7 +101,7 @@ CREATE TABLE IF NOT EXISTS {s}.autopilot_leases (
 
 class AutopilotProjection:
     name = "autopilot"
-    tables = ("findings", "autopilot_decisions", "autopilot_judged", "autopilot_leases")
+    tables = ("findings", "autopilot_decisions", "autopilot_judged", "autopilot_leases", "proposals")
 
     def create(self, curs: Cursor[Any], schema: str) -> None:
         for statement in _TABLES.split(";"):
@@ -95,6 +115,10 @@ class AutopilotProjection:
             ConflictSettled,
             SettlementOverturned,
             MemoryErased,
+            ProposalDrafted,
+            ProposalEdited,
+            ProposalApproved,
+            ProposalRejected,
         )
         events = sanitized(events, kinds)
         s = Identifier(schema)
@@ -136,6 +160,8 @@ class AutopilotProjection:
                     ).format(s=s),
                     (e.memory_id, e.namespace, e.outcome, e.judge, e.pairs, e.contradictions, r.position),
                 )
+            elif isinstance(e, ProposalDrafted | ProposalEdited | ProposalApproved | ProposalRejected):
+                _proposal(curs, s, r)
             elif isinstance(e, FindingOpened):
                 curs.execute(
                     SQL(
@@ -207,3 +233,34 @@ class AutopilotProjection:
                 ).format(s=s),
                 {"ids": erased},
             )
+
+
+def _proposal(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    """Proposals for reviewers; an edit's text stays sealed on the ledger (only ``edited``)."""
+    e = r.event
+    if isinstance(e, ProposalDrafted):
+        curs.execute(
+            SQL(
+                "INSERT INTO {s}.proposals (id, namespace, kind, sources, canonical, drafter, status, edited,"
+                " drafted_at, position) VALUES (%s, %s, %s, %s, %s, %s, 'pending_review', false, %s, %s)"
+                " ON CONFLICT (id) DO NOTHING"
+            ).format(s=s),
+            (e.proposal_id, e.namespace, e.kind, list(e.sources), e.canonical, e.drafter, e.at, r.position),
+        )
+    elif isinstance(e, ProposalEdited):
+        curs.execute(
+            SQL("UPDATE {s}.proposals SET edited = true, reviewer = %s, position = %s WHERE id = %s").format(
+                s=s
+            ),
+            (e.reviewer, r.position, e.proposal_id),
+        )
+    elif isinstance(e, ProposalApproved | ProposalRejected):
+        document = e.document_id if isinstance(e, ProposalApproved) else None
+        status = "approved" if isinstance(e, ProposalApproved) else "rejected"
+        curs.execute(
+            SQL(
+                "UPDATE {s}.proposals SET status = %s, reviewer = %s, document_id = %s, reviewed_at = %s,"
+                " position = %s WHERE id = %s"
+            ).format(s=s),
+            (status, e.reviewer, document, e.at, r.position, e.proposal_id),
+        )

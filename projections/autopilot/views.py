@@ -48,9 +48,25 @@ class DecisionView(msgspec.Struct, frozen=True, kw_only=True):
     overturned_at: datetime | None
 
 
+class ProposalView(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    kind: str
+    sources: list[UUID]
+    canonical: UUID
+    drafter: str
+    status: str
+    edited: bool
+    reviewer: str | None
+    document_id: UUID | None
+    drafted_at: datetime
+    reviewed_at: datetime | None
+
+
 class AutopilotCounts(msgspec.Struct, frozen=True, kw_only=True):
     open_findings: int
     unjudged: int
+    open_proposals: int = 0
 
 
 DISPATCH_TRACKING_TABLE = "worker_tracking"
@@ -118,12 +134,26 @@ def list_decisions(
     return [msgspec.convert(row, DecisionView) for row in rows]
 
 
+def list_proposals(
+    conn: Connection[Any], schema: str, root: str, status: str | None = "pending_review"
+) -> list[ProposalView]:
+    """Proposals in ``root``'s subtree, oldest first."""
+    rows = _listed(conn, schema, "proposals", ProposalView.__struct_fields__, root, status, "drafted_at")
+    return [msgspec.convert(row, ProposalView) for row in rows]
+
+
 def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], root: str) -> AutopilotCounts:
     """Open findings in ``root``'s subtree; current memories in ``scope`` the autopilot has
     not judged (not yet, judge unavailable, no vector to find neighbours by)."""
     s = Identifier(schema)
     findings = conn.execute(
         SQL("SELECT count(*) AS n FROM {s}.findings WHERE status = 'open' AND " + _IN_SUBTREE).format(s=s),
+        {"root": root, "pattern": subtree_like_pattern(root)},
+    ).fetchone()
+    proposals = conn.execute(
+        SQL(
+            "SELECT count(*) AS n FROM {s}.proposals WHERE status = 'pending_review' AND " + _IN_SUBTREE
+        ).format(s=s),
         {"root": root, "pattern": subtree_like_pattern(root)},
     ).fetchone()
     unjudged = conn.execute(
@@ -134,7 +164,9 @@ def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], r
         {"scope": list(scope)},
     ).fetchone()
     return AutopilotCounts(
-        open_findings=int(findings["n"]) if findings else 0, unjudged=int(unjudged["n"]) if unjudged else 0
+        open_findings=int(findings["n"]) if findings else 0,
+        unjudged=int(unjudged["n"]) if unjudged else 0,
+        open_proposals=int(proposals["n"]) if proposals else 0,
     )
 
 
@@ -186,3 +218,16 @@ def unjudged_memories(
         (recorded_before, limit),
     ).fetchall()
     return [(row["id"], int(row["position"])) for row in rows]
+
+
+def namespace_memories(conn: Connection[Any], schema: str, namespace: str, limit: int) -> list[UUID]:
+    """The ids of a namespace's memories that are not erased (current first, then newest):
+    what a consolidation pass clusters."""
+    rows = conn.execute(
+        SQL(
+            "SELECT m.id FROM {s}.memory_objects m WHERE m.namespace = %s AND m.status <> 'erased'"
+            " ORDER BY (m.retired_at IS NULL) DESC, m.recorded_at DESC, m.id LIMIT %s"
+        ).format(s=Identifier(schema)),
+        (namespace, limit),
+    ).fetchall()
+    return [row["id"] for row in rows]

@@ -12,7 +12,14 @@ from api.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.settings import Settings
-from workers.actors import LEASE_RETRY_MS, declare_autopilot, redis_broker, run_pass
+from workers.actors import (
+    LEASE_RETRY_MS,
+    declare_autopilot,
+    declare_consolidation,
+    redis_broker,
+    run_consolidation,
+    run_pass,
+)
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
 
@@ -42,4 +49,37 @@ def test_a_leased_namespace_sends_the_message_back_soon(runtime: Runtime, settin
 def test_a_damaged_message_is_dropped(runtime: Runtime, memory_id: object, position: object) -> None:
     head = runtime.ledger.head_position()
     assert run_pass(runtime.autopilot, "worker-1", memory_id, position) is None
+    assert runtime.ledger.head_position() == head
+
+
+def test_the_consolidation_actor_drafts_once_and_retries_a_leased_namespace(
+    runtime: Runtime, settings: Settings
+) -> None:
+    runtime.memory.write(AGENT, WriteMemory(content="The staging cluster is rebuilt every Sunday night"))
+    last = runtime.memory.write(
+        AGENT, WriteMemory(content="Every Sunday night the staging cluster is rebuilt")
+    )
+    broker = redis_broker(settings)
+    try:
+        actor = declare_consolidation(broker, lambda: runtime.consolidation, "worker-1")
+        actor.fn(AGENT.namespace, last.position)
+        head = runtime.ledger.head_position()
+        assert runtime.reads.proposals(Identity(namespace="acme", actor="r", role="admin"), after=head)
+        actor.fn(AGENT.namespace, last.position)  # a redelivery drafts nothing
+        assert (
+            len(runtime.reads.proposals(Identity(namespace="acme", actor="r", role="admin"), after=head)) == 1
+        )
+        runtime.consolidation.leases.acquire("consolidation", AGENT.namespace, "worker-2")
+        with pytest.raises(dramatiq.Retry):
+            actor.fn(AGENT.namespace, last.position)
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize(("namespace", "position"), [(None, 1), ("acme/\x00", 1), ("acme/eng", "x"), (7, 1)])
+def test_a_damaged_consolidation_message_is_dropped(
+    runtime: Runtime, namespace: object, position: object
+) -> None:
+    head = runtime.ledger.head_position()
+    assert run_consolidation(runtime.consolidation, "worker-1", namespace, position) is None
     assert runtime.ledger.head_position() == head

@@ -1,0 +1,244 @@
+"""Consolidation's rules (DESIGN.md section 6): clusters of a namespace's memories, the
+proposals drafted from them, and a reviewer's answer to each. Pure: memory states, their
+near-duplicate pairs, ``now`` and the lease token in; events out.
+
+A cluster is a set of memories of one namespace that say one thing: near-duplicates
+(cosine >= ``DUPLICATE_COSINE``, joined transitively) or a slot's history (every version of
+one ``subject``/``attribute``). Its proposal's id is derived from its kind and members, so a
+cluster is proposed once however often the pass runs; a cluster that grows is a new one.
+The built-in drafter is extractive: the member of highest trust, then the newest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Literal
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+import msgspec
+from msgspec.structs import replace
+
+from domain.model.autopilot import check_reviewer
+from domain.model.errors import InvalidRequest, InvalidState
+from domain.model.events import (
+    Event,
+    ProposalApproved,
+    ProposalDrafted,
+    ProposalEdited,
+    ProposalKind,
+    ProposalRejected,
+)
+from domain.model.identity import Identity
+from domain.model.memory import MemoryState
+from domain.model.storable import check_storable
+
+CONSOLIDATION = "consolidation"
+"""The pass's name (its leases) and the provenance of what approval publishes."""
+EXTRACTIVE = "extractive"
+DUPLICATE_COSINE = 0.9
+NEIGHBOURS_K = 8
+MAX_PROPOSAL_CHARS = 8_000
+
+ProposalStatus = Literal["pending_review", "approved", "rejected"]
+
+
+class Cluster(msgspec.Struct, frozen=True, kw_only=True):
+    kind: ProposalKind
+    members: tuple[UUID, ...]
+    """Sorted: the cluster's identity."""
+
+
+def proposal_stream(namespace: str, cluster: Cluster) -> UUID:
+    members = ",".join(str(m) for m in cluster.members)
+    return uuid5(NAMESPACE_URL, f"memwarden:proposal:{namespace}:{cluster.kind}:{members}")
+
+
+def find_clusters(
+    memories: Sequence[MemoryState], duplicates: Iterable[tuple[UUID, UUID]], now: datetime
+) -> list[Cluster]:
+    """The clusters among ``memories`` (one namespace, erased ones aside): slots with two or
+    more versions, and groups of current near-duplicates (``duplicates``: pairs found by
+    similarity, joined transitively; pairs naming a memory not in ``memories`` are ignored)."""
+    known = {m.id: m for m in memories if m.status != "erased" and m.content is not None}
+    slots: dict[tuple[str, str], list[UUID]] = {}
+    for m in known.values():
+        if m.subject is not None and m.attribute is not None:
+            slots.setdefault((m.subject, m.attribute), []).append(m.id)
+    clusters = [
+        Cluster(kind="slot_history", members=tuple(sorted(ids, key=str)))
+        for ids in slots.values()
+        if len(ids) > 1
+    ]
+    current = {i for i, m in known.items() if m.is_current(now)}
+    groups = _joined((a, b) for a, b in duplicates if a in current and b in current and a != b)
+    clusters.extend(Cluster(kind="near_duplicate", members=g) for g in groups)
+    return sorted(clusters, key=lambda c: (c.kind, [str(m) for m in c.members]))
+
+
+def _joined(pairs: Iterable[tuple[UUID, UUID]]) -> list[tuple[UUID, ...]]:
+    """Connected groups of the pairs (union-find), each sorted."""
+    parent: dict[UUID, UUID] = {}
+
+    def root(x: UUID) -> UUID:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        parent[root(a)] = root(b)
+    groups: dict[UUID, list[UUID]] = {}
+    for x in list(parent):
+        groups.setdefault(root(x), []).append(x)
+    return [tuple(sorted(g, key=str)) for g in groups.values()]
+
+
+def extractive_choice(members: Sequence[MemoryState]) -> MemoryState:
+    """The built-in drafter: the member of highest trust rank, then the newest."""
+    return max(members, key=lambda m: (m.rank, m.recorded_at, str(m.id)))
+
+
+def decide_drafts(
+    namespace: str,
+    clusters: Sequence[Cluster],
+    states: dict[UUID, MemoryState],
+    proposed: set[UUID],
+    token: int,
+    now: datetime,
+) -> list[ProposalDrafted]:
+    """A draft per cluster not yet ``proposed`` (its stream already exists)."""
+    drafts: list[ProposalDrafted] = []
+    for cluster in clusters:
+        proposal_id = proposal_stream(namespace, cluster)
+        members = [states[m] for m in cluster.members if m in states]
+        if proposal_id in proposed or len(members) < 2:
+            continue
+        drafts.append(
+            ProposalDrafted(
+                proposal_id=proposal_id,
+                namespace=namespace,
+                kind=cluster.kind,
+                sources=cluster.members,
+                canonical=extractive_choice(members).id,
+                drafter=EXTRACTIVE,
+                token=token,
+                at=now,
+            )
+        )
+    return drafts
+
+
+# -- proposals -------------------------------------------------------------------------------
+
+
+class ProposalState(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    kind: ProposalKind
+    sources: tuple[UUID, ...]
+    canonical: UUID
+    drafter: str
+    drafted_at: datetime
+    edited_content: str | None = None
+    status: ProposalStatus = "pending_review"
+    reviewer: str | None = None
+    document_id: UUID | None = None
+    document_version: int | None = None
+    reviewed_at: datetime | None = None
+    version: int = 0
+
+
+def evolve_proposal(state: ProposalState | None, event: Event) -> ProposalState:
+    if isinstance(event, ProposalDrafted):
+        return ProposalState(
+            id=event.proposal_id,
+            namespace=event.namespace,
+            kind=event.kind,
+            sources=event.sources,
+            canonical=event.canonical,
+            drafter=event.drafter,
+            drafted_at=event.at,
+            version=1,
+        )
+    if state is None:
+        msg = f"{type(event).__name__} before its proposal"
+        raise TypeError(msg)
+    if isinstance(event, ProposalEdited):
+        return replace(
+            state, edited_content=event.content, reviewer=event.reviewer, version=state.version + 1
+        )
+    if isinstance(event, ProposalApproved):
+        return replace(
+            state,
+            status="approved",
+            reviewer=event.reviewer,
+            document_id=event.document_id,
+            document_version=event.version,
+            reviewed_at=event.at,
+            version=state.version + 1,
+        )
+    if isinstance(event, ProposalRejected):
+        return replace(
+            state, status="rejected", reviewer=event.reviewer, reviewed_at=event.at, version=state.version + 1
+        )
+    msg = f"not a proposal event: {type(event).__name__}"
+    raise TypeError(msg)
+
+
+def proposal_content(state: ProposalState, canonical: MemoryState | None) -> str | None:
+    """The statement to publish: the reviewer's edit, else the chosen memory's text (None
+    once that memory is erased)."""
+    if state.edited_content is not None:
+        return state.edited_content
+    return canonical.content if canonical is not None and canonical.status != "erased" else None
+
+
+def _pending(reviewer: Identity, state: ProposalState | None) -> ProposalState:
+    check_reviewer(reviewer, state.namespace if state else None, "proposal")
+    assert state is not None
+    if state.status != "pending_review":
+        raise InvalidState(f"proposal already {state.status}")
+    return state
+
+
+def decide_edit(
+    reviewer: Identity, state: ProposalState | None, content: str, now: datetime
+) -> ProposalEdited:
+    pending = _pending(reviewer, state)
+    check_storable(content, "content:")
+    if not content.strip():
+        raise InvalidRequest("content must not be blank")
+    if len(content) > MAX_PROPOSAL_CHARS:
+        raise InvalidRequest(f"content is longer than {MAX_PROPOSAL_CHARS} characters")
+    return ProposalEdited(proposal_id=pending.id, reviewer=reviewer.actor, content=content, at=now)
+
+
+def decide_reject(reviewer: Identity, state: ProposalState | None, now: datetime) -> ProposalRejected:
+    pending = _pending(reviewer, state)
+    return ProposalRejected(proposal_id=pending.id, reviewer=reviewer.actor, at=now)
+
+
+def check_approvable(reviewer: Identity, state: ProposalState | None, content: str | None) -> str:
+    """The text approval will publish; refused when the proposal is not pending or its
+    draft's memory was erased (edit it first)."""
+    _pending(reviewer, state)
+    if content is None:
+        raise InvalidState("the drafted memory was erased; edit the proposal to approve it")
+    return content
+
+
+def knowledge_document(state: ProposalState, content: str) -> tuple[str, str]:
+    """The L3 document approval publishes, and its file name (its provenance)."""
+    slug = f"consolidated-{str(state.id)[:8]}"
+    title = f"Consolidated {state.kind.replace('_', ' ')}"
+    text = f"---\ntitle: {title}\nslug: {slug}\n---\n{content}\n"
+    return text, f"{CONSOLIDATION}/{state.id}.md"
+
+
+def decide_approved(
+    reviewer: Identity, state: ProposalState, document_id: UUID, version: int, now: datetime
+) -> ProposalApproved:
+    return ProposalApproved(
+        proposal_id=state.id, reviewer=reviewer.actor, document_id=document_id, version=version, at=now
+    )

@@ -1,0 +1,105 @@
+"""The consolidation model: clusters, the extractive drafter, proposals drafted once, and a
+reviewer's answers (pure: no ledger)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import UUID, uuid4
+
+import pytest
+from msgspec.structs import replace
+
+from domain.model.classification import Classification
+from domain.model.consolidation import (
+    Cluster,
+    decide_drafts,
+    decide_edit,
+    decide_reject,
+    evolve_proposal,
+    extractive_choice,
+    find_clusters,
+    proposal_content,
+    proposal_stream,
+)
+from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from domain.model.events import MemoryWritten, Provenance
+from domain.model.identity import Identity
+from domain.model.memory import MemoryState, evolve_memory
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+NS = "acme/eng"
+REVIEWER = Identity(namespace="acme", actor="rev", role="admin")
+
+
+def memory(content: str, source: str = "conversation", minutes: int = 0, **slot: str) -> MemoryState:
+    event = MemoryWritten(
+        memory_id=uuid4(),
+        namespace=NS,
+        actor="bot",
+        type="fact",
+        scope="team",
+        content=content,
+        provenance=(Provenance(source=source, actor="bot"),),
+        valid_from=NOW - timedelta(hours=1),
+        status="active",
+        trust_tier="canonical",
+        classification=Classification(),
+        at=NOW - timedelta(minutes=60 - minutes),
+        **slot,  # type: ignore[arg-type]
+    )
+    return evolve_memory(None, event)
+
+
+def test_near_duplicates_join_transitively_and_only_current_ones() -> None:
+    a, b, c, d = (memory(t, minutes=i) for i, t in enumerate("abcd"))
+    retired = replace(d, status="retired", retired_at=NOW - timedelta(minutes=1))
+    clusters = find_clusters([a, b, c, retired], [(a.id, b.id), (b.id, c.id), (c.id, retired.id)], NOW)
+    assert clusters == [Cluster(kind="near_duplicate", members=tuple(sorted((a.id, b.id, c.id), key=str)))]
+
+
+def test_a_slot_with_two_versions_is_a_cluster_and_one_alone_is_not() -> None:
+    one = memory("x", subject="pager", attribute="rotation")
+    two = memory("y", minutes=1, subject="pager", attribute="rotation")
+    alone = memory("z", subject="pager", attribute="owner")
+    assert [c.kind for c in find_clusters([one, two, alone], [], NOW)] == ["slot_history"]
+
+
+def test_the_extractive_drafter_takes_the_highest_trust_then_the_newest() -> None:
+    old_doc = memory("a", source="document", minutes=0)
+    newer_chat = memory("b", minutes=5)
+    newest_doc = memory("c", source="document", minutes=9)
+    assert extractive_choice([old_doc, newer_chat]).id == old_doc.id
+    assert extractive_choice([old_doc, newer_chat, newest_doc]).id == newest_doc.id
+
+
+def test_a_cluster_is_drafted_once() -> None:
+    a, b = memory("a"), memory("b", minutes=1)
+    cluster = find_clusters([a, b], [(a.id, b.id)], NOW)
+    states = {a.id: a, b.id: b}
+    drafts = decide_drafts(NS, cluster, states, set(), 3, NOW)
+    assert [(d.canonical, d.token, d.proposal_id) for d in drafts] == [
+        (b.id, 3, proposal_stream(NS, cluster[0]))
+    ]
+    assert decide_drafts(NS, cluster, states, {drafts[0].proposal_id}, 4, NOW) == []
+
+
+def test_reviewers_edit_within_their_subtree_and_a_rejection_is_final() -> None:
+    a, b = memory("a"), memory("b", minutes=1)
+    drafted = decide_drafts(NS, find_clusters([a, b], [(a.id, b.id)], NOW), {a.id: a, b.id: b}, set(), 1, NOW)
+    state = evolve_proposal(None, drafted[0])
+    assert proposal_content(state, b) == "b"
+    assert proposal_content(state, replace(b, status="erased", content=None)) is None
+    with pytest.raises(NotFound):
+        decide_edit(Identity(namespace="beta", actor="x", role="admin"), state, "t", NOW)
+    with pytest.raises(Forbidden):
+        decide_edit(Identity(namespace="acme", actor="x", role="agent"), state, "t", NOW)
+    for bad in ("a\x00b", "\ud800", " ", "x" * 8_001):
+        with pytest.raises(InvalidRequest):
+            decide_edit(REVIEWER, state, bad, NOW)
+    edited = evolve_proposal(state, decide_edit(REVIEWER, state, "canonical", NOW))
+    assert proposal_content(edited, b) == "canonical"
+    rejected = evolve_proposal(edited, decide_reject(REVIEWER, edited, NOW))
+    assert rejected.status == "rejected"
+    with pytest.raises(InvalidState):
+        decide_reject(REVIEWER, rejected, NOW)
+    assert isinstance(rejected.id, UUID)
