@@ -136,6 +136,24 @@ ROUTES: dict[str, tuple[str, str]] = {
         "The memory that lost is written again and supersedes the winner; the ledger is not "
         "rewritten, and the reversal and its `reason` are audited.",
     ),
+    "admin.proposals.list": (
+        "List consolidation proposals",
+        "Canonical statements the consolidation pass drafted from clusters of memories "
+        "(near-duplicates, a slot's history), each with its sources, in the caller's subtree; "
+        "`status` is `pending_review` (default), `approved`, `rejected` or `all`.",
+    ),
+    "approve_proposal": (
+        "Approve a proposal",
+        "Publishes the proposal's text (as drafted or as edited) as an immutable L3 knowledge "
+        "version with `consolidation` provenance, which `fault` can answer from. Nothing is "
+        "published without this step.",
+    ),
+    "edit_proposal": (
+        "Edit a proposal",
+        "Replaces the text a later approval publishes (`content`); the proposal stays "
+        "`pending_review`.",
+    ),
+    "reject_proposal": ("Reject a proposal", "The proposal is closed for good; nothing is published."),
     "compliance.asof": (
         "What was believed at a time",
         "The memories as known at `as_of` (and true at `valid_at`, default `as_of`) in the subtree of "
