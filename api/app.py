@@ -10,8 +10,11 @@ from __future__ import annotations
 import anyio.to_thread
 from litestar import Litestar
 from litestar.datastructures import State
+from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.middleware import DefineMiddleware
+from litestar.template.config import TemplateConfig
 
+from api.console.pages import TEMPLATES, ConsoleController
 from api.errors import handle
 from api.gate import KeyAuthentication, audit_unaudited, gate
 from api.metrics import metrics_middleware
@@ -27,6 +30,8 @@ from api.state import MAX_BODY_BYTES, STATE_KEY, ApiState
 from domain.settings import Settings
 
 PUBLIC_PATHS = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema"]
+CONSOLE_PATHS = ["^/console"]
+"""The console authenticates by its session cookie, then calls the API with that key."""
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Litestar:
@@ -48,6 +53,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             ErasureController,
             AsOfController,
             OpsController,
+            ConsoleController,
             *HEALTH_ROUTES,
             docs_assets(),
         ],
@@ -56,13 +62,14 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         state=State({STATE_KEY: api}),
         middleware=[
             metrics_middleware,
-            DefineMiddleware(KeyAuthentication, exclude=PUBLIC_PATHS),
+            DefineMiddleware(KeyAuthentication, exclude=PUBLIC_PATHS + CONSOLE_PATHS),
         ],
         before_request=gate,
         exception_handlers={Exception: handle},
         after_exception=[audit_unaudited],
         request_max_body_size=MAX_BODY_BYTES,
         openapi_config=openapi_config(),
+        template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         debug=False,
     )
     document_errors(app)
