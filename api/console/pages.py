@@ -49,12 +49,12 @@ SECURITY_HEADERS = {
 }
 
 
-def page(name: str, key: str | None, status: int = 200, **context: Any) -> Template:
+def page(name: str, key: str | None, http_status: int = 200, **context: Any) -> Template:
     """A rendered page with the console's security headers; ``key`` is the session's."""
     context["csrf"] = csrf_token(key) if key else ""
     context["signed_in"] = key is not None
     context["queues"] = list(QUEUES.values())
-    return Template(template_name=name, context=context, status_code=status, headers=SECURITY_HEADERS)
+    return Template(template_name=name, context=context, status_code=http_status, headers=SECURITY_HEADERS)
 
 
 def filled(form: Any, names: tuple[str, ...]) -> dict[str, str]:

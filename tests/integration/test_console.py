@@ -3,6 +3,7 @@ on real data, and actions that take effect through the API's gate and are audite
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -285,14 +286,15 @@ def test_certificate_verification(api: Api) -> None:
     auditor = api.key("acme", "ann", "auditor")
     written = api.mem(member, "write", {"content": "erase me"}).json()
     api.settle()
-    forgot = api.mem(member, "forget", {"ids": [written["id"]], "reason": "request"})
+    admin = api.key("acme/eng", "boss", "admin")
+    forgot = api.mem(admin, "forget", {"ids": [written["id"]], "reason": "request"})
     assert forgot.status_code == 200, forgot.text
-    certificate = forgot.text
+    certificate = json.dumps(forgot.json()["certificate"])
     csrf = login(api, auditor)
     valid = api.client.post("/console/certificates", data={"csrf": csrf, "certificate": certificate})
     assert valid.status_code == 200, valid.text
     assert "Valid certificate" in valid.text
-    tampered = certificate.replace('"erased":1', '"erased":2')
+    tampered = certificate.replace('"reason": "request"', '"reason": "forged"')
     assert tampered != certificate
     refused = api.client.post("/console/certificates", data={"csrf": csrf, "certificate": tampered})
     assert "Invalid" in refused.text or refused.status_code == 400
