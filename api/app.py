@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import anyio.to_thread
 from litestar import Litestar
-from litestar.datastructures import State
 from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.datastructures import State
 from litestar.middleware import DefineMiddleware
 from litestar.template.config import TemplateConfig
 

@@ -14,7 +14,7 @@ from domain.model.text import escape_unprintable
 INTERNAL_BASE = "http://console.internal"
 
 
-class ApiRefused(Exception):  # noqa: N818 - the API's answer, shown as an error page
+class ApiRefused(Exception):
     """The API refused or failed the call: its status, code and detail (already escaped)."""
 
     def __init__(self, status: int, code: str, detail: str) -> None:
@@ -38,7 +38,8 @@ async def call_api(
     body unchanged (pasted JSON): the gate checks it like any client's."""
     content = raw if raw is not None else (msgspec.json.encode(body) if body is not None else None)
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
-    transport = httpx.ASGITransport(app=request.app)
+    app: Any = request.app  # an ASGI app; httpx types its callable more narrowly than Litestar
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url=INTERNAL_BASE, timeout=120) as client:
         answer = await client.request(method, path, content=content, headers=headers, params=params)
     try:

@@ -33,8 +33,17 @@ HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 CSS = (HERE / "console.css").read_bytes()
 HISTORY_COLUMNS = (
-    "id", "content", "status", "trust_tier", "recorded_at", "retired_at", "valid_from", "valid_to",
-    "superseded_by", "kind", "reason",
+    "id",
+    "content",
+    "status",
+    "trust_tier",
+    "recorded_at",
+    "retired_at",
+    "valid_from",
+    "valid_to",
+    "superseded_by",
+    "kind",
+    "reason",
 )
 AUDIT_FILTERS = ("since", "until", "actor", "op", "outcome", "cursor")
 SECURITY_HEADERS = {
@@ -88,13 +97,21 @@ def _api_refused(request: Req, error: Exception) -> Response[Any]:
         response.cookies.append(cleared_cookie())
         return response
     key = request.cookies.get("memwarden_console")
-    return page("error.html", key if key and parse_key(key) else None, error.status, code=error.code, detail=error.detail)
+    return page(
+        "error.html",
+        key if key and parse_key(key) else None,
+        error.status,
+        code=error.code,
+        detail=error.detail,
+    )
 
 
 def _http_error(_request: Req, error: Exception) -> Response[Any]:
     assert isinstance(error, HTTPException)
     status = error.status_code if 400 <= error.status_code < 500 else 400
-    return page("error.html", None, status, code="invalid_request", detail=escape_unprintable(str(error.detail)[:300]))
+    return page(
+        "error.html", None, status, code="invalid_request", detail=escape_unprintable(str(error.detail)[:300])
+    )
 
 
 class ConsoleController(Controller):
@@ -127,7 +144,11 @@ class ConsoleController(Controller):
         form = await request.form()
         presented = str(form.get("key") or "").strip()
         governance = api_state(request).governance
-        found = await anyio.to_thread.run_sync(governance.authenticate, presented) if parse_key(presented) else None
+        found = (
+            await anyio.to_thread.run_sync(governance.authenticate, presented)
+            if parse_key(presented)
+            else None
+        )
         if found is None:
             return page("login.html", None, 401, error="unknown, malformed or revoked API key")
         if found.identity.role not in CONSOLE_ROLES:
@@ -150,7 +171,9 @@ class ConsoleController(Controller):
         key = session_key(request)
         filters = filled(request.query_params, AUDIT_FILTERS)
         answer = await call_api(request, key, "GET", "/v1/compliance/audit", params=filters)
-        return page("audit.html", key, filters=filters, records=answer["records"], next_cursor=answer["next_cursor"])
+        return page(
+            "audit.html", key, filters=filters, records=answer["records"], next_cursor=answer["next_cursor"]
+        )
 
     # -- as of --------------------------------------------------------------------------------
 
@@ -174,7 +197,13 @@ class ConsoleController(Controller):
     async def memory(self, request: Req, memory_id: Any) -> Template:
         key = session_key(request)
         answer = await call_api(request, key, "POST", "/v1/mem/history", body={"id": str(memory_id)})
-        return page("history.html", key, memory_id=str(memory_id), versions=answer["versions"], columns=HISTORY_COLUMNS)
+        return page(
+            "history.html",
+            key,
+            memory_id=str(memory_id),
+            versions=answer["versions"],
+            columns=HISTORY_COLUMNS,
+        )
 
     # -- review queues -------------------------------------------------------------------------
 
@@ -220,7 +249,9 @@ class ConsoleController(Controller):
     @post("/keys/revoke")
     async def revoke_key(self, request: Req) -> Response[Any]:
         key, form = await posted(request)
-        await call_api(request, key, "POST", "/v1/admin/keys/revoke", body={"key_id": str(form.get("key_id") or "")})
+        await call_api(
+            request, key, "POST", "/v1/admin/keys/revoke", body={"key_id": str(form.get("key_id") or "")}
+        )
         return Redirect(path="/console/keys", status_code=303)
 
     @get("/policies")
@@ -253,7 +284,9 @@ class ConsoleController(Controller):
     @post("/projections/{name:str}/rebuild")
     async def rebuild(self, request: Req, name: str) -> Template:
         key, _form = await posted(request)
-        report = await call_api(request, key, "POST", f"/v1/ops/projections/{name}/rebuild", body={"verify": True})
+        report = await call_api(
+            request, key, "POST", f"/v1/ops/projections/{name}/rebuild", body={"verify": True}
+        )
         status = await call_api(request, key, "GET", "/v1/ops/projections")
         return page("projections.html", key, status=status, report=report)
 
@@ -284,6 +317,10 @@ class ConsoleController(Controller):
         key, form = await posted(request)
         pasted = str(form.get("certificate") or "")
         check = await call_api(
-            request, key, "POST", "/v1/compliance/certificates/verify", raw=pasted.encode("utf-8", "surrogatepass")
+            request,
+            key,
+            "POST",
+            "/v1/compliance/certificates/verify",
+            raw=pasted.encode("utf-8", "surrogatepass"),
         )
         return page("certificates.html", key, check=check, pasted=pasted)

@@ -19,11 +19,11 @@ CONSOLE_ROLES = frozenset({"auditor", "admin", "owner"})
 SESSION_SECONDS = 8 * 3600
 
 
-class NoSession(Exception):  # noqa: N818 - a condition, not a failure of the console
+class NoSession(Exception):
     """No valid session cookie: the caller is sent to the login page."""
 
 
-class CsrfRefused(Exception):  # noqa: N818
+class CsrfRefused(Exception):
     """A console POST without the session's CSRF token."""
 
 

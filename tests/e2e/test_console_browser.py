@@ -31,20 +31,39 @@ pytestmark = pytest.mark.skipif(shutil.which("chromedriver") is None, reason="ch
 
 def _cli(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-m", "api.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     return done.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture
 def served(database: ConnectionParams, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    env = {**os.environ, "DATABASE_URL": url_of(database), "MEMWARDEN_DATA_DIR": str(tmp_path / "home"), "MEMWARDEN_EMBEDDER": "hash"}
-    keys = {role: _cli(env, "keys", "create", ns, actor, role) for ns, actor, role in (
-        ("acme", "olga", "owner"), ("acme/eng", "mia", "member"), ("acme/eng", "bot", "agent"))}
+    env = {
+        **os.environ,
+        "DATABASE_URL": url_of(database),
+        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
+        "MEMWARDEN_EMBEDDER": "hash",
+    }
+    keys = {
+        role: _cli(env, "keys", "create", ns, actor, role)
+        for ns, actor, role in (
+            ("acme", "olga", "owner"),
+            ("acme/eng", "mia", "member"),
+            ("acme/eng", "bot", "agent"),
+        )
+    }
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+    )
     base = f"http://localhost:{port}"  # a Secure cookie is kept on http://localhost
 
     def ready() -> bool:
@@ -87,15 +106,31 @@ def _wait_for(driver: WebDriver, text: str) -> None:
 
 def _seed(base: str, keys: dict[str, str]) -> str:
     """A memory, a dispute and a request with markup in it; returns the dispute's id."""
+
     def mem(key: str, name: str, body: dict[str, object]) -> dict[str, object]:
-        answer = httpx.post(f"{base}/v1/mem/{name}", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        answer = httpx.post(
+            f"{base}/v1/mem/{name}", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
         assert answer.status_code == 200, answer.text
         result: dict[str, object] = answer.json()
         return result
 
-    mem(keys["member"], "write", {"content": "Dana lives in Oslo <b>bold?</b>", "subject": "dana", "attribute": "city",
-                                  "value": "Oslo", "provenance": {"source": "manual"}})
-    contra = mem(keys["agent"], "write", {"content": "Dana lives in Bergen", "subject": "dana", "attribute": "city", "value": "Bergen"})
+    mem(
+        keys["member"],
+        "write",
+        {
+            "content": "Dana lives in Oslo <b>bold?</b>",
+            "subject": "dana",
+            "attribute": "city",
+            "value": "Oslo",
+            "provenance": {"source": "manual"},
+        },
+    )
+    contra = mem(
+        keys["agent"],
+        "write",
+        {"content": "Dana lives in Bergen", "subject": "dana", "attribute": "city", "value": "Bergen"},
+    )
     assert contra["outcome"] == "disputed"
     return str(contra["dispute_id"])
 
@@ -113,13 +148,17 @@ def test_console_pages_in_headless_chromium(served: tuple[str, dict[str, str]], 
     WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/audit"))
     cookie = browser.get_cookie("memwarden_console")
     assert cookie is not None
-    assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict"
+    assert cookie["httpOnly"]
+    assert cookie["secure"]
+    assert cookie["sameSite"] == "Strict"
     assert browser.execute_script("return document.cookie") == ""  # invisible to scripts
     assert "<b>bold?</b>" not in browser.page_source or "&lt;b&gt;" in browser.page_source
     _shot(browser, "audit")
 
     browser.get(f"{base}/console/asof?as_of=2999-01-01&compare_as_of=2000-01-01")
-    assert "Dana lives in Oslo <b>bold?</b>" in browser.find_element(By.TAG_NAME, "main").text  # shown as text
+    assert (
+        "Dana lives in Oslo <b>bold?</b>" in browser.find_element(By.TAG_NAME, "main").text
+    )  # shown as text
     _shot(browser, "asof")
     browser.find_element(By.CSS_SELECTOR, "a[href^='/console/memory/']").click()
     assert "History of" in browser.page_source

@@ -93,7 +93,9 @@ def test_a_post_without_the_sessions_csrf_token_is_refused_and_changes_nothing(a
 def test_keys_page_creates_a_key_shown_once_and_revokes_through_the_audited_gate(api: Api) -> None:
     admin = api.key("acme", "boss", "admin")
     csrf = login(api, admin)
-    made = api.client.post("/console/keys", data={"target": "acme/eng", "actor": "newbot", "role": "agent", "csrf": csrf})
+    made = api.client.post(
+        "/console/keys", data={"target": "acme/eng", "actor": "newbot", "role": "agent", "csrf": csrf}
+    )
     shown = re.search(r'id="new-key">(mw_[^<]+)<', made.text)
     assert shown is not None
     new_key = shown.group(1)
@@ -101,15 +103,21 @@ def test_keys_page_creates_a_key_shown_once_and_revokes_through_the_audited_gate
     listing = api.client.get("/console/keys")
     assert "newbot" in listing.text
     assert new_key not in listing.text  # shown once
-    key_id = next(k["key_id"] for k in api.call(admin, "/v1/admin/keys", method="GET").json() if k["actor"] == "newbot")
-    revoked = api.client.post("/console/keys/revoke", data={"key_id": key_id, "csrf": csrf}, follow_redirects=False)
+    key_id = next(
+        k["key_id"] for k in api.call(admin, "/v1/admin/keys", method="GET").json() if k["actor"] == "newbot"
+    )
+    revoked = api.client.post(
+        "/console/keys/revoke", data={"key_id": key_id, "csrf": csrf}, follow_redirects=False
+    )
     assert revoked.status_code == 303
     assert api.mem(new_key, "stats").status_code == 401
     ops = ops_of(api, "boss")
     assert ("admin.keys.create", "ok") in ops
     assert ("admin.keys.revoke", "ok") in ops
     # a role above the caller's is refused by the API's own rule, shown as a page
-    above = api.client.post("/console/keys", data={"target": "acme", "actor": "x", "role": "owner", "csrf": csrf})
+    above = api.client.post(
+        "/console/keys", data={"target": "acme", "actor": "x", "role": "owner", "csrf": csrf}
+    )
     assert above.status_code == 403
     assert "Refused" in above.text
 
@@ -153,7 +161,9 @@ def test_audit_browser_follows_the_cursor(api: Api) -> None:
     for _ in range(3):
         api.mem(member, "stats")
     login(api, owner)
-    records = api.call(owner, "/v1/compliance/audit", method="GET", params={"op": "stats", "limit": "2"}).json()
+    records = api.call(
+        owner, "/v1/compliance/audit", method="GET", params={"op": "stats", "limit": "2"}
+    ).json()
     cursor = records["next_cursor"]
     assert cursor is not None
     page = api.client.get("/console/audit", params={"op": "stats", "cursor": cursor})
@@ -194,10 +204,18 @@ def _dispute(api: Api) -> tuple[str, dict[str, Any]]:
     api.mem(
         member,
         "write",
-        {"content": "Dana lives in Oslo", "subject": "dana", "attribute": "city", "value": "Oslo", "provenance": {"source": "manual"}},
+        {
+            "content": "Dana lives in Oslo",
+            "subject": "dana",
+            "attribute": "city",
+            "value": "Oslo",
+            "provenance": {"source": "manual"},
+        },
     )
     contra = api.mem(
-        agent, "write", {"content": "Dana lives in Bergen", "subject": "dana", "attribute": "city", "value": "Bergen"}
+        agent,
+        "write",
+        {"content": "Dana lives in Bergen", "subject": "dana", "attribute": "city", "value": "Bergen"},
     ).json()
     assert contra["outcome"] == "disputed"
     return agent, contra
@@ -214,7 +232,9 @@ def test_review_queue_decides_a_dispute_in_one_click(api: Api, decision: str) ->
     form = {"decision": decision, "csrf": csrf}
     if decision == "edit":
         form["content"] = "Dana lives in Trondheim"
-    done = api.client.post(f"/console/review/disputes/{contra['dispute_id']}", data=form, follow_redirects=False)
+    done = api.client.post(
+        f"/console/review/disputes/{contra['dispute_id']}", data=form, follow_redirects=False
+    )
     assert done.status_code == 303, done.text
     resolved = api.call(admin, "/v1/admin/disputes?status=resolved", method="GET").json()
     assert [(d["id"], d["decision"]) for d in resolved] == [(contra["dispute_id"], decision)]
@@ -228,7 +248,9 @@ def test_review_queue_refuses_bad_decisions_and_unknown_queues(api: Api) -> None
     csrf = login(api, admin)
     path = f"/console/review/disputes/{contra['dispute_id']}"
     assert api.client.post(path, data={"decision": "bogus", "csrf": csrf}).status_code == 400
-    assert api.client.post(path, data={"decision": "edit", "content": "a\x00b", "csrf": csrf}).status_code == 400
+    assert (
+        api.client.post(path, data={"decision": "edit", "content": "a\x00b", "csrf": csrf}).status_code == 400
+    )
     assert api.client.get("/console/review/nothing").status_code == 404
     assert api.call(admin, "/v1/admin/disputes", method="GET").json()[0]["status"] == "open"
 
@@ -244,7 +266,9 @@ def test_policies_view_and_edit(api: Api) -> None:
     assert saved.status_code == 200, saved.text
     assert api.call(admin, "/v1/admin/policies/acme/eng", method="GET").json()["rate_limit_per_minute"] == 77
     for bad in ('{"rate_limit_per_minute": ', '{"bogus": 1}', '{"directives": ["\\u0000"]}', "[" * 100):
-        refused = api.client.post("/console/policies", data={"namespace": "acme/eng", "policy": bad, "csrf": csrf})
+        refused = api.client.post(
+            "/console/policies", data={"namespace": "acme/eng", "policy": bad, "csrf": csrf}
+        )
         assert refused.status_code in {400, 409}, bad
     assert ("admin.policies.put", "ok") in ops_of(api, "boss")
 
@@ -275,7 +299,10 @@ def test_ledger_verify_checkpoint_and_verify_against_it(api: Api) -> None:
     against = api.client.post("/console/ledger/verify", data={"csrf": csrf, "checkpoint": checkpoint})
     assert "The chain holds" in against.text, against.text
     forged = checkpoint.replace('"signature": "', '"signature": "00')
-    assert api.client.post("/console/ledger/verify", data={"csrf": csrf, "checkpoint": forged}).status_code == 400
+    assert (
+        api.client.post("/console/ledger/verify", data={"csrf": csrf, "checkpoint": forged}).status_code
+        == 400
+    )
     ops = ops_of(api, "ann")
     assert ("compliance.ledger.verify", "ok") in ops
     assert ("compliance.ledger.checkpoint", "ok") in ops
@@ -298,4 +325,6 @@ def test_certificate_verification(api: Api) -> None:
     assert tampered != certificate
     refused = api.client.post("/console/certificates", data={"csrf": csrf, "certificate": tampered})
     assert "Invalid" in refused.text or refused.status_code == 400
-    assert api.client.post("/console/certificates", data={"csrf": csrf, "certificate": "{"}).status_code == 400
+    assert (
+        api.client.post("/console/certificates", data={"csrf": csrf, "certificate": "{"}).status_code == 400
+    )
