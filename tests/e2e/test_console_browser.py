@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 
 from domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
-from tests.processes import wait_until
+from tests.processes import serving
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -58,26 +57,8 @@ def served(database: ConnectionParams, tmp_path: Path) -> Iterator[tuple[str, di
             ("acme/eng", "bot", "agent"),
         )
     }
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
-    )
-    base = f"http://localhost:{port}"  # a Secure cookie is kept on http://localhost
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, 120)
+    with serving(env, host="localhost") as (_server, base):  # a Secure cookie is kept on localhost
         yield base, keys
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ import pytest
 
 from domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
-from tests.processes import alive, wait_until
+from tests.processes import alive, serving, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,27 +68,8 @@ def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str, 
         .stdout.strip()
         .splitlines()[-1]
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, 120)
+    with serving(env) as (server, base):
         yield server, base, key
-    finally:
-        if server.poll() is None:
-            server.terminate()
-            server.wait(timeout=30)
 
 
 def _write_then_read(base: str, key: str, text: str) -> None:
