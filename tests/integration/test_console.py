@@ -328,3 +328,18 @@ def test_certificate_verification(api: Api) -> None:
     assert (
         api.client.post("/console/certificates", data={"csrf": csrf, "certificate": "{"}).status_code == 400
     )
+
+
+def test_a_revoked_key_ends_the_session_at_its_next_page(api: Api) -> None:
+    owner = api.key("acme", "olga", "owner")
+    auditor = api.key("acme", "ann", "auditor")
+    login(api, auditor)
+    key_id = next(
+        k["key_id"] for k in api.call(owner, "/v1/admin/keys", method="GET").json() if k["actor"] == "ann"
+    )
+    assert api.call(owner, "/v1/admin/keys/revoke", {"key_id": key_id}).status_code == 200
+    page = api.client.get("/console/audit")
+    assert page.status_code == 401
+    assert "Sign in" in page.text
+    assert "max-age=0" in page.headers["set-cookie"].lower()
+    assert ("compliance.audit", "ok") not in [(r.op, r.outcome) for r in api.audit_records()][-3:]
