@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import anyio.to_thread
 from litestar import Controller, Request, Response, get, post
@@ -53,7 +54,7 @@ SECURITY_HEADERS = {
     ),
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # no-referrer would make browsers send Origin: null
     "cache-control": "no-store",
 }
 
@@ -71,10 +72,34 @@ def filled(form: Any, names: tuple[str, ...]) -> dict[str, str]:
     return {name: str(form.get(name)).strip() for name in names if str(form.get(name) or "").strip()}
 
 
+def check_origin(request: Req) -> None:
+    """A POST that a browser says comes from another site is refused (the login form has no
+    session token yet: this is what stops another site signing a browser in with its key)."""
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
+        raise CsrfRefused
+
+
+class BadForm(Exception):
+    """A form whose percent-encoded bytes are not UTF-8 (the decoder would replace them)."""
+
+
+async def read_form(request: Req) -> Any:
+    """The form, once its raw fields are known to be UTF-8 (a lone surrogate or a stray byte
+    is refused here, not turned into U+FFFD and passed on)."""
+    for field in (await request.body()).split(b"&"):
+        try:
+            unquote_to_bytes(field.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadForm from error
+    return await request.form()
+
+
 async def posted(request: Req) -> tuple[str, Any]:
-    """The session key and form of a console POST, after its CSRF check."""
+    """The session key and form of a console POST, after its origin and CSRF checks."""
+    check_origin(request)
     key = session_key(request)
-    form = await request.form()
+    form = await read_form(request)
     check_csrf(key, form.get("csrf"))
     return key, form
 
@@ -88,6 +113,10 @@ def _to_login(_request: Req, _error: Exception) -> Response[Any]:
 
 def _csrf_refused(_request: Req, _error: Exception) -> Response[Any]:
     return page("error.html", None, 403, code="csrf", detail="the form's CSRF token is missing or wrong")
+
+
+def _bad_form(_request: Req, _error: Exception) -> Response[Any]:
+    return page("error.html", None, 400, code="invalid_request", detail="the form is not valid UTF-8")
 
 
 def _api_refused(request: Req, error: Exception) -> Response[Any]:
@@ -120,6 +149,7 @@ class ConsoleController(Controller):
     exception_handlers = {  # noqa: RUF012 - Litestar's class attribute
         NoSession: _to_login,
         CsrfRefused: _csrf_refused,
+        BadForm: _bad_form,
         ApiRefused: _api_refused,
         HTTPException: _http_error,
     }
@@ -141,7 +171,8 @@ class ConsoleController(Controller):
 
     @post("/login")
     async def login(self, request: Req) -> Response[Any]:
-        form = await request.form()
+        check_origin(request)
+        form = await read_form(request)
         presented = str(form.get("key") or "").strip()
         governance = api_state(request).governance
         found = (

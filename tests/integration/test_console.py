@@ -343,3 +343,30 @@ def test_a_revoked_key_ends_the_session_at_its_next_page(api: Api) -> None:
     assert "Sign in" in page.text
     assert "max-age=0" in page.headers["set-cookie"].lower()
     assert ("compliance.audit", "ok") not in [(r.op, r.outcome) for r in api.audit_records()][-3:]
+
+
+def test_a_cross_site_post_is_refused_even_at_login(api: Api) -> None:
+    admin = api.key("acme", "boss", "admin")
+    evil = {"origin": "https://evil.example"}
+    refused = api.client.post("/console/login", data={"key": admin}, headers=evil, follow_redirects=False)
+    assert refused.status_code == 403
+    assert "set-cookie" not in refused.headers
+    csrf = login(api, admin)
+    made = api.client.post(
+        "/console/keys", data={"target": "acme", "actor": "x", "role": "agent", "csrf": csrf}, headers=evil
+    )
+    assert made.status_code == 403
+    same = {"origin": BASE}
+    assert api.client.post("/console/ledger/checkpoint", data={"csrf": csrf}, headers=same).status_code == 200
+
+
+def test_poison_form_bytes_get_an_error_page_never_a_500(api: Api) -> None:
+    admin = api.key("acme", "boss", "admin")
+    csrf = login(api, admin)
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    for actor in ("a%00b", "%ED%A0%80", "%FF%FE"):
+        body = f"csrf={csrf}&target=acme/eng&role=agent&actor={actor}"
+        answer = api.client.post("/console/keys", content=body.encode(), headers=form)
+        assert 400 <= answer.status_code < 500, (actor, answer.status_code)
+        assert "Refused" in answer.text
+    assert [k["actor"] for k in api.call(admin, "/v1/admin/keys", method="GET").json()] == ["boss"]
