@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import anyio.to_thread
 from litestar import Litestar
+from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.datastructures import State
 from litestar.middleware import DefineMiddleware
+from litestar.template.config import TemplateConfig
 
+from api.console.pages import TEMPLATES, ConsoleController
 from api.errors import handle
 from api.gate import KeyAuthentication, audit_unaudited, gate
 from api.mcp.http import McpEndpoint
@@ -29,6 +32,8 @@ from api.state import MAX_BODY_BYTES, STATE_KEY, ApiState
 from domain.settings import Settings
 
 PUBLIC_PATHS = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema"]
+CONSOLE_PATHS = ["^/console"]
+"""The console authenticates by its session cookie, then calls the API with that key."""
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Litestar:
@@ -51,6 +56,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             ErasureController,
             AsOfController,
             OpsController,
+            ConsoleController,
             *HEALTH_ROUTES,
             docs_assets(),
             mcp.handler(),
@@ -61,13 +67,14 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         state=State({STATE_KEY: api}),
         middleware=[
             metrics_middleware,
-            DefineMiddleware(KeyAuthentication, exclude=PUBLIC_PATHS),
+            DefineMiddleware(KeyAuthentication, exclude=PUBLIC_PATHS + CONSOLE_PATHS),
         ],
         before_request=gate,
         exception_handlers={Exception: handle},
         after_exception=[audit_unaudited],
         request_max_body_size=MAX_BODY_BYTES,
         openapi_config=openapi_config(),
+        template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         debug=False,
     )
     mcp.bind(app)

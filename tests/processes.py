@@ -6,7 +6,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -60,3 +61,21 @@ def ready(base: str) -> bool:
         return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@contextmanager
+def serving(env: dict[str, str], host: str = "127.0.0.1") -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A real ``memwarden serve`` on a free loopback port, ready; its base URL names ``host``
+    (``localhost`` for a browser that keeps Secure cookies there). Stopped on the way out."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+    )
+    base = f"http://{host}:{port}"
+    try:
+        wait_until(lambda: ready(base), 120)
+        yield server, base
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=30)

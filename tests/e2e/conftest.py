@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from domain.ledger.database import ConnectionParams
 from domain.settings import Settings
 from tests.conftest import url_of
 from tests.e2e.api_helpers import Api
-from tests.processes import REPO_ROOT, cli_key, free_port, ready, wait_until
+from tests.processes import cli_key, serving
 
 
 @pytest.fixture
@@ -41,15 +40,5 @@ def env(database: ConnectionParams, tmp_path: Path) -> dict[str, str]:
 def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
     """A real `memwarden serve` on a free loopback port, and an agent key of acme/eng."""
     key = cli_key(env, "acme/eng", "bot", "agent")
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: ready(base), 120)
+    with serving(env) as (server, base):
         yield server, base, key
-    finally:
-        if server.poll() is None:
-            server.terminate()
-            server.wait(timeout=30)

@@ -1,0 +1,357 @@
+"""The console's routes. Thin: each reads the session, calls the API in process
+(api/console/bridge.py) and renders the answer; the API's gate decides and audits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_to_bytes, urlsplit
+
+import anyio.to_thread
+from litestar import Controller, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.response import Redirect, Template
+
+from api.console.bridge import ApiRefused, call_api
+from api.console.diff import diff_memories
+from api.console.queues import QUEUES
+from api.console.session import (
+    CONSOLE_ROLES,
+    CsrfRefused,
+    NoSession,
+    check_csrf,
+    cleared_cookie,
+    csrf_token,
+    session_cookie,
+    session_key,
+)
+from api.gate import api_state
+from domain.model.keys import parse_key
+from domain.model.text import escape_unprintable
+
+Req = Request[Any, Any, Any]
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"
+CSS = (HERE / "console.css").read_bytes()
+HISTORY_COLUMNS = (
+    "id",
+    "content",
+    "status",
+    "trust_tier",
+    "recorded_at",
+    "retired_at",
+    "valid_from",
+    "valid_to",
+    "superseded_by",
+    "kind",
+    "reason",
+)
+AUDIT_FILTERS = ("since", "until", "actor", "op", "outcome", "cursor")
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",  # no-referrer would make browsers send Origin: null
+    "cache-control": "no-store",
+}
+
+
+def page(name: str, key: str | None, http_status: int = 200, **context: Any) -> Template:
+    """A rendered page with the console's security headers; ``key`` is the session's."""
+    context["csrf"] = csrf_token(key) if key else ""
+    context["signed_in"] = key is not None
+    context["queues"] = list(QUEUES.values())
+    return Template(template_name=name, context=context, status_code=http_status, headers=SECURITY_HEADERS)
+
+
+def filled(form: Any, names: tuple[str, ...]) -> dict[str, str]:
+    """The named form (or query) fields that are not blank."""
+    return {name: str(form.get(name)).strip() for name in names if str(form.get(name) or "").strip()}
+
+
+def check_origin(request: Req) -> None:
+    """A POST that a browser says comes from another site is refused (the login form has no
+    session token yet: this is what stops another site signing a browser in with its key)."""
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
+        raise CsrfRefused
+
+
+class BadForm(Exception):
+    """A form whose percent-encoded bytes are not UTF-8 (the decoder would replace them)."""
+
+
+async def read_form(request: Req) -> Any:
+    """The form, once its raw fields are known to be UTF-8 (a lone surrogate or a stray byte
+    is refused here, not turned into U+FFFD and passed on)."""
+    for field in (await request.body()).split(b"&"):
+        try:
+            unquote_to_bytes(field.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadForm from error
+    return await request.form()
+
+
+async def posted(request: Req) -> tuple[str, Any]:
+    """The session key and form of a console POST, after its origin and CSRF checks."""
+    check_origin(request)
+    key = session_key(request)
+    form = await read_form(request)
+    check_csrf(key, form.get("csrf"))
+    return key, form
+
+
+# -- failures, as pages ---------------------------------------------------------------------
+
+
+def _to_login(_request: Req, _error: Exception) -> Response[Any]:
+    return Redirect(path="/console/login", status_code=303)
+
+
+def _csrf_refused(_request: Req, _error: Exception) -> Response[Any]:
+    return page("error.html", None, 403, code="csrf", detail="the form's CSRF token is missing or wrong")
+
+
+def _bad_form(_request: Req, _error: Exception) -> Response[Any]:
+    return page("error.html", None, 400, code="invalid_request", detail="the form is not valid UTF-8")
+
+
+def _api_refused(request: Req, error: Exception) -> Response[Any]:
+    assert isinstance(error, ApiRefused)
+    if error.status == 401:
+        response = page("login.html", None, 401, error=f"{error.code}: {error.detail}")
+        response.cookies.append(cleared_cookie())
+        return response
+    key = request.cookies.get("memwarden_console")
+    return page(
+        "error.html",
+        key if key and parse_key(key) else None,
+        error.status,
+        code=error.code,
+        detail=error.detail,
+    )
+
+
+def _http_error(_request: Req, error: Exception) -> Response[Any]:
+    assert isinstance(error, HTTPException)
+    status = error.status_code if 400 <= error.status_code < 500 else 400
+    return page(
+        "error.html", None, status, code="invalid_request", detail=escape_unprintable(str(error.detail)[:300])
+    )
+
+
+class ConsoleController(Controller):
+    path = "/console"
+    include_in_schema = False
+    exception_handlers = {  # noqa: RUF012 - Litestar's class attribute
+        NoSession: _to_login,
+        CsrfRefused: _csrf_refused,
+        BadForm: _bad_form,
+        ApiRefused: _api_refused,
+        HTTPException: _http_error,
+    }
+
+    @get("/console.css", media_type="text/css")
+    async def css(self) -> Response[bytes]:
+        return Response(CSS, media_type="text/css", headers={"cache-control": "max-age=300"})
+
+    # -- session ---------------------------------------------------------------------------
+
+    @get("/")
+    async def home(self, request: Req) -> Response[Any]:
+        session_key(request)
+        return Redirect(path="/console/audit", status_code=303)
+
+    @get("/login")
+    async def login_page(self) -> Template:
+        return page("login.html", None)
+
+    @post("/login")
+    async def login(self, request: Req) -> Response[Any]:
+        check_origin(request)
+        form = await read_form(request)
+        presented = str(form.get("key") or "").strip()
+        governance = api_state(request).governance
+        found = (
+            await anyio.to_thread.run_sync(governance.authenticate, presented)
+            if parse_key(presented)
+            else None
+        )
+        if found is None:
+            return page("login.html", None, 401, error="unknown, malformed or revoked API key")
+        if found.identity.role not in CONSOLE_ROLES:
+            return page("login.html", None, 403, error=f"role {found.identity.role} may not use the console")
+        response = Redirect(path="/console/audit", status_code=303)
+        response.cookies.append(session_cookie(presented))
+        return response
+
+    @post("/logout")
+    async def logout(self, request: Req) -> Response[Any]:
+        await posted(request)
+        response = Redirect(path="/console/login", status_code=303)
+        response.cookies.append(cleared_cookie())
+        return response
+
+    # -- audit -------------------------------------------------------------------------------
+
+    @get("/audit")
+    async def audit(self, request: Req) -> Template:
+        key = session_key(request)
+        filters = filled(request.query_params, AUDIT_FILTERS)
+        answer = await call_api(request, key, "GET", "/v1/compliance/audit", params=filters)
+        return page(
+            "audit.html", key, filters=filters, records=answer["records"], next_cursor=answer["next_cursor"]
+        )
+
+    # -- as of --------------------------------------------------------------------------------
+
+    @get("/asof")
+    async def asof(self, request: Req) -> Template:
+        key = session_key(request)
+        asked = filled(request.query_params, ("as_of", "valid_at", "target", "query", "compare_as_of"))
+        if "as_of" not in asked:
+            return page("asof.html", key, asked=asked, answer=None, changes=None)
+        body = {name: asked[name] for name in ("as_of", "valid_at", "target", "query") if name in asked}
+        answer = await call_api(request, key, "POST", "/v1/compliance/asof", body=body)
+        changes = None
+        if "compare_as_of" in asked:
+            other = await call_api(
+                request, key, "POST", "/v1/compliance/asof", body={**body, "as_of": asked["compare_as_of"]}
+            )
+            changes = diff_memories(answer["memories"], other["memories"])
+        return page("asof.html", key, asked=asked, answer=answer, changes=changes)
+
+    @get("/memory/{memory_id:uuid}")
+    async def memory(self, request: Req, memory_id: Any) -> Template:
+        key = session_key(request)
+        answer = await call_api(request, key, "POST", "/v1/mem/history", body={"id": str(memory_id)})
+        return page(
+            "history.html",
+            key,
+            memory_id=str(memory_id),
+            versions=answer["versions"],
+            columns=HISTORY_COLUMNS,
+        )
+
+    # -- review queues -------------------------------------------------------------------------
+
+    @get("/review/{queue:str}")
+    async def review(self, request: Req, queue: str) -> Template:
+        key = session_key(request)
+        found = QUEUES.get(queue)
+        if found is None:
+            raise ApiRefused(404, "not_found", "no such review queue")
+        status = str(request.query_params.get("status") or "open")
+        items = await call_api(request, key, "GET", found.list_path, params={"status": status})
+        return page("review.html", key, queue=found, items=items, status=status)
+
+    @post("/review/{queue:str}/{item_id:uuid}")
+    async def decide(self, request: Req, queue: str, item_id: Any) -> Response[Any]:
+        key, form = await posted(request)
+        found = QUEUES.get(queue)
+        if found is None:
+            raise ApiRefused(404, "not_found", "no such review queue")
+        decision = str(form.get("decision") or "")
+        body: dict[str, Any] = {"decision": decision}
+        if decision in found.with_content:
+            body["content"] = str(form.get("content") or "")
+        await call_api(request, key, "POST", found.decide_path.format(id=item_id), body=body)
+        return Redirect(path=f"/console/review/{found.name}", status_code=303)
+
+    # -- keys and policies ---------------------------------------------------------------------
+
+    @get("/keys")
+    async def keys(self, request: Req) -> Template:
+        key = session_key(request)
+        listed = await call_api(request, key, "GET", "/v1/admin/keys")
+        return page("keys.html", key, keys=listed, issued=None)
+
+    @post("/keys")
+    async def create_key(self, request: Req) -> Template:
+        key, form = await posted(request)
+        body = {name: str(form.get(name) or "") for name in ("target", "actor", "role")}
+        issued = await call_api(request, key, "POST", "/v1/admin/keys", body=body)
+        listed = await call_api(request, key, "GET", "/v1/admin/keys")
+        return page("keys.html", key, keys=listed, issued=issued)
+
+    @post("/keys/revoke")
+    async def revoke_key(self, request: Req) -> Response[Any]:
+        key, form = await posted(request)
+        await call_api(
+            request, key, "POST", "/v1/admin/keys/revoke", body={"key_id": str(form.get("key_id") or "")}
+        )
+        return Redirect(path="/console/keys", status_code=303)
+
+    @get("/policies")
+    async def policies(self, request: Req) -> Template:
+        key = session_key(request)
+        namespace = str(request.query_params.get("namespace") or "").strip().lstrip("/")
+        policy = None
+        if namespace:
+            policy = await call_api(request, key, "GET", f"/v1/admin/policies/{namespace}")
+        return page("policies.html", key, namespace=namespace, policy=policy)
+
+    @post("/policies")
+    async def put_policy(self, request: Req) -> Template:
+        key, form = await posted(request)
+        namespace = str(form.get("namespace") or "").strip().lstrip("/")
+        if not namespace:
+            raise ApiRefused(400, "invalid_request", "a namespace is required")
+        raw = str(form.get("policy") or "").encode("utf-8", "surrogatepass")
+        policy = await call_api(request, key, "PUT", f"/v1/admin/policies/{namespace}", raw=raw)
+        return page("policies.html", key, namespace=namespace, policy=policy, saved=True)
+
+    # -- operations ----------------------------------------------------------------------------
+
+    @get("/projections")
+    async def projections(self, request: Req) -> Template:
+        key = session_key(request)
+        status = await call_api(request, key, "GET", "/v1/ops/projections")
+        return page("projections.html", key, status=status, report=None)
+
+    @post("/projections/{name:str}/rebuild")
+    async def rebuild(self, request: Req, name: str) -> Template:
+        key, _form = await posted(request)
+        report = await call_api(
+            request, key, "POST", f"/v1/ops/projections/{name}/rebuild", body={"verify": True}
+        )
+        status = await call_api(request, key, "GET", "/v1/ops/projections")
+        return page("projections.html", key, status=status, report=report)
+
+    @get("/ledger")
+    async def ledger(self, request: Req) -> Template:
+        return page("ledger.html", session_key(request), verified=None, checkpoint=None)
+
+    @post("/ledger/verify")
+    async def verify_ledger(self, request: Req) -> Template:
+        key, form = await posted(request)
+        pasted = str(form.get("checkpoint") or "").strip()
+        raw = f'{{"checkpoint": {pasted}}}'.encode("utf-8", "surrogatepass") if pasted else b"{}"
+        verified = await call_api(request, key, "POST", "/v1/compliance/ledger/verify", raw=raw)
+        return page("ledger.html", key, verified=verified, checkpoint=None)
+
+    @post("/ledger/checkpoint")
+    async def checkpoint(self, request: Req) -> Template:
+        key, _form = await posted(request)
+        made = await call_api(request, key, "POST", "/v1/compliance/ledger/checkpoint")
+        return page("ledger.html", key, verified=None, checkpoint=made)
+
+    @get("/certificates")
+    async def certificates(self, request: Req) -> Template:
+        return page("certificates.html", session_key(request), check=None, pasted="")
+
+    @post("/certificates")
+    async def verify_certificate(self, request: Req) -> Template:
+        key, form = await posted(request)
+        pasted = str(form.get("certificate") or "")
+        check = await call_api(
+            request,
+            key,
+            "POST",
+            "/v1/compliance/certificates/verify",
+            raw=pasted.encode("utf-8", "surrogatepass"),
+        )
+        return page("certificates.html", key, check=check, pasted=pasted)

@@ -1,0 +1,180 @@
+"""The console in headless Chromium (Debian's chromium and chromium-driver, driven by
+Selenium) against a real ``memwarden serve`` process; a screenshot of each page goes to
+``.ci/artifacts/console/``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from domain.ledger.database import ConnectionParams
+from tests.conftest import url_of
+from tests.processes import serving
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHOTS = REPO_ROOT / ".ci" / "artifacts" / "console"
+pytestmark = pytest.mark.skipif(shutil.which("chromedriver") is None, reason="chromium-driver not installed")
+
+
+def _cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def served(database: ConnectionParams, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": url_of(database),
+        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
+        "MEMWARDEN_EMBEDDER": "hash",
+    }
+    keys = {
+        role: _cli(env, "keys", "create", ns, actor, role)
+        for ns, actor, role in (
+            ("acme", "olga", "owner"),
+            ("acme/eng", "mia", "member"),
+            ("acme/eng", "bot", "agent"),
+        )
+    }
+    with serving(env, host="localhost") as (_server, base):  # a Secure cookie is kept on localhost
+        yield base, keys
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,900"):
+        options.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.implicitly_wait(20)  # find_element waits for the page a click led to
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _shot(driver: WebDriver, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def _wait_for(driver: WebDriver, text: str) -> None:
+    WebDriverWait(driver, 30).until(lambda d: text in d.page_source)
+
+
+def _seed(base: str, keys: dict[str, str]) -> str:
+    """A memory, a dispute and a request with markup in it; returns the dispute's id."""
+
+    def mem(key: str, name: str, body: dict[str, object]) -> dict[str, object]:
+        answer = httpx.post(
+            f"{base}/v1/mem/{name}", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+        result: dict[str, object] = answer.json()
+        return result
+
+    mem(
+        keys["member"],
+        "write",
+        {
+            "content": "Dana lives in Oslo <b>bold?</b>",
+            "subject": "dana",
+            "attribute": "city",
+            "value": "Oslo",
+            "provenance": {"source": "manual"},
+        },
+    )
+    contra = mem(
+        keys["agent"],
+        "write",
+        {"content": "Dana lives in Bergen", "subject": "dana", "attribute": "city", "value": "Bergen"},
+    )
+    assert contra["outcome"] == "disputed"
+    return str(contra["dispute_id"])
+
+
+def test_console_pages_in_headless_chromium(served: tuple[str, dict[str, str]], browser: WebDriver) -> None:
+    base, keys = served
+    dispute = _seed(base, keys)
+    browser.get(f"{base}/console/login")
+    _shot(browser, "login")
+    browser.find_element(By.NAME, "key").send_keys(keys["agent"])
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    _wait_for(browser, "may not use the console")
+    browser.find_element(By.NAME, "key").send_keys(keys["owner"])
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/audit"))
+    cookie = browser.get_cookie("memwarden_console")
+    assert cookie is not None
+    assert cookie["httpOnly"]
+    assert cookie["secure"]
+    assert cookie["sameSite"] == "Strict"
+    assert browser.execute_script("return document.cookie") == ""  # invisible to scripts
+    assert "<b>bold?</b>" not in browser.page_source or "&lt;b&gt;" in browser.page_source
+    _shot(browser, "audit")
+
+    browser.get(f"{base}/console/asof?as_of=2999-01-01&compare_as_of=2000-01-01")
+    assert (
+        "Dana lives in Oslo <b>bold?</b>" in browser.find_element(By.TAG_NAME, "main").text
+    )  # shown as text
+    _shot(browser, "asof")
+    browser.find_element(By.CSS_SELECTOR, "a[href^='/console/memory/']").click()
+    assert "History of" in browser.page_source
+    _shot(browser, "history")
+
+    browser.get(f"{base}/console/review/disputes")
+    assert dispute in browser.page_source
+    _shot(browser, "review")
+    browser.find_element(By.XPATH, "//button[text()='keep_old']").click()
+    _wait_for(browser, "Nothing to review")
+
+    browser.get(f"{base}/console/keys")
+    browser.find_element(By.NAME, "target").send_keys("acme/eng")
+    browser.find_element(By.NAME, "actor").send_keys("helper")
+    browser.find_element(By.XPATH, "//button[text()='Issue']").click()
+    assert browser.find_element(By.ID, "new-key").text.startswith("mw_")
+    _shot(browser, "keys")
+
+    browser.get(f"{base}/console/policies?namespace=acme/eng")
+    _shot(browser, "policies")
+    browser.get(f"{base}/console/projections")
+    _shot(browser, "projections")
+    browser.get(f"{base}/console/ledger")
+    browser.find_element(By.XPATH, "//button[text()='Verify']").click()
+    assert "The chain holds" in browser.find_element(By.ID, "verdict").text
+    _shot(browser, "ledger")
+    browser.get(f"{base}/console/certificates")
+    browser.find_element(By.NAME, "certificate").send_keys('{"id": "x"}')
+    browser.find_element(By.XPATH, "//button[text()='Verify']").click()
+    _wait_for(browser, "Refused")
+    _shot(browser, "certificates")
+
+    browser.get(f"{base}/console/audit?since=not-a-date")
+    assert "Refused" in browser.page_source
+    _shot(browser, "error")
+    browser.find_element(By.XPATH, "//button[text()='Log out']").click()
+    WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/login"))
+    assert browser.get_cookie("memwarden_console") is None
