@@ -37,7 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def cli_key(env: dict[str, str], namespace: str, actor: str, role: str) -> str:
     """A key made by ``memwarden keys create`` (the key is alone on its last line)."""
     created = subprocess.run(
-        [sys.executable, "-m", "api.cli", "keys", "create", namespace, actor, role],
+        [sys.executable, "-m", "api.cli.main", "keys", "create", namespace, actor, role],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -69,7 +69,7 @@ def serving(env: dict[str, str], host: str = "127.0.0.1") -> Iterator[tuple[subp
     (``localhost`` for a browser that keeps Secure cookies there). Stopped on the way out."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+        [sys.executable, "-m", "api.cli.main", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
     )
     base = f"http://{host}:{port}"
     try:

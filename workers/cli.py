@@ -11,7 +11,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.settings import Settings
 from workers.actors import redis_reachable
 from workers.main import InProcessAutopilot, run_worker

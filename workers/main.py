@@ -9,7 +9,7 @@ from uuid import UUID
 
 import dramatiq
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.services.autopilot import PassResult
 from domain.settings import Settings
 from workers.actors import AUTOPILOT_QUEUE, declare_autopilot, holder_id, redis_broker

@@ -25,7 +25,7 @@ from api.console.session import (
     session_cookie,
     session_key,
 )
-from api.gate import api_state
+from api.http.gate import api_state
 from domain.model.keys import parse_key
 from domain.model.text import escape_unprintable
 

@@ -27,7 +27,7 @@ def cmd_mcp(_args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """``memwarden mcp``; called by api/cli.py."""
+    """``memwarden mcp``; called by api/cli/main.py."""
     parser = sub.add_parser(
         "mcp",
         help=f"MCP over stdio: key from ${KEY_VARIABLE}, server ${URL_VARIABLE} or the local database",

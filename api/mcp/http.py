@@ -18,9 +18,9 @@ from litestar.types import Receive, Scope, Send
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from api.http.state import MAX_BODY_BYTES
 from api.mcp.server import build_server
 from api.mcp.syscalls import AppSyscalls
-from api.state import MAX_BODY_BYTES
 
 MCP_PATH = "/mcp"
 logging.getLogger("mcp").setLevel(logging.WARNING)

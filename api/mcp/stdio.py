@@ -34,7 +34,7 @@ async def serve_stdio(key: str, url: str | None) -> None:
         finally:
             await remote.close()
         return
-    from api.app import create_app  # noqa: PLC0415 - the local app only when no URL is given
+    from api.http.app import create_app  # noqa: PLC0415 - the local app only when no URL is given
 
     app = create_app(Settings.from_env())
     async with app.lifespan():

@@ -1,4 +1,4 @@
-"""Domain errors. Each names the API error code it maps to (see api/errors.py)."""
+"""Domain errors. Each names the API error code it maps to (see api/http/errors.py)."""
 
 from __future__ import annotations
 

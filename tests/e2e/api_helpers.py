@@ -6,7 +6,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.events import AuditRecorded
 from domain.model.identity import Identity
 from domain.model.keys import IssueKey

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.runtime import Runtime
+from api.http.app import create_app
+from bootstrap.runtime import Runtime
 from domain.ledger.database import ConnectionParams
 from domain.settings import Settings
 from tests.conftest import url_of

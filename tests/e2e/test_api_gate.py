@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from api.app import create_app
-from api.runtime import Runtime
+from api.http.app import create_app
+from bootstrap.runtime import Runtime
 from domain.settings import Settings
 from tests.e2e.api_helpers import Api
 

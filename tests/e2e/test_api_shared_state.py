@@ -11,8 +11,8 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.runtime import Runtime
+from api.http.app import create_app
+from bootstrap.runtime import Runtime
 from domain.model.identity import Identity
 from domain.model.policies import PolicyBody
 from domain.settings import Settings

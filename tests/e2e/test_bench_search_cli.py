@@ -27,7 +27,7 @@ def bench_env(pg_server: ConnectionParams, tmp_path: Path) -> dict[str, str]:
 
 def run_cli(env: dict[str, str], *args: str) -> Any:
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "bench", *args, "--json"],
+        [sys.executable, "-m", "api.cli.main", "bench", *args, "--json"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -10,9 +10,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from api.cli import main
-from api.demo import run_demo
-from api.runtime import Runtime
+from api.cli.demo import run_demo
+from api.cli.main import main
+from bootstrap.runtime import Runtime
 from domain.ledger.database import ConnectionParams
 from domain.settings import Settings
 from tests.conftest import url_of

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(shutil.which("chromedriver") is None, reason="ch
 
 def _cli(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "api.cli.main", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

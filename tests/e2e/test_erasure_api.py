@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from api.cli import main
-from api.runtime import Runtime
+from api.cli.main import main
+from bootstrap.runtime import Runtime
 from domain.model.events import AuditRecorded
 from domain.settings import Settings
 from tests.e2e.api_helpers import Api

@@ -18,9 +18,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.cli import main
-from api.metrics import Gauge, Metrics
-from api.routes import health
+from api.cli.main import main
+from api.http.metrics import Gauge, Metrics
+from api.http.routes import health
 from domain.ledger.database import ConnectionParams
 from domain.model.namespaces import is_within
 from domain.model.scopes import Subtree
@@ -204,7 +204,7 @@ def test_serve_prints_one_listening_line_once_it_accepts_connections(
         "MEMWARDEN_EMBEDDER": "hash",
     }
     server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "api.cli.main", "serve", "--port", str(port)],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from api.cli import main
-from api.runtime import Runtime
+from api.cli.main import main
+from bootstrap.runtime import Runtime
 from domain.model.events import AuditRecorded, KnowledgePublished
 from domain.model.knowledge import knowledge_stream
 from domain.settings import Settings

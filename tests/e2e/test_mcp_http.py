@@ -11,8 +11,8 @@ import httpx
 import pytest
 from mcp import Client
 
-from api.gate import IDENTITY_FIELDS
-from api.runtime import Runtime
+from api.http.gate import IDENTITY_FIELDS
+from bootstrap.runtime import Runtime
 from domain.model.identity import Identity
 from domain.model.policies import PolicyBody
 from domain.settings import Settings

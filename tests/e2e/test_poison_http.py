@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from api.cli import main
-from api.runtime import Runtime
+from api.cli.main import main
+from bootstrap.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.errors import InvalidRequest
 from domain.model.events import AuditRecorded, KeyIssued, MemoryWritten

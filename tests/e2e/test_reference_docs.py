@@ -3,8 +3,8 @@ documented route has a summary, a description and its roles."""
 
 from __future__ import annotations
 
-from api.app import create_app
-from api.reference import REFERENCE, main, render
+from api.http.app import create_app
+from api.http.reference import REFERENCE, main, render
 
 
 def test_every_route_is_described_with_its_roles() -> None:
@@ -27,7 +27,7 @@ def test_every_route_is_described_with_its_roles() -> None:
 
 def test_the_generated_reference_is_up_to_date() -> None:
     text = render()
-    assert REFERENCE.read_text(encoding="utf-8") == text, "run: python -m api.reference"
+    assert REFERENCE.read_text(encoding="utf-8") == text, "run: python -m api.http.reference"
     assert main(["--check"]) == 0
     for route in ("POST /v1/mem/write", "GET /v1/compliance/audit", "PUT /v1/admin/policies/{namespace}"):
         assert f"`{route}`" in text

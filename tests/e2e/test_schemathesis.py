@@ -33,7 +33,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from api.state import STATE_KEY
+from api.http.state import STATE_KEY
 from domain.model.identity import Identity
 from domain.model.policies import MAX_RATE_LIMIT_PER_MINUTE, PolicyBody
 from tests.e2e.api_helpers import Api

@@ -27,7 +27,7 @@ def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_p
     admin = cli_key(env, "acme", "boss", "admin")
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+        [sys.executable, "-m", "api.cli.main", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
     )
     base = f"http://127.0.0.1:{port}"
 

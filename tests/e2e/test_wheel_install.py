@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from api.demo import demo_settings
+from api.cli.demo import demo_settings
 from domain.embedding.minilm import TOKENIZER_SHA256
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from uuid import UUID
 
 import pytest
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.events import ConflictsJudged
 from domain.model.identity import Identity
@@ -46,7 +46,7 @@ def start_worker(settings: Settings) -> subprocess.Popen[str]:
         "PYTHONPATH": str(ROOT),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "worker", "--threads", "2"],
+        [sys.executable, "-m", "api.cli.main", "worker", "--threads", "2"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,

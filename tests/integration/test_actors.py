@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import dramatiq
 import pytest
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.settings import Settings

@@ -10,7 +10,7 @@ from uuid import UUID
 
 import pytest
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.autopilot import OverturnDecision, ResolveFinding
 from domain.model.commands import ProvenanceClaim, WriteMemory
 from domain.model.errors import Forbidden, InvalidState, NotFound

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg.sql import SQL, Identifier
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.capsules import block_hash, merkle_root, receipt_message
 from domain.model.commands import WriteMemory
 from domain.model.errors import InvalidRequest

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from psycopg import Cursor
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
 from domain.model.erasure import Forget
 from domain.model.identity import Identity

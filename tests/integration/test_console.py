@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.runtime import Runtime
+from api.http.app import create_app
+from bootstrap.runtime import Runtime
 from domain.settings import Settings
 from tests.e2e.api_helpers import Api
 

@@ -10,8 +10,8 @@ from uuid import UUID
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.runtime import Runtime
+from api.http.app import create_app
+from bootstrap.runtime import Runtime
 from domain.model.commands import ProvenanceClaim, WriteMemory
 from domain.model.erasure import Forget
 from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound

@@ -19,8 +19,8 @@ from eventsourcing import persistence
 from eventsourcing.postgres import PostgresDatastore
 from psycopg import Cursor
 
-from api.errors import Unavailable, classify
-from api.runtime import Runtime
+from api.http.errors import Unavailable, classify
+from bootstrap.runtime import Runtime
 from domain.ledger.database import ConnectionParams, EmbeddedServer, unavailable
 from domain.ledger.group_commit import GroupCommitter
 from domain.ledger.mapper import Recorded

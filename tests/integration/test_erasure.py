@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.ledger.keys import KeyEncryptionKey
 from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
 from domain.model.erasure import Forget

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.events import ConflictsJudged, FindingOpened, LeaseEvent
 from domain.model.identity import Identity
@@ -39,7 +39,7 @@ WORKER = """
 import sys
 from datetime import timedelta
 from uuid import UUID
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.leases import LeaseLost
 from domain.services.leases import Leases
 

@@ -15,7 +15,7 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.embedding import EmbedderUnavailable, HashEmbedder, vector_from_bytes
 from domain.embedding.base import Matrix
 from domain.ledger.app import NewMemoryKey

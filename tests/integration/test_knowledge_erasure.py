@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.erasure import Forget
 from domain.model.errors import Forbidden, NotFound

@@ -22,9 +22,9 @@ import psycopg
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.cli import main
-from api.runtime import Runtime
+from api.cli.main import main
+from api.http.app import create_app
+from bootstrap.runtime import Runtime
 from domain.embedding import HashEmbedder
 from domain.ledger.app import Ledger, NewMemoryKey
 from domain.ledger.mapper import Recorded

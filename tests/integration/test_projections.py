@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from psycopg import Cursor
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.ledger.mapper import Recorded
 from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
 from domain.model.events import MemoryVerified

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import Cursor
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.ledger.mapper import Recorded
 from domain.model.commands import ProvenanceClaim, VerifyMemory, WriteMemory
 from domain.model.events import MemoryVerified

@@ -17,7 +17,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from psycopg.sql import SQL, Identifier
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.embedding import EmbedderUnavailable
 from domain.model.commands import ProvenanceClaim, WriteMemory
 from domain.model.erasure import Forget

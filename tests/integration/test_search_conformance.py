@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from psycopg.sql import SQL
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.settings import Settings
 from projections.search.conformance import ConformanceKit, ConformanceReport, build_corpus
 from projections.search.drivers import Driver, HybridDriver, LexicalDriver, SearchRequest

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.settings import Settings

@@ -35,7 +35,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
 from domain.model.erasure import Forget
 from domain.model.errors import DomainError, Forbidden, InvalidState, NotFound, ProvenanceNotAllowed

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from api.runtime import Runtime
+from bootstrap.runtime import Runtime
 from domain.model.asof import AsOfAnswer, evolve_standing, standing_of
 from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
 from domain.model.errors import DomainError

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.gate import MAX_JSON_DEPTH, _identity_names, _nests_deeper_than
-from api.timecli import parse_time
+from api.cli.timetravel import parse_time
+from api.http.gate import MAX_JSON_DEPTH, _identity_names, _nests_deeper_than
 from domain.model.commands import VerifyMemory, WriteMemory
 from domain.model.erasure import Forget, names_subject, subject_keys
 from domain.model.errors import InvalidRequest

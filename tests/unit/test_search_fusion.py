@@ -6,7 +6,7 @@ from uuid import UUID
 
 import pytest
 
-from api.bench.locomo import KS
+from api.cli.bench.locomo import KS
 from projections.search.drivers import candidates_for, merge, with_context
 from projections.search.view import Hit
 

@@ -1,0 +1,240 @@
+"""`memwarden bench search` over HTTP (the default mode): one client searching a served
+namespace of N memories with the default embedder, next to the embedder alone on the same
+questions, in the same run.
+
+1. A scratch database; N generated, distinct sentences in one namespace, embedded with the
+   real default model in batches and written through the write path in-process (the rows
+   handed back by ``PrecomputedEmbedder``, so the index holds the model's own vectors);
+   projections caught up; ``VACUUM ANALYZE``.
+2. ``memwarden serve`` on a free loopback port (its own projector), an agent key for the
+   namespace, a rate limit that does not throttle the run.
+3. Distinct questions, each asked once over one persistent connection (``k = 10``): warm-up
+   first, then the measured ones. Each measured question is also embedded alone in this
+   process, so the report says how much of a search is the query's embedding.
+4. CPU per search by process (served API, its projector, PostgreSQL, this process) from
+   ``/proc``: a search also appends its audit record, which the projector applies.
+
+Targets: p50 < 10 ms, p95 < 20 ms at 5k memories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import msgspec
+import psycopg
+
+from api.cli.bench.api import HttpClient, _free_port, _serve
+from api.cli.bench.common import mean, percentile, scratch_database
+from api.cli.bench.corpus import questions, sentences
+from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation
+from api.cli.bench.search import (
+    PrecomputedEmbedder,
+    catch_up,
+    check_embedder,
+    embed_in_batches,
+    ingest,
+    progress,
+    vacuum,
+)
+from bootstrap.runtime import Runtime
+from domain.embedding import Embedder, shared_minilm
+from domain.model.identity import Identity
+from domain.model.keys import IssueKey
+from domain.model.policies import PolicyBody
+
+K = 10
+P50_TARGET_MS = 10.0
+P95_TARGET_MS = 20.0
+WARM_UP_QUERIES = 30
+TENANT = "benchsearch"
+NAMESPACE = f"{TENANT}/team"
+SEARCH_PATH = "/v1/mem/search"
+
+
+class HttpSearchRow(msgspec.Struct, kw_only=True):
+    size: int
+    namespace: str
+    seed_seconds: float
+    outcomes: dict[str, int]
+    embedder_fallbacks: int
+    queries: int
+    search_p50_ms: float
+    search_p95_ms: float
+    search_mean_ms: float
+    results_mean: float
+    embed_p50_ms: float
+    embed_p95_ms: float
+    embed_share_p50: float
+    p50_target_ms: float = P50_TARGET_MS
+    p95_target_ms: float = P95_TARGET_MS
+    cpu_us: CpuPerOperation | None = None
+
+
+def met(row: HttpSearchRow) -> bool:
+    return row.search_p50_ms < row.p50_target_ms and row.search_p95_ms < row.p95_target_ms
+
+
+# -- seeding ---------------------------------------------------------------------------------------
+
+
+def seed(runtime: Runtime, model: Embedder, texts: Sequence[str], writers: int) -> tuple[Counter[str], int]:
+    """Write ``texts`` into ``NAMESPACE`` with the model's rows computed in batches."""
+    rows = embed_in_batches(model, texts)
+    writes = PrecomputedEmbedder(model, texts, rows)
+    runtime.memory.embedder = writes
+    _seconds, outcomes = ingest(runtime, [(NAMESPACE, text) for text in texts], writers)
+    return outcomes, writes.fallbacks
+
+
+def agent_key(runtime: Runtime) -> str:
+    operator = Identity(TENANT, "operator@bench", "owner")
+    governance = runtime.core.governance
+    governance.set_policy(operator, TENANT, PolicyBody(rate_limit_per_minute=10_000_000))
+    return governance.issue_key(operator, IssueKey(target=NAMESPACE, actor="asker", role="agent")).key
+
+
+# -- measuring -------------------------------------------------------------------------------------
+
+
+def ask(client: HttpClient, text: str) -> tuple[float, int]:
+    """One search over HTTP: (seconds, results)."""
+    began = time.perf_counter()
+    status, body = client.call("POST", SEARCH_PATH, {"query": text, "k": K})
+    took = time.perf_counter() - began
+    if status != 200:
+        raise RuntimeError(f"search failed: {status} {body[:300]!r}")
+    return took, len(msgspec.json.decode(body)["results"])
+
+
+def embed_alone(model: Embedder, text: str) -> float:
+    began = time.perf_counter()
+    model.embed([text])
+    return time.perf_counter() - began
+
+
+def ms(values: list[float], fraction: float) -> float:
+    return round(percentile(values, fraction) * 1000, 3)
+
+
+def measure(client: HttpClient, model: Embedder, asked: Sequence[str], server_pid: int) -> dict[str, object]:
+    """Warm up, then each measured question over HTTP and embedded alone (same order each)."""
+    for text in asked[:WARM_UP_QUERIES]:
+        ask(client, text)
+        embed_alone(model, text)
+    measured = asked[WARM_UP_QUERIES:]
+    searches: list[float] = []
+    found: list[float] = []
+    before = cpu_ticks(server_pid)
+    for text in measured:
+        took, results = ask(client, text)
+        searches.append(took)
+        found.append(float(results))
+    after = cpu_ticks(server_pid)
+    embeds = [embed_alone(model, text) for text in measured]
+    used = {role: after[role] - before[role] for role in after} if before and after else {}
+    return {
+        "queries": len(measured),
+        "search_p50_ms": ms(searches, 0.5),
+        "search_p95_ms": ms(searches, 0.95),
+        "search_mean_ms": round(mean(searches) * 1000, 3),
+        "results_mean": round(mean(found), 2),
+        "embed_p50_ms": ms(embeds, 0.5),
+        "embed_p95_ms": ms(embeds, 0.95),
+        "embed_share_p50": round(percentile(embeds, 0.5) / percentile(searches, 0.5), 3),
+        "cpu_us": per_operation(used, len(measured)),
+    }
+
+
+def run_size(size: int, args: argparse.Namespace, model: Embedder) -> HttpSearchRow:
+    rng = random.Random(args.seed + size)  # noqa: S311 - reproducible data, not secrets
+    texts = sentences(size, rng)
+    asked = questions(WARM_UP_QUERIES + args.queries, rng, avoid=frozenset(texts))
+    with scratch_database(f"memwarden_bench_search_http_{os.getpid()}") as (scratch, params):
+        settings = msgspec.structs.replace(scratch, pool_size=args.writers + 4)
+        progress(f"size {size}: embedding and writing {size} memories into {NAMESPACE}")
+        began = time.perf_counter()
+        with Runtime(settings) as runtime, psycopg.connect(params.conninfo(), autocommit=True) as conn:
+            check_embedder(runtime, model)
+            outcomes, fallbacks = seed(runtime, model, texts, args.writers)
+            key = agent_key(runtime)
+            catch_up(runtime)
+            vacuum(conn, runtime.ledger.schema)
+        seed_seconds = time.perf_counter() - began
+        env = {
+            **os.environ,
+            "DATABASE_URL": settings.database_url or "",
+            "MEMWARDEN_DATA_DIR": str(settings.data_dir),
+        }
+        progress(f"size {size}: serving; {WARM_UP_QUERIES} warm-up and {args.queries} measured searches")
+        port = _free_port()
+        server = _serve(env, port, 1)
+        client = HttpClient(port, key)
+        try:
+            figures = measure(client, model, asked, server.pid)
+        finally:
+            client.close()
+            server.terminate()
+            server.wait(timeout=30)
+    return msgspec.convert(
+        {
+            "size": size,
+            "namespace": NAMESPACE,
+            "seed_seconds": round(seed_seconds, 1),
+            "outcomes": dict(outcomes),
+            "embedder_fallbacks": fallbacks,
+            **figures,
+        },
+        HttpSearchRow,
+        from_attributes=True,
+    )
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+
+def run_http_search_bench(args: argparse.Namespace) -> int:
+    sizes = [int(s) for s in str(args.sizes or "5000").split(",") if s.strip()]
+    began = time.perf_counter()
+    model = shared_minilm()
+    rows = [run_size(size, args, model) for size in sizes]
+    wall = round(time.perf_counter() - began, 1)
+    ok = all(met(r) for r in rows)
+    if args.json:
+        sys.stdout.write(
+            msgspec.json.encode({"rows": rows, "wall_seconds": wall, "targets_met": ok}).decode() + "\n"
+        )
+    else:
+        print_report(rows, wall)
+    return 0
+
+
+def print_report(rows: Sequence[HttpSearchRow], wall: float) -> None:
+    out = sys.stdout.write
+    out(f"memwarden bench search — POST {SEARCH_PATH} over HTTP, one client, k = {K}, default embedder\n\n")
+    for r in rows:
+        outcomes = ", ".join(f"{n} {k}" for k, n in sorted(r.outcomes.items()))
+        verdict = "ok" if met(r) else "MISSED"
+        out(f"size {r.size} in {r.namespace}: seeded in {r.seed_seconds:.1f} s ({outcomes})\n")
+        out(
+            f"  search p50 / p95 / mean  {r.search_p50_ms:.2f} / {r.search_p95_ms:.2f} / "
+            f"{r.search_mean_ms:.2f} ms ({r.queries} queries, {r.results_mean:.1f} results each); "
+            f"targets p50 < {r.p50_target_ms:g}, p95 < {r.p95_target_ms:g} ms: {verdict}\n"
+        )
+        out(
+            f"  the query's embedding alone p50 / p95 {r.embed_p50_ms:.2f} / {r.embed_p95_ms:.2f} ms: "
+            f"{r.embed_share_p50:.0%} of the search's p50\n"
+        )
+        if r.cpu_us is not None:
+            c = r.cpu_us
+            out(
+                f"  CPU per search: API {c.api:.0f} us, projector {c.projector:.0f} us, "
+                f"PostgreSQL {c.postgres:.0f} us, bench client {c.bench:.0f} us\n"
+            )
+    out(f"total wall time {wall:.1f} s\n")

@@ -1,0 +1,102 @@
+"""CLI commands of L3 knowledge: ``knowledge load DIR``. Registered by api/cli/main.py.
+
+The command runs against the database directly, as the other local commands do: the
+operator acts as an owner of the tenant of ``--namespace`` (``operator@cli``), or as the
+owner ``ACTOR`` of ``NAMESPACE`` given with ``--as NAMESPACE/ACTOR``, so the ledger and
+the audit records name who published.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from bootstrap.runtime import Runtime
+from domain.embedding import ModelFileRejected, embedder_from_env
+from domain.model.errors import DomainError, InvalidRequest
+from domain.model.identity import Identity
+from domain.model.namespaces import tenant_of, validate_namespace
+from domain.model.storable import check_storable
+from domain.services.knowledge import KnowledgeLoadResult, KnowledgeService, chunk_count
+
+OPERATOR = "operator@cli"
+_ACTOR = re.compile(r"[^\s/\x00-\x1f]{1,128}")
+
+
+def publisher(namespace: str | None, acting_as: str | None) -> tuple[Identity, str]:
+    """(who publishes, where documents land) from ``--namespace`` and ``--as``."""
+    if acting_as is not None:
+        check_storable(acting_as, "--as")
+        where, _, actor = acting_as.rpartition("/")
+        if not where or not _ACTOR.fullmatch(actor):
+            raise InvalidRequest(f"--as {acting_as!r}: give NAMESPACE/ACTOR, e.g. acme/eng/dana")
+        identity = Identity(validate_namespace(where), actor, "owner")
+        return identity, validate_namespace(namespace or where)
+    if namespace is None:
+        raise InvalidRequest("give --namespace (where the documents go) or --as NAMESPACE/ACTOR")
+    return Identity(tenant_of(validate_namespace(namespace)), OPERATOR, "owner"), namespace
+
+
+def result_line(result: KnowledgeLoadResult) -> str:
+    name = f"{result.namespace}/{result.slug}" if result.namespace and result.slug else result.path
+    if result.outcome == "published":
+        lexical = "" if result.embedded else ", lexical only: embedding unavailable"
+        return f"published v{result.version} {name} ({chunk_count(result.chunks)}{lexical})"
+    if result.outcome == "unchanged":
+        return f"unchanged v{result.version} {name}"
+    return f"rejected {result.path}: {result.detail.removeprefix(result.path + ': ')}"
+
+
+def cmd_knowledge_load(args: argparse.Namespace) -> int:
+    try:
+        identity, namespace = publisher(args.namespace, args.acting_as)
+        embedder = embedder_from_env()  # MEMWARDEN_EMBEDDER; default: the bundled MiniLM
+    except DomainError as error:
+        sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
+        return 2
+    except (ValueError, ModelFileRejected) as error:
+        sys.stderr.write(f"no embedder: {error}\n(set MEMWARDEN_EMBEDDER=none to load lexical-only)\n")
+        return 2
+    with Runtime(follow=False) as runtime:
+        service = KnowledgeService(runtime.ledger, embedder, runtime.core.governance.write_policy)
+        try:
+            results = service.load_directory(identity, Path(args.directory), namespace)
+        except DomainError as error:
+            sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
+            return 2
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(results).decode() + "\n")
+    elif results:
+        sys.stdout.write("\n".join(result_line(r) for r in results) + "\n")
+    else:
+        sys.stdout.write(f"no *.md files under {args.directory}\n")
+    return 1 if any(r.outcome == "rejected" for r in results) else 0
+
+
+if TYPE_CHECKING:
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def register(sub: Subcommands) -> None:
+    knowledge = sub.add_parser("knowledge", help="L3 knowledge documents").add_subparsers(
+        dest="knowledge_command", required=True
+    )
+    load = knowledge.add_parser(
+        "load",
+        help="publish the *.md files of a directory as versioned knowledge; non-zero exit if any is rejected",
+    )
+    load.add_argument("directory", help="read recursively; hidden directories are skipped")
+    load.add_argument("--namespace", help="where documents go (front matter may name a namespace below it)")
+    load.add_argument(
+        "--as",
+        dest="acting_as",
+        metavar="NAMESPACE/ACTOR",
+        help="publish as this owner (default: operator@cli, owner of the tenant of --namespace)",
+    )
+    load.add_argument("--json", action="store_true")
+    load.set_defaults(handler=cmd_knowledge_load)

@@ -1,0 +1,398 @@
+"""The `memwarden` command line: the same operations, talking to the database directly."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from psycopg.sql import SQL, Identifier
+
+from api.cli.bench.ingest import register as register_ingest_bench
+from api.cli.bench.workers import register as register_workers_bench
+from api.cli.erasure import register as register_erasure_commands
+from api.cli.importer import register as register_import_command
+from api.cli.knowledge import register as register_knowledge_commands
+from api.cli.listening import announce_when_listening
+from api.cli.timetravel import register as register_time_commands
+from api.cli.timetravel import register_time_bench
+from api.mcp.command import register as register_mcp_command
+from bootstrap.runtime import Runtime
+from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
+from domain.model.errors import DomainError
+from domain.model.identity import Identity
+from domain.model.keys import IssueKey
+from domain.model.namespaces import tenant_of, validate_namespace
+from domain.model.text import storable_text_problem
+from domain.settings import Settings
+from projections.governance.views import KeyView
+from workers.cli import register_worker_command
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if getattr(args, "json", False):
+        sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def cmd_demo(_args: argparse.Namespace) -> int:
+    from api.cli.demo import demo_settings, run_demo  # noqa: PLC0415 - only this command needs it
+
+    with demo_settings() as settings, Runtime(settings) as runtime:
+        facts = run_demo(runtime)
+    ok = facts["report"].ok and not facts["tampered"].ok
+    sys.stdout.write("\ndemo complete.\n" if ok else "\ndemo FAILED.\n")
+    return 0 if ok else 1
+
+
+def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    checkpoint = None
+    if args.checkpoint:
+        try:
+            checkpoint = msgspec.json.decode(Path(args.checkpoint).read_bytes(), type=Checkpoint)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as error:
+            sys.stderr.write(f"cannot read checkpoint {args.checkpoint}: {error}\n")
+            return 2
+    with Runtime(follow=False) as runtime:
+        try:
+            report = runtime.ledger.verify(checkpoint)
+        except InvalidCheckpoint as error:
+            sys.stderr.write(f"checkpoint refused: {error}\n")
+            return 1
+    if report.ok:
+        text = f"ok: {report.checked} events; head {report.head_position} {report.head_hash}"
+    else:
+        text = f"FAILED: first bad position {report.first_bad_position} ({report.problem})"
+    _emit(args, report, text)
+    return 0 if report.ok else 1
+
+
+def cmd_ledger_checkpoint(_args: argparse.Namespace) -> int:
+    with Runtime(follow=False) as runtime:
+        checkpoint = runtime.ledger.checkpoint()
+    sys.stdout.write(msgspec.json.encode(checkpoint).decode() + "\n")
+    return 0
+
+
+def cmd_projections_status(args: argparse.Namespace) -> int:
+    with Runtime(follow=False) as runtime:
+        statuses = runtime.reads.runner.status()
+    lines = [
+        f"{s.name:20} position {s.position:>10} lag {s.lag:>8}"
+        + (f"  STOPPED at {s.stopped_at}: {s.error}" if s.error else "")
+        for s in statuses
+    ]
+    _emit(args, statuses, "\n".join(lines))
+    return 0 if all(s.error is None for s in statuses) else 1
+
+
+def cmd_bench_write(args: argparse.Namespace) -> int:
+    from api.cli.bench.write import run_write_bench  # noqa: PLC0415
+
+    return run_write_bench(args)
+
+
+OPERATOR = "operator@cli"
+
+
+def _operator(namespace: str) -> Identity:
+    """The CLI runs with direct database access: an owner of the target's tenant."""
+    return Identity(tenant_of(namespace), OPERATOR, "owner")
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    command = IssueKey(target=args.namespace, actor=args.actor, role=args.role)
+    try:
+        validate_namespace(args.namespace)
+        with Runtime(follow=False) as runtime:
+            issued = runtime.core.governance.issue_key(_operator(args.namespace), command)
+    except DomainError as error:
+        sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
+        return 1
+    if args.json:
+        _emit(args, {"key_id": issued.key_id, "key": issued.key}, "")
+    else:
+        sys.stdout.write(
+            f"key {issued.key_id} for {args.actor} ({args.role}) in {args.namespace}; shown once:\n"
+        )
+        sys.stdout.write(issued.key + "\n")
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    problem = storable_text_problem(args.key_id)
+    if problem is not None:  # no key id holds one; and the lookup could not even send it
+        sys.stderr.write(f"refused: KEY_ID {problem}\n")
+        return 1
+    with Runtime(follow=False) as runtime:
+        governance = runtime.core.governance
+        key = governance.key(args.key_id)
+        if key is None:
+            sys.stderr.write(f"no such key {args.key_id}\n")
+            return 1
+        try:
+            governance.revoke_key(_operator(key.namespace), args.key_id)
+        except DomainError as error:
+            sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
+            return 1
+    _emit(args, {"revoked": True, "key_id": args.key_id}, f"revoked {args.key_id}")
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    try:
+        if args.namespace:
+            validate_namespace(args.namespace)
+    except DomainError as error:
+        sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
+        return 1
+    with Runtime(follow=False) as runtime:
+        runtime.reads.runner.catch_up()
+        keys = list(runtime.reads.keys(args.namespace)) if args.namespace else _all_keys(runtime)
+    lines = [
+        f"{k.key_id}  {k.role:8} {k.actor:24} {k.namespace}" + ("  REVOKED" if k.revoked else "")
+        for k in keys
+    ]
+    _emit(args, keys, "\n".join(lines) or "no keys")
+    return 0
+
+
+def _all_keys(runtime: Runtime) -> list[KeyView]:
+    with runtime.ledger.datastore.get_connection() as conn:
+        rows = conn.execute(
+            SQL("SELECT DISTINCT split_part(namespace, '/', 1) AS tenant FROM {}.api_keys").format(
+                Identifier(runtime.ledger.schema)
+            )
+        ).fetchall()
+    return [k for row in rows for k in runtime.reads.keys(row["tenant"])]
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The API; by default with a projector process beside it (see workers/projector.py)."""
+    import uvicorn  # noqa: PLC0415 - only this command needs it
+
+    from workers.cli import serve_autopilot  # noqa: PLC0415
+    from workers.projector import ProjectorProcess  # noqa: PLC0415
+
+    # The API processes (uvicorn's workers included) inherit these.
+    # Several API processes agree on buckets and last writes through Redis.
+    if args.workers > 1 and os.environ.setdefault("MEMWARDEN_SHARED_STATE", "redis") != "redis":
+        sys.stderr.write(
+            "memwarden serve: --workers above 1 needs MEMWARDEN_SHARED_STATE=redis: each process"
+            " would keep its own rate limits and know only its own writes\n"
+        )
+        return 2
+    os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
+    projector = ProjectorProcess() if args.projector == "process" else None
+    autopilot = serve_autopilot(Settings.from_env())
+    announce_when_listening(args.host, args.port, args.workers, _say)
+    # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default
+    # handler that kills this process before the ``finally`` stops the projector.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        uvicorn.run(
+            "api.http.app:app_from_env",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=args.log_level,
+            access_log=False,
+        )
+    finally:
+        if projector is not None:
+            projector.stop()
+        if autopilot is not None:
+            autopilot.stop()
+    return 0
+
+
+def _exit_on_signal(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    from workers.projector import run_projector  # noqa: PLC0415
+
+    return run_projector(exit_with_parent=args.exit_with_parent)
+
+
+def cmd_bench_time(args: argparse.Namespace) -> int:
+    from api.cli.bench.time import run_time_bench  # noqa: PLC0415
+
+    return run_time_bench(args)
+
+
+def cmd_bench_api(args: argparse.Namespace) -> int:
+    from api.cli.bench.api import run_api_bench  # noqa: PLC0415
+
+    return run_api_bench(args)
+
+
+def cmd_bench_search(args: argparse.Namespace) -> int:
+    if args.mode == "in-process":
+        from api.cli.bench.search import run_search_bench  # noqa: PLC0415
+
+        return run_search_bench(args)
+    from api.cli.bench.search_http import run_http_search_bench  # noqa: PLC0415
+
+    return run_http_search_bench(args)
+
+
+def cmd_bench_locomo(args: argparse.Namespace) -> int:
+    from api.cli.bench.locomo import run_locomo_bench  # noqa: PLC0415
+
+    return run_locomo_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place lists every command
+    parser = argparse.ArgumentParser(prog="memwarden", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="the guided tour on the embedded default")
+    demo.set_defaults(handler=cmd_demo)
+
+    ledger = sub.add_parser("ledger", help="verify or checkpoint the hash chain").add_subparsers(
+        dest="ledger_command", required=True
+    )
+    verify = ledger.add_parser("verify", help="recompute the chain; exit 0 when it holds")
+    verify.add_argument("--checkpoint", help="a checkpoint JSON file to verify against")
+    verify.add_argument("--json", action="store_true")
+    verify.set_defaults(handler=cmd_ledger_verify)
+    checkpoint = ledger.add_parser("checkpoint", help="print a signed checkpoint of the head")
+    checkpoint.add_argument("--json", action="store_true")
+    checkpoint.set_defaults(handler=cmd_ledger_checkpoint)
+
+    projections = sub.add_parser("projections", help="read models").add_subparsers(
+        dest="projections_command", required=True
+    )
+    status = projections.add_parser("status", help="each projection's position and lag")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_projections_status)
+    register_time_commands(sub, projections)
+
+    bench = sub.add_parser("bench", help="benchmarks, each with its reference").add_subparsers(
+        dest="bench_command", required=True
+    )
+    write = bench.add_parser("write", help="sustained writes through domain+ledger vs plain INSERT")
+    write.add_argument("--seconds", type=float, default=5.0, help="measuring time per run")
+    write.add_argument("--writers", default="1,4,16", help="comma-separated writer counts")
+    write.add_argument("--json", action="store_true")
+    write.set_defaults(handler=cmd_bench_write)
+    api = bench.add_parser(
+        "api", help="write and read over HTTP vs in-process, and a tool call over /mcp vs HTTP, same run"
+    )
+    api.add_argument("--seconds", type=float, default=3.0, help="measuring time per run")
+    api.add_argument("--clients", default="1,16", help="comma-separated client counts")
+    api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
+    api.add_argument("--json", action="store_true")
+    api.set_defaults(handler=cmd_bench_api)
+    search = bench.add_parser("search", help="search latency over HTTP (or in-process vs raw pgvector top-k)")
+    search.add_argument(
+        "--mode",
+        choices=("http", "in-process"),
+        default="http",
+        help="http: one client against a served namespace; in-process: the syscall vs raw pgvector",
+    )
+    search.add_argument(
+        "--sizes", help="comma-separated memory counts (default 5000 over HTTP, 10000,100000 in-process)"
+    )
+    search.add_argument("--queries", type=int, default=300, help="measured queries per size")
+    search.add_argument("--writers", type=int, default=4, help="writer threads for the ingest")
+    search.add_argument("--seed", type=int, default=7)
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(handler=cmd_bench_search)
+    locomo = bench.add_parser("locomo", help="evidence recall on LoCoMo: lexical, vector, hybrid")
+    locomo.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
+    locomo.add_argument("--json", action="store_true")
+    locomo.set_defaults(handler=cmd_bench_locomo)
+    register_time_bench(bench, cmd_bench_time)
+
+    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
+    create = keys.add_parser("create", help="mint a key; prints it alone on the last line")
+    create.add_argument("namespace")
+    create.add_argument("actor")
+    create.add_argument("role", choices=["agent", "member", "auditor", "admin", "owner"])
+    create.add_argument("--json", action="store_true")
+    create.set_defaults(handler=cmd_keys_create)
+    revoke = keys.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+    revoke.add_argument("--json", action="store_true")
+    revoke.set_defaults(handler=cmd_keys_revoke)
+    listing = keys.add_parser("list", help="keys (no secrets)")
+    listing.add_argument("--namespace", help="only this subtree")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=cmd_keys_list)
+
+    serve = sub.add_parser("serve", help="the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--log-level", default="warning")
+    serve.add_argument(
+        "--projector",
+        choices=["process", "thread", "external"],
+        default="process",
+        help="project the read models in a child process (default), in a thread of each API "
+        "process, or not at all (another process runs `memwarden project`)",
+    )
+    serve.set_defaults(handler=cmd_serve)
+    project = sub.add_parser("project", help="follow the ledger into the read models until stopped")
+    project.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
+    project.set_defaults(handler=cmd_project)
+    register_erasure_commands(sub, keys, bench)
+    register_knowledge_commands(sub)
+    register_import_command(sub)
+    register_mcp_command(sub)
+    register_ingest_bench(bench)
+    register_workers_bench(bench)
+    register_worker_command(sub)
+    show_defaults(parser)
+    return parser
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Like argparse's ArgumentDefaultsHelpFormatter, but silent where there is no default
+    worth naming (None, a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        if not action.option_strings and action.nargs not in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every command's ``--help`` names each option's default, whoever registered it."""
+    parser.formatter_class = DefaultsShown
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                show_defaults(child)
+        elif not action.help and action.default not in (None, False, argparse.SUPPRESS):
+            action.help = "(default: %(default)s)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""The HTTP app (Litestar): ``create_app()`` wires the runtime, the gate and the routes.
+
+Run with ``memwarden serve`` (uvicorn). Identity comes from the authentication
+middleware only; the gate is the app-wide ``before_request`` hook; every failure is
+mapped by api/http/errors.py.
+"""
+
+from __future__ import annotations
+
+import anyio.to_thread
+from litestar import Litestar
+from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.datastructures import State
+from litestar.middleware import DefineMiddleware
+from litestar.template.config import TemplateConfig
+
+from api.console.pages import TEMPLATES, ConsoleController
+from api.http.errors import handle
+from api.http.gate import KeyAuthentication, audit_unaudited, gate
+from api.http.metrics import metrics_middleware
+from api.http.openapi import docs_assets, document_errors, openapi_config
+from api.http.route_docs import describe_routes
+from api.http.routes.admin import AdminController
+from api.http.routes.compliance import ComplianceController
+from api.http.routes.erasure import ErasureController
+from api.http.routes.health import HEALTH_ROUTES
+from api.http.routes.mem import MemController
+from api.http.routes.timetravel import AsOfController, OpsController
+from api.http.state import MAX_BODY_BYTES, STATE_KEY, ApiState
+from api.mcp.http import McpEndpoint
+from bootstrap.runtime import Runtime
+from domain.settings import Settings
+
+PUBLIC_PATHS = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema"]
+CONSOLE_PATHS = ["^/console"]
+"""The console authenticates by its session cookie, then calls the API with that key."""
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Litestar:
+    """The app. Without a runtime it opens one from ``settings`` (or the environment) at start-up."""
+    api = ApiState(settings, runtime)
+    mcp = McpEndpoint()
+
+    async def startup() -> None:
+        await anyio.to_thread.run_sync(api.open)
+
+    async def shutdown() -> None:
+        await api.callers.close()
+        await anyio.to_thread.run_sync(api.close)
+
+    app = Litestar(
+        route_handlers=[
+            MemController,
+            AdminController,
+            ComplianceController,
+            ErasureController,
+            AsOfController,
+            OpsController,
+            ConsoleController,
+            *HEALTH_ROUTES,
+            docs_assets(),
+            mcp.handler(),
+        ],
+        on_startup=[startup],
+        on_shutdown=[shutdown],
+        lifespan=[mcp.lifespan],
+        state=State({STATE_KEY: api}),
+        middleware=[
+            metrics_middleware,
+            DefineMiddleware(KeyAuthentication, exclude=PUBLIC_PATHS + CONSOLE_PATHS),
+        ],
+        before_request=gate,
+        exception_handlers={Exception: handle},
+        after_exception=[audit_unaudited],
+        request_max_body_size=MAX_BODY_BYTES,
+        openapi_config=openapi_config(),
+        template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
+        debug=False,
+    )
+    mcp.bind(app)
+    document_errors(app)
+    describe_routes(app)
+    return app
+
+
+def app_from_env() -> Litestar:
+    """The uvicorn factory of ``memwarden serve``."""
+    return create_app(Settings.from_env())

@@ -1,0 +1,185 @@
+"""The OpenAPI document at ``/schema/openapi.json`` and its docs page at ``/schema``.
+
+The page is Swagger UI from the installed ``swagger-ui-bundle`` package, served by the app
+itself under ``/schema/assets``: nothing is loaded from another host, so it works offline.
+
+Litestar documents errors as its own ``{status_code, detail, extra}``; the API answers
+``{error, detail}`` (``ErrorBody``, api/http/errors.py). ``document_errors`` replaces every
+route's error responses with ``ErrorBody`` under the statuses of API.md that the route can
+return, with ``Retry-After`` on 429 and 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Litestar
+from litestar.enums import HttpMethod
+from litestar.handlers import HTTPRouteHandler
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin, YamlRenderPlugin
+from litestar.openapi.spec import (
+    Components,
+    OpenAPIHeader,
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    OpenAPIType,
+    Operation,
+    Reference,
+    Schema,
+)
+from litestar.router import Router
+from litestar.routes import HTTPRoute
+from litestar.static_files import create_static_files_router
+from swagger_ui_bundle import swagger_ui_path
+
+from api.http.errors import STATUS, ErrorBody
+
+ASSETS = "/schema/assets"
+ERROR_SCHEMA = "ErrorBody"
+NEVER_CONFLICT = frozenset(
+    {
+        "assemble",
+        "fault",
+        "read",
+        "search",
+        "history",
+        "stats",
+        "policy",
+        "write_status",
+        "compliance.asof",
+        "compliance.ledger.verify",
+        "compliance.certificates.verify",
+    }
+)
+"""POST routes that never answer 409: queries (as every GET route is), and appends no other
+request can race (a capsule, a fault)."""
+LOOKUP_FIELDS = frozenset({"id", "ids", "ticket", "directive_id", "key_id"})
+"""Body fields that name something which may not exist (or not for the caller): a 404."""
+PUBLIC_ERRORS: dict[str, tuple[int, ...]] = {"/readyz": (503,)}
+"""The routes without a key that can fail, and how."""
+_RETRY_AFTER = OpenAPIHeader(
+    schema=Schema(type=OpenAPIType.INTEGER, minimum=1),
+    required=True,
+    description="Seconds to wait before trying again",
+)
+_DESCRIPTIONS = {
+    400: "The request is malformed, names an identity field, or claims a provenance the role may not",
+    401: "No API key, or an unknown, malformed or revoked one",
+    403: "The role may not do this, the tenant is suspended, or the target is outside the subtree",
+    404: "No such thing, or none the caller may see",
+    409: "The state changed under the request (a version or decision conflict)",
+    413: "The body is too large",
+    429: "Over the rate limit; retry after Retry-After seconds",
+    503: "The read models lag behind the caller's last write, or a dependency is down",
+}
+
+
+def openapi_config() -> OpenAPIConfig:
+    local = SwaggerRenderPlugin(
+        path=["/", "/swagger"],
+        js_url=f"{ASSETS}/swagger-ui-bundle.js",
+        css_url=f"{ASSETS}/swagger-ui.css",
+        standalone_preset_js_url=f"{ASSETS}/swagger-ui-standalone-preset.js",
+        favicon=f"<link rel='icon' type='image/png' href='{ASSETS}/favicon-32x32.png'>",
+    )
+    return OpenAPIConfig(
+        title="memwarden",
+        version="0.1.0",
+        path="/schema",
+        render_plugins=[local, JsonRenderPlugin(), YamlRenderPlugin()],
+    )
+
+
+def docs_assets() -> Router:
+    """Swagger UI's script, style and icons, from the installed package."""
+    return create_static_files_router(
+        path=ASSETS, directories=[swagger_ui_path], include_in_schema=False, name="docs-assets"
+    )
+
+
+def _error_schema() -> Schema:
+    codes = sorted(STATUS)
+    return Schema(
+        type=OpenAPIType.OBJECT,
+        required=list(ErrorBody.__struct_fields__),
+        properties={
+            "error": Schema(type=OpenAPIType.STRING, enum=codes, description="A code of API.md"),
+            "detail": Schema(type=OpenAPIType.STRING, description="A human sentence"),
+        },
+        description='Every error: {"error": "<code>", "detail": "<human sentence>"}',
+    )
+
+
+def error_statuses(path: str, method: str, handler: HTTPRouteHandler) -> tuple[int, ...]:
+    """The statuses of API.md a route can answer besides success."""
+    op: str | None = handler.opt.get("op")
+    if op is None:
+        return PUBLIC_ERRORS.get(path, ())
+    statuses = {400, 401, 403, 429, 503}  # the gate: body/query, key, role/tenant, limit, lag
+    reads_body = method in {"POST", "PUT"}
+    if reads_body:
+        statuses.add(413)
+    body: Any = handler.opt.get("body")
+    fields = set(getattr(body, "__struct_fields__", ()))
+    if "{" in path or fields & LOOKUP_FIELDS:
+        statuses.add(404)
+    if reads_body and op not in NEVER_CONFLICT:
+        statuses.add(409)
+    return tuple(sorted(statuses))
+
+
+def error_response(status: int) -> OpenAPIResponse:
+    codes = sorted(code for code, code_status in STATUS.items() if code_status == status)
+    return OpenAPIResponse(
+        description=f"{_DESCRIPTIONS[status]} ({', '.join(codes)})",
+        content={
+            "application/json": OpenAPIMediaType(schema=Reference(f"#/components/schemas/{ERROR_SCHEMA}"))
+        },
+        headers={"Retry-After": _RETRY_AFTER} if status in {429, 503} else None,
+    )
+
+
+def document_errors(app: Litestar) -> None:
+    """Rewrite the (lazily built, then cached) OpenAPI document's error responses in place,
+    before anything serves it."""
+    document = app.openapi_schema
+    document.components = document.components or Components()
+    document.components.schemas = {**(document.components.schemas or {}), ERROR_SCHEMA: _error_schema()}
+    paths = document.paths or {}
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute) or route.path_format not in paths:
+            continue
+        item = paths[route.path_format]
+        for handler in route.route_handlers:
+            for method in handler.http_methods:
+                operation: Operation | None = getattr(item, method.lower(), None)
+                if operation is None or method == HttpMethod.OPTIONS:
+                    continue
+                kept = {k: v for k, v in (operation.responses or {}).items() if not k.startswith(("4", "5"))}
+                _success_unions_as_any_of(kept)
+                for status in error_statuses(route.path_format, method, handler):
+                    kept[str(status)] = error_response(status)
+                operation.responses = kept
+
+
+def _success_unions_as_any_of(responses: dict[str, Any]) -> None:
+    """A route answering one of several structs is documented ``anyOf`` them, not ``oneOf``:
+    the structs admit other properties, so a body may match more than one (a memory also
+    reads as an as-of memory). A struct a route declares under a status of its own (the
+    async write's 202 ticket) leaves the 200 union."""
+    declared = {_schema_ref(response) for status, response in responses.items() if status != "200"} - {None}
+    for response in responses.values():
+        for media in (getattr(response, "content", None) or {}).values():
+            schema = media.schema
+            if isinstance(schema, Schema) and schema.one_of:
+                left = [s for s in schema.one_of if getattr(s, "ref", None) not in declared]
+                media.schema = left[0] if len(left) == 1 else Schema(any_of=left)
+
+
+def _schema_ref(response: Any) -> str | None:
+    for media in (getattr(response, "content", None) or {}).values():
+        ref = getattr(media.schema, "ref", None)
+        if isinstance(ref, str):
+            return ref
+    return None

@@ -1,0 +1,139 @@
+"""Compliance routes (auditor, admin, owner): the ledger proofs and the audit trail."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.params import JSONBody
+
+from api.http.gate import Call, api_state, query
+from api.http.schemas import (
+    AuditResponse,
+    ComplianceTime,
+    Head,
+    VerifyLedgerBody,
+    VerifyLedgerResponse,
+    compliance_time,
+)
+from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
+from domain.model.errors import InvalidRequest
+from domain.model.identity import COMPLIANCE_ROLES
+from domain.model.text import quote_text
+from projections.governance.views import AuditFilter
+
+Req = Request[Any, Any, Any]
+MAX_AUDIT_LIMIT = 1000
+
+
+def compliance(op: str, body: type | None, **extra: Any) -> dict[str, Any]:
+    return {"op": op, "body": body, "roles": COMPLIANCE_ROLES, "tenant_gate": False, **extra}
+
+
+class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    since: ComplianceTime | None = None
+    until: ComplianceTime | None = None
+    actor: str | None = None
+    op: str | None = None
+    outcome: str | None = None
+    limit: int = 100
+    cursor: str | None = None
+
+
+def audit_cursor(cursor: str | None, head: Callable[[], int]) -> tuple[int, int]:
+    """(after, upto) of an audit walk: a first page snapshots the ledger head, and its
+    cursors (``after:upto``) carry that snapshot, so a walk ends even though every page it
+    reads is audited too. A bare position (an older cursor) reads up to today's head."""
+    if cursor is None:
+        return 0, head()
+    after, _, upto = cursor.partition(":")
+    if not _position(after) or not (upto == "" or _position(upto)):
+        raise InvalidRequest("malformed cursor")
+    return int(after), int(upto) if upto else head()
+
+
+def _position(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
+class ComplianceController(Controller):
+    path = "/v1/compliance"
+
+    @post(
+        "/ledger/verify",
+        opt=compliance("compliance.ledger.verify", VerifyLedgerBody),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def verify(self, request: Req, data: JSONBody[VerifyLedgerBody | None] = None) -> VerifyLedgerResponse:
+        state = api_state(request)
+        checkpoint = data.checkpoint if data is not None else None
+
+        def run(_c: Call) -> VerifyLedgerResponse:
+            try:
+                report = state.runtime.ledger.verify(checkpoint)
+            except InvalidCheckpoint as error:
+                raise InvalidRequest(str(error)) from error
+            return VerifyLedgerResponse(
+                ok=report.ok,
+                checked=report.checked,
+                head=Head(report.head_position, report.head_hash),
+                first_bad_position=report.first_bad_position,
+                problem=report.problem,
+            )
+
+        return query(request, run, lambda r: "ok" if r.ok else f"broken at {r.first_bad_position}")
+
+    @post(
+        "/ledger/checkpoint",
+        opt=compliance("compliance.ledger.checkpoint", None),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def checkpoint(self, request: Req) -> Checkpoint:
+        state = api_state(request)
+        return query(
+            request, lambda _c: state.runtime.ledger.checkpoint(), lambda c: f"position {c.position}"
+        )
+
+    @get(
+        "/audit",
+        opt=compliance(
+            "compliance.audit",
+            None,
+            query=frozenset(AuditQuery.__struct_fields__),
+            allow=frozenset({"actor"}),
+        ),
+        sync_to_thread=True,
+    )
+    def audit(self, request: Req) -> AuditResponse:
+        state = api_state(request)
+        params = dict(request.query_params.items())
+
+        def run(c: Call) -> AuditResponse:
+            try:
+                asked = msgspec.convert(params, AuditQuery, strict=False)
+            except msgspec.ValidationError as error:
+                raise InvalidRequest(str(error)) from error
+            if not 1 <= asked.limit <= MAX_AUDIT_LIMIT:
+                raise InvalidRequest(f"limit must be between 1 and {MAX_AUDIT_LIMIT}")
+            after, upto = audit_cursor(asked.cursor, state.runtime.ledger.head_position)
+            where = AuditFilter(
+                since=compliance_time("since", asked.since),
+                until=compliance_time("until", asked.until),
+                actor=asked.actor,
+                op=asked.op,
+                outcome=asked.outcome,
+                after=after,
+                upto=upto,
+                limit=asked.limit,
+            )
+            records = state.reads.audit(c.identity.namespace, where)
+            cursor = f"{records[-1].position}:{upto}" if len(records) == asked.limit else None
+            return AuditResponse(records=list(records), next_cursor=cursor)
+
+        return query(
+            request, run, lambda r: f"{len(r.records)} records; {quote_text(request.url.query, 150)}"
+        )

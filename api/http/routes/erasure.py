@@ -1,0 +1,104 @@
+"""Erasure over HTTP: the ``forget`` syscall and the deletion certificate routes.
+
+Thin: the gate has checked role, policy, tenant, rate limit and body; the erasure
+service decides (downward only) and appends everything in one transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath, JSONBody
+
+from api.http.gate import Call, api_state, command, query
+from api.http.schemas import Body
+from domain.ledger.certificates import CertificateCheck
+from domain.model.certificates import DeletionCertificate
+from domain.model.erasure import Forget
+from domain.model.identity import COMPLIANCE_ROLES
+from domain.model.namespaces import is_within
+from projections.runner import ProjectionLag
+
+Req = Request[Any, Any, Any]
+FORGET_ROLES = frozenset({"member", "admin", "owner"})
+
+
+class ForgetBody(Body, frozen=True, kw_only=True):
+    ids: tuple[UUID, ...] | None = None
+    subject: str | None = None
+    subtree: str | None = None
+    reason: str
+
+
+class ForgetResponse(msgspec.Struct, frozen=True, kw_only=True):
+    erased: int
+    certificate: DeletionCertificate
+    position: int
+
+
+class ErasureController(Controller):
+    path = "/v1"
+
+    @post(
+        "/mem/forget",
+        opt={"op": "forget", "body": ForgetBody, "roles": FORGET_ROLES},
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def forget(self, request: Req, data: JSONBody[ForgetBody]) -> ForgetResponse:
+        state = api_state(request)
+        cmd = Forget(ids=data.ids, subject=data.subject, subtree=data.subtree, reason=data.reason)
+        result = command(request, lambda c: state.runtime.core.erasure.forget(c.identity, cmd))
+        # the keys are gone already; also let the read models drop the plaintext before
+        # answering, so no reader of this deployment sees it afterwards (best effort)
+        with contextlib.suppress(ProjectionLag):
+            state.reads.wait_for(result.position)
+        return ForgetResponse(erased=result.erased, certificate=result.certificate, position=result.position)
+
+    @get(
+        "/compliance/certificates/{certificate_id:uuid}",
+        opt={
+            "op": "compliance.certificates.get",
+            "body": None,
+            "roles": COMPLIANCE_ROLES,
+            "tenant_gate": False,
+        },
+        sync_to_thread=True,
+    )
+    def certificate(self, request: Req, certificate_id: FromPath[UUID]) -> DeletionCertificate:
+        state = api_state(request)
+
+        def run(c: Call) -> DeletionCertificate | None:
+            found = state.runtime.core.erasure.certificate(certificate_id)
+            if found is None or not (
+                is_within(found.scope, c.identity.namespace)
+                or is_within(found.requester_namespace, c.identity.namespace)
+            ):
+                return None  # another subtree's certificate looks missing
+            return found
+
+        return query(request, run, lambda f: f"certificate {f.id}", subject=certificate_id)
+
+    @post(
+        "/compliance/certificates/verify",
+        opt={
+            "op": "compliance.certificates.verify",
+            "body": DeletionCertificate,
+            "roles": COMPLIANCE_ROLES,
+            "tenant_gate": False,
+        },
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def verify(self, request: Req, data: JSONBody[DeletionCertificate]) -> CertificateCheck:
+        state = api_state(request)
+        return query(
+            request,
+            lambda _c: state.runtime.ledger.verify_certificate(data),
+            lambda r: "valid" if r.valid else f"invalid: {r.problem}",
+            subject=data.id,
+        )

@@ -1,0 +1,114 @@
+"""Health, readiness and metrics: no key needed, nothing audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+from litestar import Request, Response, get, head
+
+from api.http.gate import api_state
+from api.http.metrics import Gauge, Labels
+from projections.autopilot.views import WorkerGauges
+
+Req = Request[Any, Any, Any]
+READY_MAX_LAG = 10_000
+
+
+@get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@head("/healthz")
+async def healthz_head() -> None:
+    """What load balancers and ``curl -I`` ask: up, no body."""
+
+
+@get("/readyz")
+async def readyz(request: Req) -> Response[dict[str, Any]]:
+    return await anyio.to_thread.run_sync(readiness, request)
+
+
+@head("/readyz")
+async def readyz_head(request: Req) -> Response[None]:
+    """The status and headers of ``GET /readyz``, no body. (Both handlers are async: with a
+    HEAD handler on its path, Litestar 2.25 fails a GET handler run with ``sync_to_thread``.)"""
+    ready = await anyio.to_thread.run_sync(readiness, request)
+    return Response(None, status_code=ready.status_code, headers=ready.headers)
+
+
+def readiness(request: Req) -> Response[dict[str, Any]]:
+    """200 when the ledger answers and every projection runs within ``READY_MAX_LAG``; else 503."""
+    state = api_state(request)
+    try:
+        statuses = state.reads.runner.status()
+    except Exception as error:  # noqa: BLE001 - not ready is the answer, whatever the cause
+        failed: dict[str, Any] = {
+            "error": "unavailable",
+            "detail": f"ledger unreachable: {type(error).__name__}",
+        }
+        return Response(failed, status_code=503, headers={"Retry-After": "1"})
+    problems = [
+        f"{s.name} stopped at {s.stopped_at}" if s.error else f"{s.name} lags by {s.lag}"
+        for s in statuses
+        if s.error or s.lag > READY_MAX_LAG
+    ]
+    projections = {
+        s.name: {"position": s.position, "lag": s.lag, "stopped": s.error is not None} for s in statuses
+    }
+    if problems:
+        body: dict[str, Any] = {
+            "error": "unavailable",
+            "detail": "; ".join(problems),
+            "projections": projections,
+        }
+        return Response(body, status_code=503, headers={"Retry-After": "1"})
+    return Response({"status": "ready", "projections": projections})
+
+
+@get("/metrics", sync_to_thread=True, media_type="text/plain; version=0.0.4; charset=utf-8")
+def metrics(request: Req) -> str:
+    state = api_state(request)
+    gauges: list[Gauge] = []
+    try:
+        head = state.runtime.ledger.head_position()
+        statuses = state.reads.runner.status()
+        workers = state.reads.worker_gauges()
+    except Exception:  # noqa: BLE001 - metrics must answer even when the database does not
+        reachable = 0
+    else:
+        reachable = 1
+        gauges.append(Gauge("ledger_head_position", "Position of the ledger's last event", [((), head)]))
+        lags: list[tuple[Labels, float]] = [((("projection", s.name),), float(s.lag)) for s in statuses]
+        gauges.append(Gauge("projection_lag", "Events a projection is behind the ledger head", lags))
+        gauges.extend(_worker_gauges(head, workers))
+    gauges.append(Gauge("ledger_reachable", "1 when the ledger answered this scrape", [((), reachable)]))
+    rendered: str = state.metrics.render(gauges)
+    return rendered
+
+
+def _worker_gauges(head: int, workers: WorkerGauges) -> list[Gauge]:
+    dispatch: list[tuple[Labels, float]] = [
+        ((("dispatcher", name),), head - at) for name, at in workers.dispatch_positions.items()
+    ]
+    judged: list[tuple[Labels, float]] = [
+        ((("outcome", outcome),), n) for outcome, n in sorted(workers.judged.items())
+    ]
+    return [
+        Gauge("dispatch_lag", "Events a worker dispatcher is behind the ledger head", dispatch),
+        Gauge("autopilot_memories", "Memories by the outcome of their latest autopilot pass", judged),
+        Gauge(
+            "autopilot_unjudged", "Current memories the autopilot has not judged", [((), workers.unjudged)]
+        ),
+        Gauge(
+            "autopilot_open_findings", "Contradictions waiting for a reviewer", [((), workers.open_findings)]
+        ),
+        Gauge(
+            "lease_takeovers", "Worker leases taken over from another holder", [((), workers.lease_takeovers)]
+        ),
+    ]
+
+
+HEALTH_ROUTES = [healthz, healthz_head, readyz, readyz_head, metrics]
+"""The public routes: no key, nothing audited (``PUBLIC_PATHS`` in api/http/app.py)."""

@@ -1,0 +1,250 @@
+"""Syscalls: ``POST /v1/mem/<name>``. Thin: struct in, command or query, result out.
+The gate (api/http/gate.py) has already checked role, policy, tenant, rate limit and body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, Response, post
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import JSONBody
+
+from api.http.gate import ALL_ROLES, Call, api_state, command, query
+from api.http.schemas import (
+    AckBody,
+    AckResponse,
+    AssembleBody,
+    DirectiveView,
+    FaultBody,
+    HistoryResponse,
+    IdBody,
+    PinResponse,
+    PolicyResponse,
+    ReadBody,
+    SearchBody,
+    ShareBody,
+    ShareResponse,
+    StatsResponse,
+    TicketBody,
+    TicketResponse,
+    TicketStatus,
+    VerifyBody,
+    VerifyResponse,
+    WriteBatchBody,
+    WriteBatchResponse,
+    WriteBody,
+    WriteResponse,
+)
+from domain.model.asof import AsOfMemory
+from domain.model.commands import VerifyMemory
+from domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
+from domain.model.policies import EffectivePolicy
+from domain.services.governance import GovernanceService
+from projections.memory_objects.views import MemoryView
+from projections.search.assemble import Capsule, FaultAnswer
+from projections.search.service import SearchAnswer
+
+Req = Request[Any, Any, Any]
+
+
+def syscall(op: str, body: type | None, roles: frozenset[str] = ALL_ROLES) -> dict[str, Any]:
+    return {"op": op, "body": body, "roles": roles}
+
+
+def policy_view(governance: GovernanceService, call: Call, policy: EffectivePolicy) -> PolicyResponse:
+    acked = governance.acknowledged(call.identity, policy)
+    return PolicyResponse(
+        namespace=policy.namespace,
+        conflict_review=policy.conflict_review,
+        forbid_secrets=policy.forbid_secrets,
+        rate_limit_per_minute=policy.rate_limit_per_minute,
+        driver=policy.driver,
+        suspended=policy.suspended,
+        directives=[
+            DirectiveView(
+                id=d.id, text=d.text, namespace=d.namespace, acknowledged=(d.namespace, d.id) in acked
+            )
+            for d in policy.directives
+        ],
+    )
+
+
+class MemController(Controller):
+    path = "/v1/mem"
+
+    @post(
+        "/write",
+        opt=syscall("write", WriteBody, WRITER_ROLES),
+        sync_to_thread=True,
+        status_code=200,
+        responses={
+            202: ResponseSpec(
+                data_container=TicketResponse,
+                description="`async: true`: the write is queued; `write_status` with the ticket tells its result",
+            )
+        },
+    )
+    def write(self, request: Req, data: JSONBody[WriteBody]) -> Response[WriteResponse | TicketResponse]:
+        state = api_state(request)
+        if data.run_async:
+            ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data))
+            state.ticket_worker.wake.set()
+            return Response(TicketResponse(ticket), status_code=202)
+        result = command(
+            request, lambda c: state.memory.write(c.identity, data.command(), verbatim=data.verbatim)
+        )
+        return Response(WriteResponse.of(result))
+
+    @post(
+        "/write_batch",
+        opt={**syscall("write_batch", WriteBatchBody, WRITER_ROLES), "per_item": frozenset({"items"})},
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def write_batch(self, request: Req, data: JSONBody[WriteBatchBody]) -> WriteBatchResponse:
+        """Up to 256 writes decided in order and appended together; a bad item is rejected
+        with its reasons, the rest go in (a malformed batch is a 400 for all of it)."""
+        state = api_state(request)
+        entries = data.entries()  # before the service: a malformed item refuses the batch
+        batch = command(request, lambda c: state.memory.write_batch(c.identity, entries))
+        return WriteBatchResponse(results=[WriteResponse.of(r) for r in batch.results])
+
+    @post(
+        "/write_status",
+        opt=syscall("write_status", TicketBody, WRITER_ROLES),
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def write_status(self, request: Req, data: JSONBody[TicketBody]) -> TicketStatus:
+        state = api_state(request)
+
+        def run(c: Call) -> TicketStatus | None:
+            status = state.tickets.status(data.ticket, c.identity)
+            position = (status.result or {}).get("position") if status is not None else None
+            if isinstance(position, int):  # read-your-writes, wherever the ticket ran
+                state.callers.note_write(c.key_id, position)
+            return status
+
+        return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
+
+    @post("/read", opt=syscall("read", ReadBody), sync_to_thread=True, status_code=200)
+    def read(self, request: Req, data: JSONBody[ReadBody]) -> MemoryView | AsOfMemory:
+        state = api_state(request)
+        if data.as_of is not None or data.valid_at is not None:
+            return query(
+                request,
+                lambda c: state.reads.time_travel.read(
+                    state.reads.scope(c.identity), data.id, data.as_of, data.valid_at
+                ),
+                subject=data.id,
+            )
+        return query(
+            request,
+            lambda c: state.reads.read(c.identity, data.id, after=c.last_write),
+            subject=data.id,
+        )
+
+    @post("/search", opt=syscall("search", SearchBody), sync_to_thread=True, status_code=200)
+    def search(self, request: Req, data: JSONBody[SearchBody]) -> SearchAnswer:
+        state = api_state(request)
+        return query(
+            request,
+            lambda c: state.reads.search.search(
+                c.identity, data, c.policy.driver if c.policy else None, after=c.last_write
+            ),
+            lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
+        )
+
+    @post("/assemble", opt=syscall("assemble", AssembleBody), sync_to_thread=True, status_code=200)
+    def assemble(self, request: Req, data: JSONBody[AssembleBody]) -> Capsule:
+        sets = api_state(request).runtime.working_sets
+        return command(
+            request,
+            lambda c: sets.assemble(c.identity, data.budget_tokens, data.task_hint, c.last_write),
+        )
+
+    @post("/fault", opt=syscall("fault", FaultBody), sync_to_thread=True, status_code=200)
+    def fault(self, request: Req, data: JSONBody[FaultBody]) -> FaultAnswer:
+        sets = api_state(request).runtime.working_sets
+        return command(request, lambda c: sets.fault(c.identity, data.question, c.last_write))
+
+    @post("/history", opt=syscall("history", IdBody), sync_to_thread=True, status_code=200)
+    def history(self, request: Req, data: JSONBody[IdBody]) -> HistoryResponse:
+        state = api_state(request)
+
+        def run(c: Call) -> HistoryResponse | None:
+            steps = state.reads.history(c.identity, data.id, after=c.last_write)
+            return None if steps is None else HistoryResponse(versions=list(steps))
+
+        return query(request, run, lambda h: f"{len(h.versions)} versions", subject=data.id)
+
+    @post("/verify", opt=syscall("verify", VerifyBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    def verify(self, request: Req, data: JSONBody[VerifyBody]) -> VerifyResponse:
+        state = api_state(request)
+        cmd = VerifyMemory(memory_id=data.id, supports=data.supports, note=data.note)
+        result = command(request, lambda c: state.memory.verify(c.identity, cmd))
+        return VerifyResponse(id=result.id, trust_tier=result.trust_tier, position=result.position)
+
+    @post("/stats", opt=syscall("stats", None), sync_to_thread=True, status_code=200)
+    def stats(self, request: Req) -> StatsResponse:
+        state = api_state(request)
+
+        def run(c: Call) -> StatsResponse:
+            counts = state.reads.counts(c.identity, after=c.last_write)
+            autopilot = state.reads.autopilot_counts(c.identity)
+            lag = max(0, state.runtime.ledger.head_position() - state.reads.runner.position())
+            return StatsResponse(
+                namespace=c.identity.namespace,
+                **{f: getattr(counts, f) for f in counts.__struct_fields__},
+                open_findings=autopilot.open_findings,
+                open_proposals=autopilot.open_proposals,
+                unjudged=autopilot.unjudged,
+                projection_lag=lag,
+            )
+
+        return query(request, run)
+
+    @post("/policy", opt=syscall("policy", None), sync_to_thread=True, status_code=200)
+    def policy(self, request: Req) -> PolicyResponse:
+        state = api_state(request)
+
+        def run(c: Call) -> PolicyResponse:
+            assert c.policy is not None
+            return policy_view(state.governance, c, c.policy)
+
+        return query(request, run)
+
+    @post("/policy_ack", opt=syscall("policy_ack", AckBody), sync_to_thread=True, status_code=200)
+    def policy_ack(self, request: Req, data: JSONBody[AckBody]) -> AckResponse:
+        state = api_state(request)
+        command(request, lambda c: state.governance.acknowledge(c.identity, data.directive_id))
+        return AckResponse(acknowledged=True)
+
+    @post("/pin", opt=syscall("pin", IdBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    def pin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
+        return _pin(request, data, pinned=True)
+
+    @post("/unpin", opt=syscall("unpin", IdBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    def unpin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
+        return _pin(request, data, pinned=False)
+
+    @post("/share", opt=syscall("share", ShareBody, REVIEWER_ROLES), sync_to_thread=True, status_code=200)
+    def share(self, request: Req, data: JSONBody[ShareBody]) -> ShareResponse:
+        state = api_state(request)
+        share_id, _ = command(
+            request,
+            lambda c: state.governance.share(c.identity, state.memory.memory(data.id), data.with_namespace),
+        )
+        return ShareResponse(share_id)
+
+
+def _pin(request: Req, data: IdBody, pinned: bool) -> PinResponse:
+    state = api_state(request)
+
+    def run(c: Call) -> int:
+        visible = state.reads.read(c.identity, data.id, after=c.last_write) is not None
+        position: int = state.governance.pin(c.identity, data.id, visible, pinned)
+        return position
+
+    command(request, run)
+    return PinResponse(pinned)

@@ -1,0 +1,136 @@
+"""Time travel and operators' projections over HTTP. Thin: the services are
+projections/timeline/service.py (as-of) and projections/runner.py (rebuilds).
+
+- ``POST /v1/compliance/asof`` (auditor, admin, owner): the memories as known at
+  ``as_of`` (and true at ``valid_at``) in the subtree of the caller's namespace, or of
+  ``target`` (a namespace inside it), and the ledger position that time maps to.
+- ``GET /v1/ops/projections`` and ``POST /v1/ops/projections/{name}/rebuild`` (owner).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath, JSONBody
+
+from api.http.errors import Unavailable
+from api.http.gate import api_state, query
+from api.http.schemas import Body, ComplianceTime, compliance_time
+from domain.model.asof import AsOfMemory
+from domain.model.commands import AwareDatetime
+from domain.model.errors import NotFound
+from domain.model.identity import COMPLIANCE_ROLES
+from projections.runner import ProjectionStatus, Rebuilder, RebuildFailed, RebuildReport
+from projections.timeline.service import AsOfQuestion, check_limit, parse_cursor, scope_for
+
+Req = Request[Any, Any, Any]
+OWNER = frozenset({"owner"})
+
+
+class AsOfBody(Body, frozen=True, kw_only=True):
+    as_of: ComplianceTime
+    valid_at: ComplianceTime | None = None
+    query: str | None = None
+    target: str | None = None
+    limit: int = 100
+    cursor: str | None = None
+
+
+class AsOfResponse(msgspec.Struct, frozen=True, kw_only=True):
+    memories: list[AsOfMemory]
+    position: int
+    next_cursor: str | None
+    as_of: AwareDatetime
+    valid_at: AwareDatetime
+
+
+class RebuildBody(Body, frozen=True, kw_only=True):
+    verify: bool = False
+
+
+class ProjectionsResponse(msgspec.Struct, frozen=True, kw_only=True):
+    head: int
+    projections: list[ProjectionStatus]
+
+
+class AsOfController(Controller):
+    path = "/v1/compliance"
+
+    @post(
+        "/asof",
+        opt={"op": "compliance.asof", "body": AsOfBody, "roles": COMPLIANCE_ROLES, "tenant_gate": False},
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def asof(self, request: Req, data: JSONBody[AsOfBody]) -> AsOfResponse:
+        state = api_state(request)
+
+        def run(c: Any) -> AsOfResponse:
+            question = AsOfQuestion(
+                scope=scope_for(c.identity, data.target),
+                as_of=compliance_time("as_of", data.as_of),
+                valid_at=compliance_time("valid_at", data.valid_at),
+                query=data.query,
+                limit=check_limit(data.limit),
+                after=parse_cursor(data.cursor),
+            )
+            answer = state.reads.time_travel.sql(question)
+            return AsOfResponse(
+                memories=answer.memories,
+                position=answer.position,
+                next_cursor=answer.next_cursor,
+                as_of=answer.as_of,
+                valid_at=answer.valid_at,
+            )
+
+        return query(
+            request,
+            run,
+            lambda r: f"as_of {r.as_of.isoformat()} position {r.position}: {len(r.memories)} memories",
+        )
+
+
+class OpsController(Controller):
+    path = "/v1/ops"
+
+    @get("/projections", opt={"op": "ops.projections", "body": None, "roles": OWNER}, sync_to_thread=True)
+    def projections(self, request: Req) -> ProjectionsResponse:
+        state = api_state(request)
+
+        def run(_c: Any) -> ProjectionsResponse:
+            return ProjectionsResponse(
+                head=state.runtime.ledger.head_position(), projections=state.reads.runner.status()
+            )
+
+        return query(request, run, lambda r: f"{len(r.projections)} projections")
+
+    @post(
+        "/projections/{name:str}/rebuild",
+        opt={"op": "ops.projections.rebuild", "body": RebuildBody, "roles": OWNER},
+        sync_to_thread=True,
+        status_code=200,
+    )
+    def rebuild(
+        self, request: Req, name: FromPath[str], data: JSONBody[RebuildBody | None] = None
+    ) -> RebuildReport:
+        state = api_state(request)
+        verify = data.verify if data is not None else False
+
+        def run(_c: Any) -> RebuildReport:
+            rebuilder = Rebuilder(state.reads.runner)
+            try:
+                rebuilder.projection(name)
+            except KeyError as error:
+                raise NotFound(f"no projection named {name[:60]!r}") from error
+            try:
+                return rebuilder.rebuild(name, verify=verify)
+            except RebuildFailed as failed:
+                raise Unavailable(str(failed)) from failed
+
+        return query(
+            request,
+            run,
+            lambda r: f"{r.name}: {r.events} events to {r.position}; {len(r.differences)} differences",
+        )

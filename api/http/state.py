@@ -1,0 +1,84 @@
+"""What the routes share in one API process: the runtime, caches, buckets, tickets."""
+
+from __future__ import annotations
+
+from api.http.limits import CallerState, ProcessCallerState, RedisCallerState, TokenBuckets
+from api.http.metrics import Metrics
+from api.http.schemas import WriteBody
+from bootstrap.runtime import Runtime, api_runtime
+from domain.model.identity import Identity
+from domain.services.governance import GovernanceService
+from domain.services.memory import MemoryService, WriteResult
+from domain.settings import Settings, deployment_key
+from projections.reads import ReadModels
+from workers.tickets import TicketStore, TicketWorker
+
+MAX_BODY_BYTES = 1_048_576
+STATE_KEY = "memwarden"
+
+
+class ApiState:
+    """What the routes share, per process."""
+
+    def __init__(self, settings: Settings | None, runtime: Runtime | None) -> None:
+        self.settings = settings
+        self._given = runtime
+        self._runtime = runtime
+        self.metrics = Metrics()
+        self.callers: CallerState = ProcessCallerState()
+        self.anonymous_audits = TokenBuckets()
+        self.anonymous_audits_per_minute = 6_000
+        self.max_body_bytes = MAX_BODY_BYTES
+        self._tickets: TicketStore | None = None
+        self._ticket_worker: TicketWorker | None = None
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            msg = "the API runtime is not open"
+            raise RuntimeError(msg)
+        return self._runtime
+
+    @property
+    def governance(self) -> GovernanceService:
+        return self.runtime.core.governance
+
+    @property
+    def memory(self) -> MemoryService:
+        return self.runtime.memory
+
+    @property
+    def reads(self) -> ReadModels:
+        return self.runtime.reads
+
+    @property
+    def tickets(self) -> TicketStore:
+        assert self._tickets is not None
+        return self._tickets
+
+    @property
+    def ticket_worker(self) -> TicketWorker:
+        assert self._ticket_worker is not None
+        return self._ticket_worker
+
+    def open(self) -> None:
+        settings = self.settings or Settings.from_env()
+        if self._runtime is None:
+            self._runtime = api_runtime(settings)
+        if settings.shared_state == "redis":
+            self.callers = RedisCallerState(settings.redis_url, deployment_key(settings), self.metrics)
+        ledger = self.runtime.ledger
+        self._tickets = TicketStore(ledger.datastore, ledger.schema)
+        self._tickets.create_table()
+        self._ticket_worker = TicketWorker(self._tickets, self._write_ticket)
+        self._ticket_worker.start()
+
+    def _write_ticket(self, identity: Identity, body: WriteBody) -> WriteResult:
+        return self.memory.write(identity, body.command(), verbatim=body.verbatim)
+
+    def close(self) -> None:
+        if self._ticket_worker is not None:
+            self._ticket_worker.stop()
+        if self._given is None and self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None

@@ -1,0 +1,1 @@
+"""The composition root: importable by ``api`` and ``workers``, importing neither."""

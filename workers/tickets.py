@@ -1,0 +1,178 @@
+"""Asynchronous writes (``async: true``): a durable ticket table and a worker thread in
+each API process.
+
+The ticket (identity from the key, the validated body) is committed before the 202 is
+sent, so nothing accepted is lost: any API process on the database claims pending
+tickets (``FOR UPDATE SKIP LOCKED``), and a ticket whose claimant died is claimed again
+after ``STALE_SECONDS``. The write itself goes through MemoryService like any other, so
+it is audited on the ledger when it runs (one record per accepted request). A ticket
+run twice after a crash between the append and the result re-decides against the new
+state: the second run deduplicates instead of storing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID, uuid4
+
+import msgspec
+from eventsourcing.postgres import PostgresDatastore
+from psycopg.sql import SQL, Identifier
+
+from api.http.schemas import TicketStatus, WriteBody
+from domain.ledger.database import FailureRun
+from domain.model.errors import DomainError
+from domain.model.identity import Identity
+
+log = logging.getLogger(__name__)
+STALE_SECONDS = 60
+
+
+class TicketStore:
+    def __init__(self, datastore: PostgresDatastore, schema: str) -> None:
+        self.datastore = datastore
+        self.table = SQL("{}.write_tickets").format(Identifier(schema))
+
+    def create_table(self) -> None:
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute("SELECT pg_advisory_xact_lock(hashtext('memwarden schema'))")
+            curs.execute(
+                SQL("""
+CREATE TABLE IF NOT EXISTS {t} (
+    ticket uuid PRIMARY KEY,
+    key_id text NOT NULL,
+    namespace text NOT NULL,
+    actor text NOT NULL,
+    role text NOT NULL,
+    body bytea NOT NULL,
+    state text NOT NULL DEFAULT 'pending',
+    result jsonb,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    claimed_at timestamptz,
+    finished_at timestamptz
+)""").format(t=self.table)
+            )
+            curs.execute(
+                SQL(
+                    "CREATE INDEX IF NOT EXISTS write_tickets_open ON {t} (created_at)"
+                    " WHERE state IN ('pending', 'running')"
+                ).format(t=self.table)
+            )
+
+    def submit(self, identity: Identity, key_id: str, body: WriteBody) -> UUID:
+        ticket = uuid4()
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(
+                SQL(
+                    "INSERT INTO {t} (ticket, key_id, namespace, actor, role, body)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)"
+                ).format(t=self.table),
+                (
+                    ticket,
+                    key_id,
+                    identity.namespace,
+                    identity.actor,
+                    identity.role,
+                    msgspec.json.encode(body),
+                ),
+            )
+        return ticket
+
+    def claim(self) -> tuple[UUID, Identity, WriteBody] | None:
+        with self.datastore.transaction(commit=True) as curs:
+            row = curs.execute(
+                SQL(
+                    "UPDATE {t} SET state = 'running', claimed_at = now() WHERE ticket = ("
+                    " SELECT ticket FROM {t} WHERE state = 'pending' OR (state = 'running'"
+                    "  AND claimed_at < now() - make_interval(secs => %s))"
+                    " ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                    " RETURNING ticket, namespace, actor, role, body"
+                ).format(t=self.table),
+                (STALE_SECONDS,),
+            ).fetchone()
+        if row is None:
+            return None
+        identity = Identity(row["namespace"], row["actor"], row["role"])
+        return row["ticket"], identity, msgspec.json.decode(bytes(row["body"]), type=WriteBody)
+
+    def finish(self, ticket: UUID, state: str, result: dict[str, Any]) -> None:
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(
+                # the body (the content, in the clear) is not kept once the write ran:
+                # the ledger holds it sealed, where erasure can shred it
+                SQL(
+                    "UPDATE {t} SET state = %s, result = %s::jsonb, finished_at = now(), body = ''::bytea"
+                    " WHERE ticket = %s"
+                ).format(t=self.table),
+                (state, msgspec.json.encode(result).decode(), ticket),
+            )
+
+    def status(self, ticket: UUID, identity: Identity) -> TicketStatus | None:
+        """The ticket's state, only for the identity that submitted it."""
+        with self.datastore.get_connection() as conn:
+            row = conn.execute(
+                SQL(
+                    "SELECT state, result FROM {t} WHERE ticket = %s AND namespace = %s AND actor = %s"
+                ).format(t=self.table),
+                (ticket, identity.namespace, identity.actor),
+            ).fetchone()
+        return None if row is None else TicketStatus(state=row["state"], result=row["result"])
+
+
+class TicketWorker:
+    """Runs pending tickets in a background thread of this process."""
+
+    def __init__(
+        self,
+        store: TicketStore,
+        write: Callable[[Identity, WriteBody], Any],
+    ) -> None:
+        self.store = store
+        self.write = write
+        self.wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="memwarden-tickets", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def run_one(self) -> bool:
+        claimed = self.store.claim()
+        if claimed is None:
+            return False
+        ticket, identity, body = claimed
+        try:
+            result = self.write(identity, body)
+        except DomainError as error:  # refused and audited by the service
+            self.store.finish(ticket, "failed", {"error": error.code, "detail": error.detail})
+            return True
+        except Exception:  # leave it claimed: it is retried when stale
+            log.exception("ticket %s failed; will be retried", ticket)
+            return True
+        self.store.finish(ticket, "done", msgspec.to_builtins(result))
+        return True
+
+    def _run(self) -> None:
+        failures = FailureRun("ticket worker", log)
+        while not self._stop.is_set():
+            try:
+                busy = self.run_one()
+            except Exception as error:  # noqa: BLE001 - logged once per run of failures
+                failures.failed(error)
+                busy = False
+                self._stop.wait(0.5)
+            else:
+                failures.ended()
+            if not busy:
+                self.wake.wait(0.5)
+                self.wake.clear()
