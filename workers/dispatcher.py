@@ -18,6 +18,7 @@ from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
 
+from domain.ledger import locks
 from domain.ledger.app import Ledger
 from domain.ledger.mapper import Recorded
 from domain.model.events import MemoryWritten
@@ -55,7 +56,7 @@ class Dispatcher:
 
     def create_table(self) -> None:
         with self.ledger.datastore.transaction(commit=True) as curs:
-            curs.execute("SELECT pg_advisory_xact_lock(hashtext('memwarden schema'))")
+            locks.hold(curs, locks.SCHEMA)
             curs.execute(
                 SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, position bigint NOT NULL)").format(
                     self._table

@@ -23,6 +23,7 @@ from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
 from api.http.schemas import TicketStatus, WriteBody
+from domain.ledger import locks
 from domain.ledger.database import FailureRun
 from domain.model.errors import DomainError
 from domain.model.identity import Identity
@@ -38,7 +39,7 @@ class TicketStore:
 
     def create_table(self) -> None:
         with self.datastore.transaction(commit=True) as curs:
-            curs.execute("SELECT pg_advisory_xact_lock(hashtext('memwarden schema'))")
+            locks.hold(curs, locks.SCHEMA)
             curs.execute(
                 SQL("""
 CREATE TABLE IF NOT EXISTS {t} (

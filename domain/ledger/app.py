@@ -14,6 +14,7 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from psycopg.sql import SQL, Identifier
 
+from domain.ledger import locks
 from domain.ledger.certificates import CertificateCheck, check_certificate_signature, sign_certificate
 from domain.ledger.chain import ChainReport
 from domain.ledger.checkpoints import Checkpoint, CheckpointSigner, verify_checkpoint_signature
@@ -118,7 +119,7 @@ class Ledger(Application[UUID]):
         owner = uuid5(NAMESPACE_URL, f"memwarden:secret:{name}")
         table = SQL("{}.secrets").format(Identifier(self.schema))
         with self.datastore.transaction(commit=True) as curs:
-            curs.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"memwarden secret {name}",))
+            locks.hold(curs, locks.secret(name))
             row = curs.execute(
                 SQL("SELECT wrapped FROM {} WHERE name = %s").format(table), (name,)
             ).fetchone()

@@ -20,6 +20,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastor
 from psycopg import Cursor, ServerCursor
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from domain.ledger import locks
 from domain.ledger.chain import ChainReport, verify_rows
 
 EVENTS_TABLE = "events"
@@ -187,7 +188,7 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
     def create_table(self) -> None:
         """Create everything in one transaction under an advisory lock (many processes)."""
         with self.datastore.transaction(commit=True) as curs:
-            curs.execute("SELECT pg_advisory_xact_lock(hashtext('memwarden schema'))")
+            locks.hold(curs, locks.SCHEMA)
             curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {}").format(Identifier(self.schema)))
             curs.execute(
                 "SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"

@@ -12,6 +12,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Composed, Identifier
 
 from domain.model.namespaces import subtree_like_pattern
+from projections.visibility import current
 
 
 class FindingView(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,7 +84,7 @@ class WorkerGauges(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _UNJUDGED = (
-    "m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > now())"
+    f"{current('m')}"
     " AND NOT EXISTS (SELECT 1 FROM {s}.autopilot_judged j WHERE j.memory_id = m.id"
     " AND j.outcome IN ('judged', 'not_current'))"
 )

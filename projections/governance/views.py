@@ -17,6 +17,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Composable, Identifier
 
 from domain.model.namespaces import subtree_like_pattern
+from projections.visibility import current
 
 
 class KeyView(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,8 +129,7 @@ def scope_counts(conn: Connection[Any], schema: str, scope: Sequence[str], names
     row = conn.execute(
         SQL(
             "SELECT"
-            " count(*) FILTER (WHERE status = 'active' AND retired_at IS NULL"
-            "   AND (valid_to IS NULL OR valid_to > now())) AS current,"
+            f" count(*) FILTER (WHERE {current()}) AS current,"
             " count(*) FILTER (WHERE status = 'disputed') AS disputed,"
             " count(*) FILTER (WHERE status = 'retired') AS retired,"
             " count(*) FILTER (WHERE status = 'erased') AS erased"

@@ -36,6 +36,7 @@ from domain.services.memory import MemoryService
 from projections.search.drivers import Driver, SearchRequest
 from projections.search.service import SearchQuery, SearchService
 from projections.search.view import Hit
+from projections.visibility import current
 
 LATENCY_P95_MS = 250.0
 PLANTED = "The maintenance window codename for the Kestrel cluster is heliotrope-47."
@@ -147,10 +148,9 @@ class ConformanceKit:
         scope = list(ancestors(self.corpus.caller.namespace))
         with self.search.ledger.datastore.get_connection() as conn:
             rows = conn.execute(
-                SQL(
-                    "SELECT id FROM {s}.memory_objects WHERE namespace = ANY(%s) AND status = 'active'"
-                    " AND retired_at IS NULL"
-                ).format(s=Identifier(self.search.ledger.schema)),
+                SQL(f"SELECT id FROM {{s}}.memory_objects WHERE namespace = ANY(%s) AND {current()}").format(
+                    s=Identifier(self.search.ledger.schema)
+                ),
                 (scope,),
             ).fetchall()
         return {r["id"] for r in rows}

@@ -24,6 +24,7 @@ from domain.services.ttl_cache import TTLCache
 from projections.search.halfvec import HalfvecParam
 from projections.search.lexical import K1, B, query_terms
 from projections.search.projection import KNOWLEDGE, MEMORY
+from projections.visibility import current, known_at
 
 EF_SEARCH = 100  # 5k scope, top-40 candidates: 199 of 200 top-10 lists as the exact scan's (64: 193)
 MAX_SCAN_TUPLES = 50_000
@@ -369,19 +370,11 @@ class ScopedView:
             parts.append(
                 SQL(
                     "EXISTS (SELECT 1 FROM {s}.memory_timeline t WHERE t.memory_id = m.id"
-                    " AND t.status = 'active' AND t.retired_at IS NULL"
-                    " AND t.opened <= %(p)s AND (t.closed IS NULL OR t.closed > %(p)s)"
-                    " AND t.valid_from <= %(v)s AND (t.valid_to IS NULL OR t.valid_to > %(v)s))"
+                    f" AND {current('t', '%(v)s', started=True)} AND {known_at('t', '%(p)s')})"
                 ).format(s=self._s)
             )
         elif not w.include_retired:
-            parts.append(
-                SQL(
-                    "m.status = 'active' AND m.retired_at IS NULL AND (m.valid_to IS NULL OR m.valid_to > %(v)s)"
-                )
-            )
-            if w.valid_at is not None:
-                parts.append(SQL("m.valid_from <= %(v)s"))
+            parts.append(SQL(current("m", "%(v)s", started=w.valid_at is not None)))
         if w.tags:
             parts.append(SQL("m.tags @> %(tags)s::text[]"))
         if w.selectors:

@@ -20,6 +20,7 @@ from psycopg.sql import SQL, Composable, Composed, Identifier
 from domain.model.asof import AsOfMemory
 from domain.model.scopes import Subtree
 from projections.scopes import in_subtree
+from projections.visibility import current, in_effect, known_at
 
 
 def position_at(conn: Connection[Any], schema: str, as_of: datetime, cap: int) -> int:
@@ -73,9 +74,7 @@ def as_of_memories(
             "SELECT t.memory_id AS id, t.namespace, m.content, t.status, t.trust_tier, t.recorded_at,"
             " t.valid_from, t.valid_to, t.retired_at"
             " FROM {s}.memory_timeline t LEFT JOIN {s}.memory_objects m ON m.id = t.memory_id"
-            " WHERE {within} AND t.status = 'active' AND t.retired_at IS NULL"
-            " AND t.opened <= %(p)s AND (t.closed IS NULL OR t.closed > %(p)s)"
-            " AND t.valid_from <= %(v)s AND (t.valid_to IS NULL OR t.valid_to > %(v)s)"
+            f" WHERE {{within}} AND {current('t', '%(v)s', started=True)} AND {known_at('t', '%(p)s')}"
             " AND t.memory_id > %(after)s{terms}"
             " ORDER BY t.memory_id LIMIT %(limit)s"
         ).format(s=s, within=within, terms=SQL("").join(terms)),
@@ -97,7 +96,7 @@ def memory_at(
     with ``valid_at``, only if it held in the world then. Out of scope = missing."""
     validity = SQL("")
     if valid_at is not None:
-        validity = SQL(" AND t.valid_from <= %(v)s AND (t.valid_to IS NULL OR t.valid_to > %(v)s)")
+        validity = SQL(f" AND {in_effect('t', '%(v)s')}")
     row = conn.execute(
         SQL(
             "SELECT t.memory_id AS id, t.namespace, m.content, t.status, t.trust_tier, t.recorded_at,"
@@ -105,7 +104,7 @@ def memory_at(
             " FROM {s}.memory_timeline t LEFT JOIN {s}.memory_objects m ON m.id = t.memory_id"
             " WHERE t.memory_id = %(id)s AND t.namespace = ANY(%(scope)s) AND t.status <> 'disputed'"
             " AND m.erased_in_quarantine IS NOT TRUE"
-            " AND t.opened <= %(p)s AND (t.closed IS NULL OR t.closed > %(p)s){validity}"
+            f" AND {known_at('t', '%(p)s')}{{validity}}"
         ).format(s=Identifier(schema), validity=validity),
         {"id": memory_id, "scope": list(scope), "p": position, "v": valid_at},
     ).fetchone()
