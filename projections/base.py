@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from psycopg import Cursor
+from psycopg.sql import Identifier
 
 from domain.ledger.mapper import Recorded
+from domain.model.events import Event
+
+EventHandler = Callable[[Cursor[Any], Identifier, Recorded], None]
+"""Applies one recorded event to a projection's tables in a schema (the ``Identifier``)."""
+
+HandlerMap = Mapping[type[Event], EventHandler]
+"""Which handler applies an event, keyed by the event's exact type (``type(event)``)."""
 
 
 class Projection(Protocol):

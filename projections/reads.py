@@ -8,8 +8,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from psycopg.sql import SQL, Identifier
-
 from domain.embedding import Embedder, EmbedderUnavailable
 from domain.ledger.app import Ledger
 from domain.model.identity import COMPLIANCE_ROLES, REVIEWER_ROLES, Identity
@@ -45,7 +43,7 @@ from projections.governance.views import (
 )
 from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.memory_objects.views import HistoryScope, HistoryStep, MemoryView, history, read_memory
-from projections.runner import TRACKING_TABLE, ProjectionRunner
+from projections.runner import ProjectionRunner
 from projections.search.projection import SearchIndexProjection
 from projections.search.service import SearchService
 from projections.search.telemetry import AccessProjection
@@ -95,7 +93,6 @@ class ReadModels:
         self.runner = ProjectionRunner(ledger, projections or default_projections(embedder), conninfo)
         self.runner.create_tables()
         self.wait_seconds = wait_seconds
-        self._names = [p.name for p in self.runner.projections]
         self.time_travel = TimeTravel(ledger, self.wait_for)
         self.search = SearchService(ledger, embedder, self.wait_for)
 
@@ -103,17 +100,8 @@ class ReadModels:
         """Read-your-writes: no query at all when this process saw the models pass ``position``."""
         if not position or position <= self.runner.reached_hint:
             return
-        if not self._reached(position):
+        if not self.runner.reached(position):
             self.runner.wait_for(position, self.wait_seconds)
-
-    def _reached(self, position: int) -> bool:
-        """One query: has every projection's tracking record reached ``position``?"""
-        query = SQL(
-            "SELECT count(*) AS n FROM {}.{} WHERE application_name = ANY(%s) AND notification_id >= %s"
-        ).format(Identifier(self.ledger.schema), Identifier(TRACKING_TABLE))
-        with self.ledger.datastore.get_connection() as conn:
-            row = conn.execute(query, (self._names, position), prepare=True).fetchone()
-        return row is not None and int(row["n"]) == len(self._names)
 
     def scope(self, identity: Identity) -> tuple[str, ...]:
         return ancestors(identity.namespace)

@@ -22,7 +22,7 @@ from domain.model.scopes import Subtree
 from domain.model.storable import check_storable
 from domain.model.text import quote_text
 from domain.model.times import parse_time_text
-from projections.runner import Rebuilder, RebuildFailed
+from projections.rebuild import Rebuilder, RebuildFailed
 from projections.timeline.service import AsOfQuestion
 
 

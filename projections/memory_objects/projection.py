@@ -24,6 +24,7 @@ from domain.model.events import (
     Provenance,
 )
 from domain.model.trust import rank_of
+from projections.base import HandlerMap
 from projections.rows import array_literal, columns
 from projections.sanitize import sanitized
 
@@ -375,7 +376,7 @@ def _erased(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
     )
 
 
-_HANDLERS: dict[type, Any] = {
+_HANDLERS: HandlerMap = {
     MemoryReleased: _released,
     MemoryRetired: _retired,
     MemoryReaffirmed: _reaffirmed,

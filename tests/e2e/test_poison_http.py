@@ -19,7 +19,7 @@ from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.services.knowledge import KnowledgeService
 from domain.settings import Settings
-from projections.runner import Rebuilder
+from projections.rebuild import Rebuilder
 from tests.e2e.api_helpers import Api
 
 NUL = "nul \u0000 here"

@@ -17,7 +17,7 @@ from domain.model.erasure import Forget
 from domain.model.identity import Identity
 from domain.settings import Settings
 from projections import runner as runner_module
-from projections.runner import Rebuilder
+from projections.rebuild import Rebuilder
 from projections.search import projection as search_module
 from projections.search.projection import SearchIndexProjection, hnsw_index_name
 from projections.search.service import SearchQuery

@@ -31,7 +31,8 @@ from domain.settings import Settings
 from projections.disputes.projection import DisputesProjection
 from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.reads import ReadModels
-from projections.runner import ProjectionLag, Rebuilder
+from projections.rebuild import Rebuilder
+from projections.runner import ProjectionLag
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 PEER = Identity("acme/eng", "agent-2", "agent")
@@ -131,7 +132,7 @@ def test_a_follower_that_cannot_reach_the_database_logs_once_and_once_when_back(
     with Runtime(settings, follow=False) as runtime:
         reads = ReadModels(runtime.ledger, _nowhere(tmp_path).conninfo(), [DisputesProjection()], 0.5)
         runner = reads.runner
-        caplog.set_level(logging.INFO, logger="projections.runner")
+        caplog.set_level(logging.INFO, logger="projections.followers")
         runner.start()
         try:
             deadline = time.monotonic() + 10
@@ -180,13 +181,13 @@ def test_a_rebuild_elsewhere_clears_the_stop_of_a_running_runner(runtime: Runtim
     # an API process whose reader helped the projector and hit the same stop
     helper = ReadModels(runtime.ledger, conninfo, [_Poisoned(), DisputesProjection()], 0.5)
     helper.runner.catch_up()
-    assert helper.runner.errors["memory_objects"][0] == verified.position - 1
+    assert helper.runner.errors["memory_objects"].position == verified.position - 1
     running.runner.start()  # the projector of a process that keeps running
     try:
         deadline = time.monotonic() + 15
         while "memory_objects" not in running.runner.errors and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert running.runner.errors["memory_objects"][0] == verified.position - 1
+        assert running.runner.errors["memory_objects"].position == verified.position - 1
 
         # The fixed code, in another process (the CLI): a rebuild carries it past the stop.
         fixed = ReadModels(runtime.ledger, conninfo, [MemoryObjectsProjection(), DisputesProjection()], 0.5)

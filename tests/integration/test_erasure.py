@@ -27,7 +27,7 @@ from domain.model.identity import Identity
 from domain.model.memory import MemoryState, evolve_memory
 from domain.model.policies import PolicyBody
 from domain.settings import Settings
-from projections.runner import TRACKING_TABLE
+from projections.tracking import TRACKING_TABLE
 
 ADMIN = Identity("acme/eng", "alice", "admin")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

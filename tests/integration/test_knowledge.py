@@ -29,7 +29,7 @@ from domain.model.policies import PolicyBody
 from domain.services.core import Core
 from domain.services.knowledge import KnowledgeService
 from domain.settings import SCHEMA, Settings
-from projections.runner import Rebuilder
+from projections.rebuild import Rebuilder
 from tests.unit.builders import EXPENSE_POLICY
 
 OWNER = Identity("acme", "olga", "owner")

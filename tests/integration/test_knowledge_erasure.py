@@ -20,7 +20,7 @@ from domain.model.identity import Identity
 from domain.model.policies import PolicyBody
 from domain.services.knowledge import KnowledgeService
 from domain.settings import Settings
-from projections.runner import Rebuilder
+from projections.rebuild import Rebuilder
 from tests.integration.test_erasure import assert_marker_gone, rebuild_projections, tables_holding
 from tests.integration.test_knowledge import (
     EXPENSES,

@@ -43,9 +43,10 @@ from domain.model.events import (
 from domain.model.identity import Identity
 from domain.services.knowledge import KnowledgeService
 from domain.settings import SCHEMA, Settings
-from projections.runner import ERRORS_TABLE, Rebuilder
+from projections.rebuild import Rebuilder
 from projections.sanitize import EARLIEST, LATEST, REPLACEMENT
 from projections.timeline.service import AsOfQuestion
+from projections.tracking import ERRORS_TABLE
 from tests.e2e.api_helpers import Api
 
 NAMESPACE = "acme/eng"

@@ -19,7 +19,7 @@ from domain.model.events import MemoryVerified
 from domain.model.identity import Identity
 from domain.settings import Settings
 from projections.memory_objects.projection import MemoryObjectsProjection
-from projections.runner import Rebuilder, RebuildFailed
+from projections.rebuild import Rebuilder, RebuildFailed
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 PEER = Identity("acme/eng", "agent-2", "agent")

@@ -23,7 +23,7 @@ from domain.model.commands import ProvenanceClaim, WriteMemory
 from domain.model.erasure import Forget
 from domain.model.identity import Identity
 from domain.settings import Settings
-from projections.runner import Rebuilder
+from projections.rebuild import Rebuilder
 from projections.search import view as view_module
 from projections.search.drivers import HybridDriver, LexicalDriver, SearchRequest, VectorDriver
 from projections.search.service import SearchQuery

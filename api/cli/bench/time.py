@@ -37,7 +37,7 @@ from domain.model.events import (
     Provenance,
 )
 from domain.model.namespaces import ancestors
-from projections.runner import Rebuilder
+from projections.rebuild import Rebuilder
 from projections.timeline.service import AsOfQuestion, TimeTravel
 
 SQL_P95_TARGET_MS = 50.0

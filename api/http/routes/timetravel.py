@@ -1,5 +1,5 @@
 """Time travel and operators' projections over HTTP. Thin: the services are
-projections/timeline/service.py (as-of) and projections/runner.py (rebuilds).
+projections/timeline/service.py (as-of) and projections/rebuild.py (rebuilds).
 
 - ``POST /v1/compliance/asof`` (auditor, admin, owner): the memories as known at
   ``as_of`` (and true at ``valid_at``) in the subtree of the caller's namespace, or of
@@ -22,7 +22,8 @@ from domain.model.asof import AsOfMemory
 from domain.model.commands import AwareDatetime
 from domain.model.errors import NotFound
 from domain.model.identity import COMPLIANCE_ROLES
-from projections.runner import ProjectionStatus, Rebuilder, RebuildFailed, RebuildReport
+from projections.rebuild import Rebuilder, RebuildFailed, RebuildReport
+from projections.runner import ProjectionStatus
 from projections.timeline.service import AsOfQuestion, check_limit, parse_cursor, scope_for
 
 Req = Request[Any, Any, Any]
