@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
-from eventsourcing.postgres import PostgresTrackingRecorder
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
@@ -37,6 +36,7 @@ RETRY_SECONDS = 0.5
 LISTEN_CONNECT_SECONDS = 5
 """The longest a background thread waits for its listening connection to open."""
 TRACKING_TABLE = "projection_tracking"
+"""Each projection's position (made by migration 0002_read_models, like every live table)."""
 ERRORS_TABLE = "projection_errors"
 """Where a runner records the event a projection stopped at, so every process (an API
 process beside a projector, the CLI) reports it, not only the one that hit it."""
@@ -76,7 +76,6 @@ class ProjectionRunner:
         self.listen_conninfo = listen_conninfo
         self.projections = list(projections)
         self.schema = ledger.schema
-        self.tracking = PostgresTrackingRecorder(ledger.datastore, tracking_table_name=TRACKING_TABLE)
         self.errors: dict[str, tuple[int, str]] = {}
         self.reached_hint = 0
         """A position every projection is known (by this process) to have committed."""
@@ -106,21 +105,6 @@ class ProjectionRunner:
         self._track_and_announce_sql = (
             SQL("WITH tracked AS ({}) SELECT pg_notify(%s, %s)").format(track).as_string()
         )
-
-    # -- set-up -----------------------------------------------------------------------------
-
-    def create_tables(self) -> None:
-        self.tracking.create_table()
-        with self.ledger.datastore.transaction(commit=True) as curs:
-            curs.execute("SELECT pg_advisory_xact_lock(hashtext('memwarden schema'))")
-            curs.execute(
-                SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.{} (name text PRIMARY KEY, position bigint NOT NULL,"
-                    " error text NOT NULL, at timestamptz NOT NULL DEFAULT now())"
-                ).format(Identifier(self.schema), Identifier(ERRORS_TABLE))
-            )
-            for projection in self.projections:
-                projection.create(curs, self.schema)
 
     # -- positions --------------------------------------------------------------------------
 
