@@ -11,6 +11,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +46,30 @@ LABELS = ["0001_ledger", "0002_read_models", "0003_workers"]
 AGENT = Identity("acme/eng", "agent-1", "agent")
 
 
-@pytest.fixture
-def bare(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
-    """A database of its own that nothing has migrated."""
+@contextmanager
+def unmigrated_database(server: ConnectionParams) -> Iterator[ConnectionParams]:
+    """A database of its own that nothing has migrated, dropped after."""
     name = f"mw_bare_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(server.conninfo(), autocommit=True) as conn:
         conn.execute(SQL("CREATE DATABASE {}").format(Identifier(name)))
     try:
-        yield pg_server.with_dbname(name)
+        yield server.with_dbname(name)
     finally:
-        with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(server.conninfo(), autocommit=True) as conn:
             conn.execute(SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(Identifier(name)))
+
+
+@pytest.fixture
+def bare(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
+    with unmigrated_database(pg_server) as params:
+        yield params
+
+
+@pytest.fixture
+def bare_twin(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
+    """Another one, to compare with."""
+    with unmigrated_database(pg_server) as params:
+        yield params
 
 
 @pytest.fixture
@@ -192,18 +206,6 @@ def test_a_database_made_before_migrations_is_adopted_without_losing_a_row(
         assert runtime.ledger.verify().checked == written.position
 
 
-@pytest.fixture
-def bare_twin(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
-    name = f"mw_twin_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
-        conn.execute(SQL("CREATE DATABASE {}").format(Identifier(name)))
-    try:
-        yield pg_server.with_dbname(name)
-    finally:
-        with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
-            conn.execute(SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(Identifier(name)))
-
-
 def _memory_id(params: ConnectionParams, content: str) -> uuid.UUID:
     with psycopg.connect(params.conninfo()) as conn:
         row = conn.execute(
@@ -283,6 +285,19 @@ def _cli_env(params: ConnectionParams, tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _cli(env: dict[str, str] | None, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``memwarden ARGS`` in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli.main", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=check,
+    )
+
+
 def _waiting_for_the_lock(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute(
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
@@ -335,41 +350,17 @@ def test_an_unmigrated_database_url_is_refused_with_the_command_that_fixes_it(
     env["MEMWARDEN_KEK"] = OLD_KEYS["kek_b64"]
     env["MEMWARDEN_SIGNING_KEY"] = OLD_KEYS["signing_key_pem"]
     for command in (["serve", "--port", "0"], ["ledger", "verify"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "api.cli.main", *command],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = _cli(env, *command)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert "run `memwarden migrate`" in done.stderr
         assert "0001_ledger" in done.stderr
         assert "Traceback" not in done.stderr
     assert not _has_table(old, "schema_migrations"), "a refused start wrote to the database"
     # the command it names fixes it
-    migrated = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", "migrate"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    migrated = _cli(env, "migrate", check=True)
     assert "made before migrations" in migrated.stdout
     assert "applied 0003_workers" in migrated.stdout
-    verified = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", "ledger", "verify"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    verified = _cli(env, "ledger", "verify")
     assert verified.returncode == 0, verified.stderr
     assert verified.stdout.startswith(f"ok: {OLD_EVENTS} events")
 
@@ -381,14 +372,7 @@ def _has_table(params: ConnectionParams, table: str) -> bool:
 
 
 def test_migrate_help_names_what_it_does() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", "migrate", "--help"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = _cli(None, "migrate", "--help", check=True)
     assert "pending schema migrations" in done.stdout
     assert "--json" in done.stdout
 
