@@ -24,6 +24,8 @@ from pathlib import Path
 
 import msgspec
 import psycopg
+from psycopg import Connection
+from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed, Identifier
 
 from domain.ledger.database import ConnectionParams
@@ -139,7 +141,7 @@ def prepare_database(params: ConnectionParams, embedded: bool) -> None:
         require_migrated(params)
 
 
-def _connect(params: ConnectionParams) -> psycopg.Connection[tuple[object, ...]]:
+def _connect(params: ConnectionParams) -> Connection[TupleRow]:
     return psycopg.connect(params.conninfo(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
 
 
@@ -147,12 +149,12 @@ def _table() -> Composed:
     return SQL("{}.{}").format(Identifier(SCHEMA), Identifier(TABLE))
 
 
-def _has_bookkeeping(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+def _has_bookkeeping(conn: Connection[TupleRow]) -> bool:
     row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{SCHEMA}.{TABLE}",)).fetchone()
     return bool(row and row[0])
 
 
-def _is_baseline(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+def _is_baseline(conn: Connection[TupleRow]) -> bool:
     """Tables of the ledger, and no record of migrations: made by the code before them."""
     row = conn.execute(
         "SELECT to_regclass(%s) IS NULL AND to_regclass(%s) IS NOT NULL",
@@ -161,7 +163,7 @@ def _is_baseline(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
     return bool(row and row[0])
 
 
-def _create_bookkeeping(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+def _create_bookkeeping(conn: Connection[TupleRow]) -> None:
     with conn.transaction():
         conn.execute(SQL("CREATE SCHEMA IF NOT EXISTS {}").format(Identifier(SCHEMA)))
         conn.execute(
@@ -172,9 +174,9 @@ def _create_bookkeeping(conn: psycopg.Connection[tuple[object, ...]]) -> None:
         )
 
 
-def _recorded(conn: psycopg.Connection[tuple[object, ...]]) -> dict[int, str]:
+def _recorded(conn: Connection[TupleRow]) -> dict[int, str]:
     rows = conn.execute(SQL("SELECT version, checksum FROM {}").format(_table())).fetchall()
-    return {int(str(version)): str(checksum) for version, checksum in rows}
+    return {int(version): str(checksum) for version, checksum in rows}
 
 
 def _check_unchanged(migrations: list[Migration], recorded: dict[int, str]) -> None:
@@ -187,7 +189,7 @@ def _check_unchanged(migrations: list[Migration], recorded: dict[int, str]) -> N
             )
 
 
-def _apply(conn: psycopg.Connection[tuple[object, ...]], migration: Migration) -> Migration:
+def _apply(conn: Connection[TupleRow], migration: Migration) -> Migration:
     """One migration and its record, in one transaction (no parameters: the file's several
     statements go in one simple query)."""
     try:

@@ -24,7 +24,7 @@ from api.cli.migrate import register as register_migrate_command
 from api.cli.timetravel import register as register_time_commands
 from api.cli.timetravel import register_time_bench
 from api.mcp.command import register as register_mcp_command
-from bootstrap.migrate import SchemaNotMigrated
+from bootstrap.migrate import MigrationError
 from bootstrap.runtime import Runtime
 from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from domain.model.errors import DomainError
@@ -399,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except SchemaNotMigrated as error:  # a configured database nobody migrated yet
+    except MigrationError as error:  # a configured database nobody migrated (or a changed migration)
         sys.stderr.write(f"memwarden {args.command}: {error}\n")
         return 2
 

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import msgspec
+import psycopg
 
 from bootstrap.migrate import MigrationError, MigrationReport, migrate, require_migrated
 from domain.ledger.database import ConnectionParams, resolve_database
@@ -20,6 +21,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         report = migrate(params)
     except MigrationError as error:
         sys.stderr.write(f"memwarden migrate: {error}\n")
+        return 1
+    except psycopg.OperationalError as error:
+        sys.stderr.write(f"memwarden migrate: cannot reach the database {params.dbname!r}: {error}\n")
         return 1
     finally:
         if server is not None:

@@ -395,3 +395,12 @@ def test_each_projections_rebuild_tables_match_the_migrated_ones(database: Conne
     assert live["columns"], "no live tables found"
     assert {r[0] for r in live["columns"]} == owned
     assert rebuilt == live
+
+
+def test_migrate_against_a_database_that_is_not_there_says_so(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = f"postgresql://postgres@/memwarden?host={tmp_path}&port=5432"
+    done = _cli(env, "migrate")
+    assert done.returncode == 1
+    assert "cannot reach the database 'memwarden'" in done.stderr
+    assert "Traceback" not in done.stderr
