@@ -1,10 +1,12 @@
-"""The composition root: settings -> core (ledger, services) -> read models."""
+"""The composition root: settings -> schema (migrated, or checked) -> core (ledger,
+services) -> read models."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from types import TracebackType
 
+from bootstrap.migrate import prepare_database
 from domain.judging import judge_from_settings
 from domain.ledger.app import Ledger
 from domain.services.autopilot import AutopilotService
@@ -23,7 +25,7 @@ from projections.search.neighbours import SearchNeighbours
 class Runtime:
     def __init__(self, settings: Settings | None = None, *, follow: bool = True) -> None:
         self.settings = settings or Settings.from_env()
-        self.core = Core(self.settings)
+        self.core = Core(self.settings, prepare=prepare_database)
         try:
             self.reads = ReadModels(
                 self.core.ledger,
@@ -31,6 +33,7 @@ class Runtime:
                 wait_seconds=self.settings.read_wait_seconds,
                 embedder=self.core.embedder,
             )
+            self.reads.build_missing_indexes()
             self.core.erasure.lookup = ProjectionErasureLookup(self.reads)
             memory = self.core.memory
             self.working_sets = ReadsService(

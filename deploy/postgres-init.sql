@@ -1,2 +1,3 @@
--- memwarden creates its own schema and tables at start-up; it needs pgvector available.
+-- `memwarden migrate` (the compose file's migrate service) creates memwarden's schema and
+-- tables; it needs pgvector available.
 CREATE EXTENSION IF NOT EXISTS vector;

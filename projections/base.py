@@ -22,6 +22,9 @@ class Projection(Protocol):
     """A read model that can be dropped and rebuilt from the ledger.
 
     ``name`` keys its tracking record; ``tables`` lists what it owns (dropped on rebuild).
+    ``create`` makes those tables, as they are now, in a rebuild's shadow schema; the live
+    ones are made by the numbered migrations (bootstrap/migrations), and a test checks the
+    two agree.
     """
 
     @property

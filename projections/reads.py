@@ -9,6 +9,7 @@ from datetime import datetime
 from uuid import UUID
 
 from domain.embedding import Embedder, EmbedderUnavailable
+from domain.ledger import locks
 from domain.ledger.app import Ledger
 from domain.model.identity import COMPLIANCE_ROLES, REVIEWER_ROLES, Identity
 from domain.model.namespaces import ancestors
@@ -27,7 +28,7 @@ from projections.autopilot.views import (
     unjudged_memories,
     worker_gauges,
 )
-from projections.base import Projection
+from projections.base import DeferredIndexes, Projection
 from projections.disputes.projection import DisputesProjection
 from projections.disputes.views import DisputeView, list_disputes
 from projections.governance.projection import AuditProjection, KeysProjection, SharesProjection
@@ -91,10 +92,21 @@ class ReadModels:
     ) -> None:
         self.ledger = ledger
         self.runner = ProjectionRunner(ledger, projections or default_projections(embedder), conninfo)
-        self.runner.create_tables()
         self.wait_seconds = wait_seconds
         self.time_travel = TimeTravel(ledger, self.wait_for)
         self.search = SearchService(ledger, embedder, self.wait_for)
+
+    def build_missing_indexes(self) -> None:
+        """Build the indexes this configuration needs and the database lacks: the configured
+        embedder's HNSW graph, which no migration can know (its model and dimensions are
+        settings). Start-up calls it; a no-op when the index is there."""
+        deferring = [p for p in self.runner.projections if isinstance(p, DeferredIndexes)]
+        if not deferring:
+            return
+        with self.ledger.datastore.transaction(commit=True) as curs:
+            locks.hold(curs, locks.SCHEMA)
+            for projection in deferring:
+                projection.build_indexes(curs, self.ledger.schema)
 
     def wait_for(self, position: int | None) -> None:
         """Read-your-writes: no query at all when this process saw the models pass ``position``."""

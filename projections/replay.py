@@ -46,6 +46,7 @@ from projections.sanitize import sanitized, storable_text
 
 READ_BATCH = 5000
 SNAPSHOT_TABLE = "replay_snapshots"
+"""Made by migration 0002_read_models."""
 DEFAULT_SNAPSHOT_EVERY = 100_000
 
 _encoder = msgspec.msgpack.Encoder()
@@ -81,7 +82,6 @@ class ReplayEngine:
         self.ledger = ledger
         self.schema = ledger.schema
         self.last = ReplayStats()
-        self._table_ready = False
 
     # -- answering --------------------------------------------------------------------------
 
@@ -175,22 +175,8 @@ class ReplayEngine:
 
     # -- snapshots ----------------------------------------------------------------------------
 
-    def _ensure_table(self) -> None:
-        if self._table_ready:
-            return
-        with self.ledger.datastore.transaction(commit=True) as curs:
-            curs.execute(
-                SQL(
-                    "CREATE TABLE IF NOT EXISTS {s}.{t} (position bigint PRIMARY KEY,"
-                    " high_at timestamptz NOT NULL, memories int NOT NULL, state bytea NOT NULL,"
-                    " made_at timestamptz NOT NULL DEFAULT now())"
-                ).format(s=Identifier(self.schema), t=Identifier(SNAPSHOT_TABLE))
-            )
-        self._table_ready = True
-
     def snapshot_for(self, as_of: datetime, cap: int) -> tuple[int, list[MemoryState]] | None:
         """The latest snapshot whose every event is known at ``as_of``, at or before ``cap``."""
-        self._ensure_table()
         with self.ledger.datastore.get_connection() as conn:
             row = conn.execute(
                 SQL(
@@ -205,7 +191,6 @@ class ReplayEngine:
 
     def snapshots(self) -> list[tuple[int, datetime, int, int]]:
         """(position, high_at, memories, bytes) of each snapshot."""
-        self._ensure_table()
         with self.ledger.datastore.get_connection() as conn:
             rows = conn.execute(
                 SQL(
@@ -219,7 +204,6 @@ class ReplayEngine:
         self, every: int = DEFAULT_SNAPSHOT_EVERY, progress: Callable[[int, int], None] | None = None
     ) -> list[int]:
         """Fold the whole log from the latest snapshot, saving one every ``every`` positions."""
-        self._ensure_table()
         head = self.ledger.head_position()
         states: dict[UUID, MemoryState] = {}
         position = 0
@@ -265,7 +249,6 @@ class ReplayEngine:
             )
 
     def drop_snapshots(self) -> None:
-        self._ensure_table()
         with self.ledger.datastore.transaction(commit=True) as curs:
             curs.execute(
                 SQL("TRUNCATE {s}.{t}").format(s=Identifier(self.schema), t=Identifier(SNAPSHOT_TABLE))

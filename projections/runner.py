@@ -18,9 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from eventsourcing.postgres import PostgresTrackingRecorder
 from psycopg import Connection, Cursor
-from psycopg.sql import SQL, Identifier
 
 from domain.ledger import locks
 from domain.ledger.app import Ledger
@@ -29,7 +27,7 @@ from domain.ledger.mapper import Recorded
 from projections.base import Projection
 from projections.deferred_index import DeferredIndexPolicy
 from projections.followers import Follower, projecting, watching
-from projections.tracking import ERRORS_TABLE, TRACKING_TABLE, Applied, Position, Stop, Tracking
+from projections.tracking import Applied, Position, Stop, Tracking
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 1000
@@ -93,21 +91,6 @@ class ProjectionRunner:
         self._follower = Follower(lambda: self.listen_conninfo)
         self._applies_here = False
         self._next_stop_check = 0.0
-
-    # -- set-up -----------------------------------------------------------------------------
-
-    def create_tables(self) -> None:
-        PostgresTrackingRecorder(self.ledger.datastore, tracking_table_name=TRACKING_TABLE).create_table()
-        with self.ledger.datastore.transaction(commit=True) as curs:
-            locks.hold(curs, locks.SCHEMA)
-            curs.execute(
-                SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.{} (name text PRIMARY KEY, position bigint NOT NULL,"
-                    " error text NOT NULL, at timestamptz NOT NULL DEFAULT now())"
-                ).format(Identifier(self.schema), Identifier(ERRORS_TABLE))
-            )
-            for projection in self.projections:
-                projection.create(curs, self.schema)
 
     def projection(self, name: str) -> Projection:
         for projection in self.projections:

@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bootstrap.migrate import migrate
 from domain.ledger.database import ConnectionParams, EmbeddedServer
 from domain.services.core import Core
 from domain.settings import Settings
@@ -35,6 +36,7 @@ def database(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
     name = f"mw_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+    migrate(pg_server.with_dbname(name))
     try:
         yield pg_server.with_dbname(name)
     finally:

@@ -18,7 +18,6 @@ from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger import locks
 from domain.ledger.app import Ledger
 from domain.ledger.mapper import Recorded
 from domain.model.events import MemoryWritten
@@ -54,14 +53,10 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self.sent = 0
 
-    def create_table(self) -> None:
+    def register(self) -> None:
+        """Give this dispatcher its tracking record (at position 0) unless it has one; the
+        table is made by migration 0003_workers."""
         with self.ledger.datastore.transaction(commit=True) as curs:
-            locks.hold(curs, locks.SCHEMA)
-            curs.execute(
-                SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, position bigint NOT NULL)").format(
-                    self._table
-                )
-            )
             curs.execute(
                 SQL("INSERT INTO {} (name, position) VALUES (%s, 0) ON CONFLICT (name) DO NOTHING").format(
                     self._table

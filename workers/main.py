@@ -30,7 +30,7 @@ class WorkerProcess:
         self.sweeper: Sweeper | None = None
         if dispatch:
             self.dispatcher = Dispatcher(self.runtime.ledger, self._send)
-            self.dispatcher.create_table()
+            self.dispatcher.register()
             memory = self.runtime.memory
             self.sweeper = Sweeper(self.runtime.reads.unjudged_memories, self._send, lambda: memory.clock())  # noqa: PLW0108
         self.worker = dramatiq.Worker(self.broker, queues={AUTOPILOT_QUEUE}, worker_threads=threads)
@@ -65,7 +65,7 @@ class InProcessAutopilot:
             runtime.ledger,
             lambda memory_id, position: _judged(autopilot.judge_memory(memory_id, position, holder)),
         )
-        self.dispatcher.create_table()
+        self.dispatcher.register()
 
     def start(self) -> None:
         self.dispatcher.start()

@@ -57,8 +57,9 @@ class ProjectorProcess:
         self._supervisor.start()
 
     def _spawn(self) -> subprocess.Popen[str]:
-        """Start the child and wait until it projects: it creates the read models' tables,
-        so the API processes start after it, not at the same time."""
+        """Start the child and wait until it projects: it migrates the embedded default (and
+        builds the configured embedder's vector index), so the API processes start after
+        it, not at the same time."""
         process = subprocess.Popen(
             [sys.executable, "-m", "api.cli.main", "project", "--exit-with-parent"],
             stdout=subprocess.PIPE,

@@ -23,7 +23,6 @@ from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
 from api.http.schemas import TicketStatus, WriteBody
-from domain.ledger import locks
 from domain.ledger.database import FailureRun
 from domain.model.errors import DomainError
 from domain.model.identity import Identity
@@ -33,35 +32,11 @@ STALE_SECONDS = 60
 
 
 class TicketStore:
+    """The ``write_tickets`` table (made by migration 0003_workers)."""
+
     def __init__(self, datastore: PostgresDatastore, schema: str) -> None:
         self.datastore = datastore
         self.table = SQL("{}.write_tickets").format(Identifier(schema))
-
-    def create_table(self) -> None:
-        with self.datastore.transaction(commit=True) as curs:
-            locks.hold(curs, locks.SCHEMA)
-            curs.execute(
-                SQL("""
-CREATE TABLE IF NOT EXISTS {t} (
-    ticket uuid PRIMARY KEY,
-    key_id text NOT NULL,
-    namespace text NOT NULL,
-    actor text NOT NULL,
-    role text NOT NULL,
-    body bytea NOT NULL,
-    state text NOT NULL DEFAULT 'pending',
-    result jsonb,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    claimed_at timestamptz,
-    finished_at timestamptz
-)""").format(t=self.table)
-            )
-            curs.execute(
-                SQL(
-                    "CREATE INDEX IF NOT EXISTS write_tickets_open ON {t} (created_at)"
-                    " WHERE state IN ('pending', 'running')"
-                ).format(t=self.table)
-            )
 
     def submit(self, identity: Identity, key_id: str, body: WriteBody) -> UUID:
         ticket = uuid4()

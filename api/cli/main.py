@@ -19,9 +19,12 @@ from api.cli.erasure import register as register_erasure_commands
 from api.cli.importer import register as register_import_command
 from api.cli.knowledge import register as register_knowledge_commands
 from api.cli.listening import announce_when_listening
+from api.cli.migrate import check_configured_database
+from api.cli.migrate import register as register_migrate_command
 from api.cli.timetravel import register as register_time_commands
 from api.cli.timetravel import register_time_bench
 from api.mcp.command import register as register_mcp_command
+from bootstrap.migrate import MigrationError
 from bootstrap.runtime import Runtime
 from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from domain.model.errors import DomainError
@@ -196,8 +199,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
     os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
+    settings = Settings.from_env()
+    check_configured_database(settings)  # before any child process starts on it
     projector = ProjectorProcess() if args.projector == "process" else None
-    autopilot = serve_autopilot(Settings.from_env())
+    autopilot = serve_autopilot(settings)
     announce_when_listening(args.host, args.port, args.workers, _say)
     # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default
     # handler that kills this process before the ``finally`` stops the projector.
@@ -353,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     project = sub.add_parser("project", help="follow the ledger into the read models until stopped")
     project.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
     project.set_defaults(handler=cmd_project)
+    register_migrate_command(sub)
     register_erasure_commands(sub, keys, bench)
     register_knowledge_commands(sub)
     register_import_command(sub)
@@ -391,7 +397,11 @@ def show_defaults(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except MigrationError as error:  # a configured database nobody migrated (or a changed migration)
+        sys.stderr.write(f"memwarden {args.command}: {error}\n")
+        return 2
 
 
 if __name__ == "__main__":

@@ -69,7 +69,6 @@ class ApiState:
             self.callers = RedisCallerState(settings.redis_url, deployment_key(settings), self.metrics)
         ledger = self.runtime.ledger
         self._tickets = TicketStore(ledger.datastore, ledger.schema)
-        self._tickets.create_table()
         self._ticket_worker = TicketWorker(self._tickets, self._write_ticket)
         self._ticket_worker.start()
 

@@ -70,7 +70,8 @@ def ledger_env(params: ConnectionParams, pool_size: int = 8, timeout_seconds: fl
         # A pooled connection is checked (one empty round trip) before it is handed out:
         # after the server restarted, requests get new connections, not the dead ones.
         "POSTGRES_PRE_PING": "yes",
-        "CREATE_TABLE": "yes",
+        # The schema is the migrations' (bootstrap/migrate.py), never made by a constructor.
+        "CREATE_TABLE": "no",
     }
 
 

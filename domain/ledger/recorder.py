@@ -1,6 +1,7 @@
 """The chained application recorder.
 
-Every append goes through one PL/pgSQL function that, under the events table's
+Every append goes through one PL/pgSQL function (``mw_append``, made by migration
+0001_ledger.sql in bootstrap/migrations) that, under the events table's
 EXCLUSIVE lock: finds the groups whose stream versions are already taken (optimistic
 concurrency, reported per group instead of failing the whole call), gives the other
 groups' events the next gapless positions, writes each event's chain link, stores
@@ -18,9 +19,8 @@ import msgspec
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from psycopg import Cursor, ServerCursor
-from psycopg.sql import SQL, Composed, Identifier, Literal
+from psycopg.sql import SQL, Identifier
 
-from domain.ledger import locks
 from domain.ledger.chain import ChainReport, verify_rows
 
 EVENTS_TABLE = "events"
@@ -46,161 +46,19 @@ class GroupResult(msgspec.Struct, frozen=True):
     conflict: bool = False
 
 
-def ledger_sql(schema: str, channel: str) -> list[Composed]:
-    """Tables and the append function that live beside the library's events table."""
-    s = Identifier(schema)
-    return [
-        SQL(
-            "CREATE TABLE IF NOT EXISTS {s}.ledger_chain ( position bigint PRIMARY KEY, hash bytea NOT NULL)"
-        ).format(s=s),
-        SQL(
-            "CREATE TABLE IF NOT EXISTS {s}.data_keys ("
-            " memory_id uuid PRIMARY KEY, kek_id text NOT NULL, wrapped bytea NOT NULL,"
-            " created_at timestamptz NOT NULL DEFAULT now())"
-        ).format(s=s),
-        SQL(
-            "CREATE TABLE IF NOT EXISTS {s}.signing_keys ("
-            " key_id text PRIMARY KEY, public_key bytea NOT NULL,"
-            " created_at timestamptz NOT NULL DEFAULT now())"
-        ).format(s=s),
-        SQL(
-            "CREATE TABLE IF NOT EXISTS {s}.secrets ("
-            " name text PRIMARY KEY, kek_id text NOT NULL, wrapped bytea NOT NULL)"
-        ).format(s=s),
-        SQL(
-            "DROP FUNCTION IF EXISTS {s}.mw_append(uuid[], bigint[], text[], bytea[], int[], uuid[], int[],"
-            " text[], bytea[])"
-        ).format(s=s),
-        SQL(
-            """
-CREATE OR REPLACE FUNCTION {s}.mw_append(
-    p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[], p_groups int[],
-    p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[],
-    p_destroy_ids uuid[], p_destroy_groups int[])
-RETURNS TABLE(grp int, pos bigint)
-LANGUAGE plpgsql AS $body$
-DECLARE
-    bad int[] := '{{}}';
-    head_pos bigint;
-    head_hash bytea;
-    at_pos bigint;
-    h bytea;
-    topic_bytes bytea;
-    hashes bytea[];
-    appended int[];
-    r record;
-    i int;
-    attempt int;
-BEGIN
-    LOCK TABLE {s}.{events} IN EXCLUSIVE MODE;
-    PERFORM pg_notify({channel}, '');
-    SELECT c.position, c.hash INTO head_pos, head_hash
-      FROM {s}.ledger_chain c ORDER BY c.position DESC LIMIT 1;
-    IF head_pos IS NULL THEN
-        head_pos := 0;
-        head_hash := '\\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
-    END IF;
-    -- Arrays are walked with unnest, never subscripted in a loop: subscripting an array
-    -- of variable-length values costs O(n) per access.
-    FOR attempt IN 1 .. 2 LOOP
-        hashes := '{{}}';
-        appended := '{{}}';
-        at_pos := head_pos;
-        h := head_hash;
-        FOR r IN
-            SELECT u.id, u.ver, u.topic, u.state, u.g
-              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
-                   WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
-             WHERE NOT (u.g = ANY(bad))
-             ORDER BY u.ord
-        LOOP
-            at_pos := at_pos + 1;
-            topic_bytes := convert_to(r.topic, 'UTF8');
-            h := sha256(h || int8send(at_pos) || uuid_send(r.id) || int8send(r.ver)
-                        || int4send(octet_length(topic_bytes)) || topic_bytes
-                        || int4send(octet_length(r.state)) || r.state);
-            hashes := array_append(hashes, h);
-            appended := array_append(appended, r.g);
-        END LOOP;
-        BEGIN
-            -- Optimistic concurrency: a stream version already taken violates the primary
-            -- key. Rare, so the common path does no lookups; the rare one finds the groups.
-            INSERT INTO {s}.{events} (notification_id, originator_id, originator_version, topic, state)
-            SELECT head_pos + row_number() OVER (ORDER BY u.ord), u.id, u.ver, u.topic, u.state
-              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
-                   WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
-             WHERE NOT (u.g = ANY(bad));
-            INSERT INTO {s}.ledger_chain (position, hash)
-            SELECT head_pos + x.o, x.hh FROM unnest(hashes) WITH ORDINALITY AS x(hh, o);
-            IF cardinality(p_key_ids) > 0 THEN
-                INSERT INTO {s}.data_keys (memory_id, kek_id, wrapped)
-                SELECT k.id, k.kek, k.wrapped
-                  FROM unnest(p_key_ids, p_key_groups, p_key_keks, p_key_wrapped) AS k(id, g, kek, wrapped)
-                 WHERE NOT (k.g = ANY(bad))
-                ON CONFLICT (memory_id) DO NOTHING;
-            END IF;
-            IF cardinality(p_destroy_ids) > 0 THEN
-                -- Crypto-shredding: the erased memories' keys go in the same transaction
-                -- as their MemoryErased events, or not at all.
-                DELETE FROM {s}.data_keys d
-                 USING unnest(p_destroy_ids, p_destroy_groups) AS k(id, g)
-                 WHERE d.memory_id = k.id AND NOT (k.g = ANY(bad));
-            END IF;
-            EXIT;
-        EXCEPTION WHEN unique_violation THEN
-            IF attempt = 2 THEN
-                RAISE;
-            END IF;
-            SELECT coalesce(array_agg(DISTINCT u.g), '{{}}') INTO bad
-              FROM unnest(p_ids, p_versions, p_groups) AS u(id, ver, g)
-             WHERE EXISTS (SELECT 1 FROM {s}.{events} e
-                            WHERE e.originator_id = u.id AND e.originator_version = u.ver);
-        END;
-    END LOOP;
-    FOR i IN 1 .. cardinality(appended) LOOP
-        grp := appended[i];
-        pos := head_pos + i;
-        RETURN NEXT;
-    END LOOP;
-    FOREACH grp IN ARRAY bad LOOP
-        pos := NULL;
-        RETURN NEXT;
-    END LOOP;
-END
-$body$
-"""
-        ).format(s=s, events=Identifier(EVENTS_TABLE), channel=Literal(channel)),
-    ]
-
-
 class ChainedApplicationRecorder(PostgresApplicationRecorder):
-    """The library's Postgres recorder, with every insert routed through ``mw_append``."""
+    """The library's Postgres recorder, with every insert routed through ``mw_append``.
+
+    Its tables and the append function are made by migrations (bootstrap/migrations/0001),
+    not by the recorder: the library's table creation is off (``CREATE_TABLE=no``)."""
 
     def __init__(self, datastore: PostgresDatastore, **_: Any) -> None:
         super().__init__(datastore, events_table_name=EVENTS_TABLE)
         self.schema = datastore.schema
-        self.sql_create_statements.extend(ledger_sql(self.schema, self.channel_name))
         self._append_sql = SQL(
             "SELECT grp, pos FROM {s}.mw_append(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[],"
             " %s::int[], %s::uuid[], %s::int[], %s::text[], %s::bytea[], %s::uuid[], %s::int[])"
         ).format(s=Identifier(self.schema))
-
-    def create_table(self) -> None:
-        """Create everything in one transaction under an advisory lock (many processes)."""
-        with self.datastore.transaction(commit=True) as curs:
-            locks.hold(curs, locks.SCHEMA)
-            curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {}").format(Identifier(self.schema)))
-            curs.execute(
-                "SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
-                " WHERE n.nspname = %s AND t.typname = %s",
-                (self.schema, self.stored_event_type_name),
-            )
-            exists = curs.fetchone() is not None
-            for statement in self.sql_create_statements:
-                if exists and "CREATE TYPE" in statement.as_string():
-                    continue
-                curs.execute(statement, prepare=False)
-        self.datastore.register_type_adapters()
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **_: Any) -> Sequence[int] | None:
         result = self.append_groups([AppendGroup(events=stored_events)])[0]

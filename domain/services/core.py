@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 
 from domain.embedding import Embedder, embedder_from_env
@@ -14,14 +15,29 @@ from domain.services.governance import GovernanceService
 from domain.services.memory import ClaimIds, MemoryService
 from domain.settings import Settings
 
+PrepareDatabase = Callable[[ConnectionParams, bool], None]
+"""What start-up does to the schema before the ledger opens, given the database and whether
+it is the embedded default: the composition root passes ``bootstrap.migrate.prepare_database``
+(migrate the embedded default, refuse a configured database that lacks migrations)."""
+
 
 class Core:
-    def __init__(self, settings: Settings, embedder: Embedder | str | None = "from-env") -> None:
-        """``embedder``: by default the one ``MEMWARDEN_EMBEDDER`` names (offline MiniLM)."""
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder | str | None = "from-env",
+        *,
+        prepare: PrepareDatabase | None = None,
+    ) -> None:
+        """``embedder``: by default the one ``MEMWARDEN_EMBEDDER`` names (offline MiniLM).
+        ``prepare``: run on the database before the ledger opens (None: the schema is
+        taken as it is, e.g. a test database migrated by its fixture)."""
         self.settings = settings
         self.embedder: Embedder | None = embedder_from_env() if isinstance(embedder, str) else embedder
         self.params, self.server = resolve_database(settings)
         try:
+            if prepare is not None:
+                prepare(self.params, self.server is not None)
             self.ledger = Ledger(
                 ledger_env(self.params, settings.pool_size, settings.db_timeout_seconds),
                 KeyEncryptionKey.load(settings),

@@ -75,6 +75,11 @@ class MemoryObjectsProjection:
 
 
 def _schema_sql(schema: str) -> list[Composed]:
+    """The tables as they are now, for a rebuild's shadow schema; the live ones are made by
+    migration 0002_read_models. ``erasure_keys``: the normalized names a memory's subject,
+    tags and selectors go by, what a subject erasure looks up (domain/model/erasure.py),
+    emptied by the erasure. ``erased_in_quarantine``: erased while still quarantined, the
+    tombstone stays as hidden as the memory was."""
     s = Identifier(schema)
     return [
         SQL("""
@@ -104,7 +109,9 @@ CREATE TABLE IF NOT EXISTS {s}.memory_objects (
     classification jsonb NOT NULL,
     verifications jsonb NOT NULL DEFAULT '[]',
     dispute_id uuid,
-    position bigint NOT NULL
+    position bigint NOT NULL,
+    erasure_keys text[] NOT NULL DEFAULT '{{}}',
+    erased_in_quarantine boolean NOT NULL DEFAULT false
 )""").format(s=s),
         SQL(
             "CREATE INDEX IF NOT EXISTS memory_objects_current ON {s}.memory_objects"
@@ -113,18 +120,8 @@ CREATE TABLE IF NOT EXISTS {s}.memory_objects (
         SQL(
             "CREATE INDEX IF NOT EXISTS memory_objects_subject ON {s}.memory_objects (namespace, subject)"
         ).format(s=s),
-        # the normalized names a memory's subject, tags and selectors go by: what a
-        # subject erasure looks up (domain/model/erasure.py); emptied by the erasure
-        SQL(
-            "ALTER TABLE {s}.memory_objects ADD COLUMN IF NOT EXISTS erasure_keys text[] NOT NULL DEFAULT '{{}}'"
-        ).format(s=s),
         SQL(
             "CREATE INDEX IF NOT EXISTS memory_objects_erasure_keys ON {s}.memory_objects USING gin (erasure_keys)"
-        ).format(s=s),
-        # erased while still quarantined: the tombstone stays as hidden as the memory was
-        SQL(
-            "ALTER TABLE {s}.memory_objects ADD COLUMN IF NOT EXISTS erased_in_quarantine boolean NOT NULL"
-            " DEFAULT false"
         ).format(s=s),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.memory_supersedence (

@@ -189,10 +189,11 @@ class SearchIndexProjection:
         _insert(curs, s, pending)
 
 
-def _schema_sql(schema: str) -> list[Composed | SQL]:
+def _schema_sql(schema: str) -> list[Composed]:
+    """The tables as they are now, for a rebuild's shadow schema; the live ones (and the
+    pgvector extension) are made by migration 0002_read_models."""
     s = Identifier(schema)
     return [
-        SQL("CREATE EXTENSION IF NOT EXISTS vector"),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.search_docs (
     ref uuid PRIMARY KEY,

@@ -134,7 +134,7 @@ def test_a_broker_outage_delays_the_dispatcher_and_loses_nothing(api: Api, setti
         sent.append(memory_id)
 
     dispatcher = Dispatcher(api.runtime.ledger, send, name="outage-test")
-    dispatcher.create_table()
+    dispatcher.register()
     first = write(api, agent, "Payroll runs on Friday")
     second = write(api, agent, "The wiki lists the runbooks")
     with pytest.raises(ConnectionError):
@@ -196,7 +196,7 @@ def test_a_slow_batch_commits_how_far_it_got(api: Api) -> None:
         sent.append(memory_id)
 
     dispatcher = Dispatcher(api.runtime.ledger, slow, name="slow-test", max_batch_seconds=0.5)
-    dispatcher.create_table()
+    dispatcher.register()
     ids = [UUID(write(api, agent, f"Build {n} of the wiki took {n + 2} minutes")) for n in range(3)]
     dispatcher.dispatch_once()
     assert sent == ids[:2]  # 0.6 s after the second send: the batch commits there

@@ -21,6 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bootstrap.migrate import prepare_database
 from domain.ledger.database import EmbeddedServer
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
@@ -213,12 +214,12 @@ def test_a_server_stopped_in_this_process_starts_again(data_dir: Path) -> None:
 def test_core_on_the_embedded_default_survives_a_reopen(data_dir: Path) -> None:
     settings = Settings(data_dir=data_dir, pool_size=2)
     agent = Identity("acme/eng", "agent-1", "agent")
-    with Core(settings) as core:
+    with Core(settings, prepare=prepare_database) as core:
         assert core.server is not None
         written = core.memory.write(agent, WriteMemory(content="The embedded ledger keeps this fact"))
         checkpoint = core.ledger.checkpoint()
     assert written.id is not None
-    with Core(settings) as reopened:
+    with Core(settings, prepare=prepare_database) as reopened:
         state = reopened.memory.memory(written.id)
         assert state is not None
         assert state.content == "The embedded ledger keeps this fact"

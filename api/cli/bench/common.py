@@ -13,6 +13,7 @@ import msgspec
 import psycopg
 from psycopg import sql
 
+from bootstrap.migrate import migrate
 from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from domain.settings import Settings
 
@@ -36,7 +37,8 @@ def percentile(values: list[float], fraction: float) -> float:
 
 @contextlib.contextmanager
 def scratch_database(name: str) -> Iterator[tuple[Settings, ConnectionParams]]:
-    """A fresh database on the configured server (or the embedded default), dropped after."""
+    """A fresh database on the configured server (or the embedded default), migrated,
+    dropped after."""
     base = Settings.from_env()
     params, server = resolve_database(base)
     server_for_bench: EmbeddedServer | None = server
@@ -44,6 +46,7 @@ def scratch_database(name: str) -> Iterator[tuple[Settings, ConnectionParams]]:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     target = params.with_dbname(name)
+    migrate(target)
     url = f"postgresql://{target.user}:{target.password}@/{name}?host={target.host}&port={target.port}"
     settings = msgspec.structs.replace(base, database_url=url, data_dir=Path(base.data_dir))
     try:
