@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, get, post, put
-from litestar.params import FromPath, JSONBody
+from litestar import Controller, Request
+from litestar.params import FromPath
 
 from api.http.gate import Call, api_state, command, query
+from api.http.routing import Syscall, syscall_get, syscall_post, syscall_put
 from api.http.routes.mem import policy_view
 from api.http.schemas import (
     FindingResolveBody,
@@ -29,7 +30,7 @@ from domain.model.errors import InvalidRequest
 from domain.model.identity import REVIEWER_ROLES
 from domain.model.keys import IssueKey
 from domain.model.memory import DisputeState
-from domain.model.policies import PolicyBody, check_policy_admin, effective_policy
+from domain.model.policies import check_policy_admin, effective_policy
 from projections.autopilot.views import DecisionView, FindingView, ProposalView
 from projections.disputes.views import DisputeView
 from projections.governance.views import KeyView
@@ -37,8 +38,12 @@ from projections.governance.views import KeyView
 Req = Request[Any, Any, Any]
 
 
-def admin(op: str, body: type | None, **extra: Any) -> dict[str, Any]:
-    return {"op": op, "body": body, "roles": REVIEWER_ROLES, **extra}
+STATUS = frozenset({"status"})
+
+
+def admin(op: str, **options: Any) -> Syscall:
+    """An admin syscall: admins and owners, within their subtree."""
+    return Syscall(name=op, roles=REVIEWER_ROLES, **options)
 
 
 def _target(namespace: str) -> str:
@@ -48,25 +53,20 @@ def _target(namespace: str) -> str:
 class AdminController(Controller):
     path = "/v1/admin"
 
-    @post(
-        "/keys",
-        opt=admin("admin.keys.create", NewKeyBody, allow=frozenset({"actor", "role"})),
-        sync_to_thread=True,
-        status_code=200,
-    )
-    def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
+    @syscall_post("/keys", admin("admin.keys.create", allow=frozenset({"actor", "role"})))
+    def create_key(self, request: Req, data: NewKeyBody) -> NewKeyResponse:
         state = api_state(request)
         cmd = IssueKey(target=data.target, actor=data.actor, role=data.role)
         issued = command(request, lambda c: state.governance.issue_key(c.identity, cmd))
         return NewKeyResponse(issued.key_id, issued.key)
 
-    @post("/keys/revoke", opt=admin("admin.keys.revoke", RevokeBody), sync_to_thread=True, status_code=200)
-    def revoke_key(self, request: Req, data: JSONBody[RevokeBody]) -> RevokeResponse:
+    @syscall_post("/keys/revoke", admin("admin.keys.revoke"))
+    def revoke_key(self, request: Req, data: RevokeBody) -> RevokeResponse:
         state = api_state(request)
         command(request, lambda c: state.governance.revoke_key(c.identity, data.key_id))
         return RevokeResponse(revoked=True)
 
-    @get("/keys", opt=admin("admin.keys.list", None), sync_to_thread=True)
+    @syscall_get("/keys", admin("admin.keys.list"))
     def list_keys(self, request: Req) -> list[KeyView]:
         state = api_state(request)
 
@@ -77,11 +77,7 @@ class AdminController(Controller):
 
         return query(request, run, lambda keys: f"{len(keys)} keys")
 
-    @get(
-        "/policies/{namespace:path}",
-        opt=admin("admin.policies.get", None, tenant_gate=False),
-        sync_to_thread=True,
-    )
+    @syscall_get("/policies/{namespace:path}", admin("admin.policies.get", tenant_gate=False))
     def get_policy(self, request: Req, namespace: FromPath[str]) -> OwnPolicyResponse:
         state = api_state(request)
         target = _target(namespace)
@@ -92,15 +88,8 @@ class AdminController(Controller):
 
         return query(request, run, lambda _p: target)
 
-    @put(
-        "/policies/{namespace:path}",
-        opt=admin("admin.policies.put", PolicyPutBody, tenant_gate=False),
-        sync_to_thread=True,
-        status_code=200,
-    )
-    def put_policy(
-        self, request: Req, namespace: FromPath[str], data: JSONBody[PolicyPutBody]
-    ) -> OwnPolicyResponse:
+    @syscall_put("/policies/{namespace:path}", admin("admin.policies.put", tenant_gate=False))
+    def put_policy(self, request: Req, namespace: FromPath[str], data: PolicyPutBody) -> OwnPolicyResponse:
         state = api_state(request)
         target = _target(namespace)
         expected = data.expected_version
@@ -110,15 +99,12 @@ class AdminController(Controller):
                 expected = int(if_match.strip().strip('"'))
             except ValueError:
                 expected = -1  # a malformed If-Match never matches
-        fields = {f: getattr(data, f) for f in PolicyBody.__struct_fields__}
-        body = PolicyBody(**fields)
+        body = data.policy()
         command(request, lambda c: state.governance.set_policy(c.identity, target, body, expected))
         call: Call = request.state.call
         return _own_policy(state, call, target)
 
-    @get(
-        "/disputes", opt=admin("admin.disputes.list", None, query=frozenset({"status"})), sync_to_thread=True
-    )
+    @syscall_get("/disputes", admin("admin.disputes.list", query=STATUS))
     def list_disputes(self, request: Req) -> list[DisputeView]:
         state = api_state(request)
         status = request.query_params.get("status", "open")
@@ -133,13 +119,8 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} disputes")
 
-    @post(
-        "/disputes/{dispute_id:uuid}/resolve",
-        opt=admin("resolve_dispute", ResolveBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
-    def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
+    @syscall_post("/disputes/{dispute_id:uuid}/resolve", admin("resolve_dispute"))
+    def resolve(self, request: Req, dispute_id: FromPath[UUID], data: ResolveBody) -> DisputeState:
         state = api_state(request)
         cmd = ResolveDispute(
             dispute_id=dispute_id,
@@ -154,9 +135,7 @@ class AdminController(Controller):
 
     # -- the conflict autopilot: findings for people, automatic decisions to overturn -------
 
-    @get(
-        "/findings", opt=admin("admin.findings.list", None, query=frozenset({"status"})), sync_to_thread=True
-    )
+    @syscall_get("/findings", admin("admin.findings.list", query=STATUS))
     def list_findings(self, request: Req) -> list[FindingView]:
         state = api_state(request)
 
@@ -167,14 +146,9 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} findings")
 
-    @post(
-        "/findings/{finding_id:uuid}/resolve",
-        opt=admin("resolve_finding", FindingResolveBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/findings/{finding_id:uuid}/resolve", admin("resolve_finding"))
     def resolve_finding(
-        self, request: Req, finding_id: FromPath[UUID], data: JSONBody[FindingResolveBody]
+        self, request: Req, finding_id: FromPath[UUID], data: FindingResolveBody
     ) -> FindingState:
         state = api_state(request)
         cmd = ResolveFinding(finding_id=finding_id, decision=data.decision, reason=data.reason)
@@ -182,11 +156,7 @@ class AdminController(Controller):
         finding: FindingState = result.finding
         return finding
 
-    @get(
-        "/decisions",
-        opt=admin("admin.decisions.list", None, query=frozenset({"status"})),
-        sync_to_thread=True,
-    )
+    @syscall_get("/decisions", admin("admin.decisions.list", query=STATUS))
     def list_decisions(self, request: Req) -> list[DecisionView]:
         state = api_state(request)
 
@@ -197,14 +167,9 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} decisions")
 
-    @post(
-        "/decisions/{decision_id:uuid}/overturn",
-        opt=admin("overturn_decision", OverturnBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/decisions/{decision_id:uuid}/overturn", admin("overturn_decision"))
     def overturn(
-        self, request: Req, decision_id: FromPath[UUID], data: JSONBody[OverturnBody]
+        self, request: Req, decision_id: FromPath[UUID], data: OverturnBody
     ) -> DecisionState:
         state = api_state(request)
         cmd = OverturnDecision(decision_id=decision_id, reason=data.reason)
@@ -214,11 +179,7 @@ class AdminController(Controller):
 
     # -- consolidation: proposals for people ------------------------------------------------
 
-    @get(
-        "/proposals",
-        opt=admin("admin.proposals.list", None, query=frozenset({"status"})),
-        sync_to_thread=True,
-    )
+    @syscall_get("/proposals", admin("admin.proposals.list", query=STATUS))
     def list_proposals(self, request: Req) -> list[ProposalView]:
         state = api_state(request)
 
@@ -229,25 +190,15 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} proposals")
 
-    @post(
-        "/proposals/{proposal_id:uuid}/approve",
-        opt=admin("approve_proposal", None),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/proposals/{proposal_id:uuid}/approve", admin("approve_proposal"))
     def approve_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
         state = api_state(request)
         result = command(request, lambda c: state.runtime.consolidation.approve(c.identity, proposal_id))
         return ProposalResponse(proposal=result.proposal, content=result.content)
 
-    @post(
-        "/proposals/{proposal_id:uuid}/edit",
-        opt=admin("edit_proposal", ProposalEditBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/proposals/{proposal_id:uuid}/edit", admin("edit_proposal"))
     def edit_proposal(
-        self, request: Req, proposal_id: FromPath[UUID], data: JSONBody[ProposalEditBody]
+        self, request: Req, proposal_id: FromPath[UUID], data: ProposalEditBody
     ) -> ProposalResponse:
         state = api_state(request)
         result = command(
@@ -255,12 +206,7 @@ class AdminController(Controller):
         )
         return ProposalResponse(proposal=result.proposal, content=result.content)
 
-    @post(
-        "/proposals/{proposal_id:uuid}/reject",
-        opt=admin("reject_proposal", None),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/proposals/{proposal_id:uuid}/reject", admin("reject_proposal"))
     def reject_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
         state = api_state(request)
         result = command(request, lambda c: state.runtime.consolidation.reject(c.identity, proposal_id))

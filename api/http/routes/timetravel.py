@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, get, post
-from litestar.params import FromPath, JSONBody
+from litestar import Controller, Request
+from litestar.params import FromPath
 
 from api.http.errors import Unavailable
 from api.http.gate import api_state, query
+from api.http.routing import Syscall, syscall_get, syscall_post
 from api.http.schemas import Body, ComplianceTime, compliance_time
 from domain.model.asof import AsOfMemory
 from domain.model.commands import AwareDatetime
@@ -58,13 +59,8 @@ class ProjectionsResponse(msgspec.Struct, frozen=True, kw_only=True):
 class AsOfController(Controller):
     path = "/v1/compliance"
 
-    @post(
-        "/asof",
-        opt={"op": "compliance.asof", "body": AsOfBody, "roles": COMPLIANCE_ROLES, "tenant_gate": False},
-        sync_to_thread=True,
-        status_code=200,
-    )
-    def asof(self, request: Req, data: JSONBody[AsOfBody]) -> AsOfResponse:
+    @syscall_post("/asof", Syscall(name="compliance.asof", roles=COMPLIANCE_ROLES, tenant_gate=False))
+    def asof(self, request: Req, data: AsOfBody) -> AsOfResponse:
         state = api_state(request)
 
         def run(c: Any) -> AsOfResponse:
@@ -95,7 +91,7 @@ class AsOfController(Controller):
 class OpsController(Controller):
     path = "/v1/ops"
 
-    @get("/projections", opt={"op": "ops.projections", "body": None, "roles": OWNER}, sync_to_thread=True)
+    @syscall_get("/projections", Syscall(name="ops.projections", roles=OWNER))
     def projections(self, request: Req) -> ProjectionsResponse:
         state = api_state(request)
 
@@ -106,15 +102,8 @@ class OpsController(Controller):
 
         return query(request, run, lambda r: f"{len(r.projections)} projections")
 
-    @post(
-        "/projections/{name:str}/rebuild",
-        opt={"op": "ops.projections.rebuild", "body": RebuildBody, "roles": OWNER},
-        sync_to_thread=True,
-        status_code=200,
-    )
-    def rebuild(
-        self, request: Req, name: FromPath[str], data: JSONBody[RebuildBody | None] = None
-    ) -> RebuildReport:
+    @syscall_post("/projections/{name:str}/rebuild", Syscall(name="ops.projections.rebuild", roles=OWNER))
+    def rebuild(self, request: Req, name: FromPath[str], data: RebuildBody | None = None) -> RebuildReport:
         state = api_state(request)
         verify = data.verify if data is not None else False
 
