@@ -11,8 +11,8 @@ is an error response, never a permit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 

@@ -107,7 +107,13 @@ def metrics_middleware(app: ASGIApp) -> ASGIApp:
         finally:
             handler: Any = scope.get("route_handler")
             call = syscall_of(handler)
-            route = call.name if call is not None else handler.handler_name if handler is not None else "unmatched"
+            route = (
+                call.name
+                if call is not None
+                else handler.handler_name
+                if handler is not None
+                else "unmatched"
+            )
             metrics: Metrics = scope["app"].state["memwarden"].metrics
             metrics.observe(
                 str(scope.get("method", "GET")), str(route), status[0], time.perf_counter() - began

@@ -152,8 +152,7 @@ ROUTES: dict[str, tuple[str, str]] = {
     ),
     "edit_proposal": (
         "Edit a proposal",
-        "Replaces the text a later approval publishes (`content`); the proposal stays "
-        "`pending_review`.",
+        "Replaces the text a later approval publishes (`content`); the proposal stays `pending_review`.",
     ),
     "reject_proposal": ("Reject a proposal", "The proposal is closed for good; nothing is published."),
     "compliance.asof": (

@@ -20,6 +20,7 @@ from litestar.dto import AbstractDTO, DTOFieldDefinition
 from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.openapi.spec import Reference, Schema
 from litestar.typing import FieldDefinition
+from typing_extensions import override
 
 from domain.model.errors import InvalidRequest
 from domain.model.identity import ROLES
@@ -60,7 +61,9 @@ def body_type(handler: HTTPRouteHandler) -> type[msgspec.Struct] | None:
     field = handler.parsed_data_field
     if field is None:
         return None
-    annotation = next((a for a in field.args if a is not NoneType), None) if field.is_optional else field.annotation
+    annotation = (
+        next((a for a in field.args if a is not NoneType), None) if field.is_optional else field.annotation
+    )
     if not (isinstance(annotation, type) and issubclass(annotation, msgspec.Struct)):
         msg = f"{handler.handler_name}: a syscall's data must be a msgspec struct, not {annotation!r}"
         raise TypeError(msg)
@@ -71,22 +74,26 @@ class GateDecoded(AbstractDTO[Any]):
     """The data DTO of every syscall: the body is the struct the gate decoded (``Call.body``),
     so Litestar neither decodes nor converts it again."""
 
+    @override
     def decode_bytes(self, value: bytes) -> Any:
         body = getattr(getattr(self.asgi_connection.state, "call", None), "body", None)
         if body is None:  # a syscall route always passes the gate first: fail closed anyway
             raise InvalidRequest("the request body did not pass the gate")
         return body
 
+    @override
     def decode_builtins(self, value: dict[str, Any]) -> Any:
         return self.decode_bytes(b"")
 
     @classmethod
+    @override
     def create_for_field_definition(
         cls, field_definition: FieldDefinition, handler_id: str, backend_cls: Any = None
     ) -> None:
         """Nothing to build: the gate decodes."""
 
     @classmethod
+    @override
     def create_openapi_schema(
         cls, field_definition: FieldDefinition, handler_id: str, schema_creator: SchemaCreator
     ) -> Reference | Schema:
@@ -94,10 +101,12 @@ class GateDecoded(AbstractDTO[Any]):
         return schema_creator.for_field_definition(field_definition)
 
     @classmethod
+    @override
     def generate_field_definitions(cls, model_type: type[Any]) -> Generator[DTOFieldDefinition, None, None]:
         yield from ()
 
     @classmethod
+    @override
     def detect_nested_field(cls, field_definition: FieldDefinition) -> bool:
         return False
 

@@ -9,8 +9,8 @@ from litestar import Controller, Request
 from litestar.params import FromPath
 
 from api.http.gate import Call, api_state, command, query
-from api.http.routing import Syscall, syscall_get, syscall_post, syscall_put
 from api.http.routes.mem import policy_view
+from api.http.routing import Syscall, syscall_get, syscall_post, syscall_put
 from api.http.schemas import (
     FindingResolveBody,
     NewKeyBody,
@@ -168,9 +168,7 @@ class AdminController(Controller):
         return query(request, run, lambda found: f"{len(found)} decisions")
 
     @syscall_post("/decisions/{decision_id:uuid}/overturn", admin("overturn_decision"))
-    def overturn(
-        self, request: Req, decision_id: FromPath[UUID], data: OverturnBody
-    ) -> DecisionState:
+    def overturn(self, request: Req, decision_id: FromPath[UUID], data: OverturnBody) -> DecisionState:
         state = api_state(request)
         cmd = OverturnDecision(decision_id=decision_id, reason=data.reason)
         result = command(request, lambda c: state.runtime.autopilot.overturn(c.identity, cmd))

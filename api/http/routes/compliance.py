@@ -91,7 +91,9 @@ class ComplianceController(Controller):
 
     @syscall_get(
         "/audit",
-        compliance("compliance.audit", query=frozenset(AuditQuery.__struct_fields__), allow=frozenset({"actor"})),
+        compliance(
+            "compliance.audit", query=frozenset(AuditQuery.__struct_fields__), allow=frozenset({"actor"})
+        ),
     )
     def audit(self, request: Req) -> AuditResponse:
         state = api_state(request)

@@ -90,7 +90,9 @@ class MemController(Controller):
         )
         return Response(WriteResponse.of(result))
 
-    @syscall_post("/write_batch", Syscall(name="write_batch", roles=WRITER_ROLES, per_item=frozenset({"items"})))
+    @syscall_post(
+        "/write_batch", Syscall(name="write_batch", roles=WRITER_ROLES, per_item=frozenset({"items"}))
+    )
     def write_batch(self, request: Req, data: WriteBatchBody) -> WriteBatchResponse:
         """Up to 256 writes decided in order and appended together; a bad item is rejected
         with its reasons, the rest go in (a malformed batch is a 400 for all of it)."""
