@@ -38,7 +38,8 @@ from projections.governance.views import KeyView
 Req = Request[Any, Any, Any]
 
 
-STATUS = frozenset({"status"})
+STATUS_QUERY = frozenset({"status"})
+"""The one query parameter a listing takes."""
 
 
 def admin(op: str, **options: Any) -> Syscall:
@@ -104,7 +105,7 @@ class AdminController(Controller):
         call: Call = request.state.call
         return _own_policy(state, call, target)
 
-    @syscall_get("/disputes", admin("admin.disputes.list", query=STATUS))
+    @syscall_get("/disputes", admin("admin.disputes.list", query=STATUS_QUERY))
     def list_disputes(self, request: Req) -> list[DisputeView]:
         state = api_state(request)
         status = request.query_params.get("status", "open")
@@ -135,7 +136,7 @@ class AdminController(Controller):
 
     # -- the conflict autopilot: findings for people, automatic decisions to overturn -------
 
-    @syscall_get("/findings", admin("admin.findings.list", query=STATUS))
+    @syscall_get("/findings", admin("admin.findings.list", query=STATUS_QUERY))
     def list_findings(self, request: Req) -> list[FindingView]:
         state = api_state(request)
 
@@ -156,7 +157,7 @@ class AdminController(Controller):
         finding: FindingState = result.finding
         return finding
 
-    @syscall_get("/decisions", admin("admin.decisions.list", query=STATUS))
+    @syscall_get("/decisions", admin("admin.decisions.list", query=STATUS_QUERY))
     def list_decisions(self, request: Req) -> list[DecisionView]:
         state = api_state(request)
 
@@ -177,7 +178,7 @@ class AdminController(Controller):
 
     # -- consolidation: proposals for people ------------------------------------------------
 
-    @syscall_get("/proposals", admin("admin.proposals.list", query=STATUS))
+    @syscall_get("/proposals", admin("admin.proposals.list", query=STATUS_QUERY))
     def list_proposals(self, request: Req) -> list[ProposalView]:
         state = api_state(request)
 
