@@ -10,13 +10,14 @@ tell which of the reasons above is the first (in that order, the order callers r
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, TypeVar
 
 import msgspec
+import msgspec.inspect as mi
 from litestar import Litestar
-from litestar.handlers import HTTPRouteHandler
 from litestar.routes import HTTPRoute
 
 from api.http.routing import Syscall, body_type, syscall_of
@@ -47,7 +48,7 @@ def decode_body(raw: bytes, struct: type[S], call: Syscall) -> S:
         raise _refusal(data, error, call) from error
     if not isinstance(body, Body):  # a Body checked its own values while it was decoded
         check_storable(body)
-    named = identity_named(body, call.allow)
+    named = identity_named(body, call.allow) if _holds_mappings(struct) else None
     if named is not None:
         raise _identity_in_body(named)
     return body
@@ -123,30 +124,59 @@ def check_body_types(app: Litestar) -> None:
     for route in app.routes:
         if isinstance(route, HTTPRoute):
             for handler in route.route_handlers:
-                _check_body_type(handler)
+                call = syscall_of(handler)
+                struct = body_type(handler) if call is not None else None
+                if call is not None and struct is not None:
+                    _check_field_names(call, struct)
 
 
-def _check_body_type(handler: HTTPRouteHandler) -> None:
-    call = syscall_of(handler)
-    struct = body_type(handler) if call is not None else None
-    if call is None or struct is None:
-        return
-    pending: list[tuple[type[Any], bool]] = [(struct, True)]
-    seen: set[type[Any]] = set()
-    while pending:
-        current, top = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        for field in msgspec.structs.fields(current):
+def _check_field_names(call: Syscall, struct: type[msgspec.Struct]) -> None:
+    for info in _struct_infos(struct):
+        top = info.cls is struct
+        for field in info.fields:
             if field.encode_name in IDENTITY_FIELDS and not (top and field.encode_name in call.allow):
-                msg = f"{call.name}: {current.__name__}.{field.encode_name} is named like an identity field"
+                msg = f"{call.name}: {info.cls.__name__}.{field.encode_name} is named like an identity field"
                 raise TypeError(msg)
-            pending.extend((inner, False) for inner in _structs_in(field.type))
 
 
-def _structs_in(annotation: Any) -> list[type[Any]]:
-    """The struct types an annotation holds (``X | None``, ``tuple[X, ...]``, ``Annotated``)."""
-    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
-        return [annotation]
-    return [inner for arg in getattr(annotation, "__args__", ()) for inner in _structs_in(arg)]
+@functools.cache
+def _holds_mappings(struct: type[msgspec.Struct]) -> bool:
+    """Whether a body of this type can hold a mapping, whose keys the caller chooses (and
+    could name an identity with). Most bodies cannot: their walk is skipped."""
+    return any(isinstance(t, _MAPPINGS) for t in _types_in(struct))
+
+
+def _struct_infos(struct: type[msgspec.Struct]) -> list[mi.StructType]:
+    return [t for t in _types_in(struct) if isinstance(t, mi.StructType)]
+
+
+_MAPPINGS = (mi.DictType, mi.AnyType, mi.TypedDictType, mi.DataclassType, mi.NamedTupleType, mi.CustomType)
+
+
+def _types_in(struct: type[msgspec.Struct]) -> list[mi.Type]:
+    """Every type a body of this struct can hold, the struct's own included (each once)."""
+    found: list[mi.Type] = []
+    seen: set[type[Any]] = set()
+    pending: list[mi.Type] = [mi.type_info(struct)]
+    while pending:
+        info = pending.pop()
+        if isinstance(info, mi.StructType):
+            if info.cls in seen:
+                continue
+            seen.add(info.cls)
+            pending.extend(field.type for field in info.fields)
+        found.append(info)
+        pending.extend(_inner(info))
+    return found
+
+
+def _inner(info: mi.Type) -> list[mi.Type]:
+    if isinstance(info, mi.UnionType):
+        return list(info.types)
+    if isinstance(info, mi.TupleType):
+        return list(info.item_types)
+    if isinstance(info, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        return [info.item_type]
+    if isinstance(info, mi.Metadata):
+        return [info.type]
+    return []

@@ -143,8 +143,8 @@ async def gate(request: Request[Any, Any, Any]) -> None:
             policy = await anyio.to_thread.run_sync(governance.effective_policy, call.identity.namespace)
         _check_access(call, syscall, policy)
         wait, call.last_write = await state.callers.admit(call.key_id, policy.rate_limit_per_minute)
-        request_ = _Request(raw, query, too_large, body_type(handler))
-        _check_request(state, call, syscall, request_, policy, wait)  # pure: no I/O
+        seen = _Request(raw, query, too_large, body_type(handler))
+        _check_request(state, call, syscall, seen, policy, wait)  # pure: no I/O
         if call.last_write == HEAD:  # unknown (the shared store is down): everything so far
             call.last_write = await anyio.to_thread.run_sync(state.runtime.ledger.head_position)
     except DomainError as error:

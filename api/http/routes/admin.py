@@ -6,7 +6,7 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Controller, Request
-from litestar.params import FromPath
+from litestar.params import FromPath, JSONBody
 
 from api.http.gate import Call, api_state, command, query
 from api.http.routes.mem import policy_view
@@ -55,14 +55,14 @@ class AdminController(Controller):
     path = "/v1/admin"
 
     @syscall_post("/keys", admin("admin.keys.create", allow=frozenset({"actor", "role"})))
-    def create_key(self, request: Req, data: NewKeyBody) -> NewKeyResponse:
+    def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
         state = api_state(request)
         cmd = IssueKey(target=data.target, actor=data.actor, role=data.role)
         issued = command(request, lambda c: state.governance.issue_key(c.identity, cmd))
         return NewKeyResponse(issued.key_id, issued.key)
 
     @syscall_post("/keys/revoke", admin("admin.keys.revoke"))
-    def revoke_key(self, request: Req, data: RevokeBody) -> RevokeResponse:
+    def revoke_key(self, request: Req, data: JSONBody[RevokeBody]) -> RevokeResponse:
         state = api_state(request)
         command(request, lambda c: state.governance.revoke_key(c.identity, data.key_id))
         return RevokeResponse(revoked=True)
@@ -90,7 +90,9 @@ class AdminController(Controller):
         return query(request, run, lambda _p: target)
 
     @syscall_put("/policies/{namespace:path}", admin("admin.policies.put", tenant_gate=False))
-    def put_policy(self, request: Req, namespace: FromPath[str], data: PolicyPutBody) -> OwnPolicyResponse:
+    def put_policy(
+        self, request: Req, namespace: FromPath[str], data: JSONBody[PolicyPutBody]
+    ) -> OwnPolicyResponse:
         state = api_state(request)
         target = _target(namespace)
         expected = data.expected_version
@@ -121,7 +123,7 @@ class AdminController(Controller):
         return query(request, run, lambda found: f"{len(found)} disputes")
 
     @syscall_post("/disputes/{dispute_id:uuid}/resolve", admin("resolve_dispute"))
-    def resolve(self, request: Req, dispute_id: FromPath[UUID], data: ResolveBody) -> DisputeState:
+    def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
         state = api_state(request)
         cmd = ResolveDispute(
             dispute_id=dispute_id,
@@ -149,7 +151,7 @@ class AdminController(Controller):
 
     @syscall_post("/findings/{finding_id:uuid}/resolve", admin("resolve_finding"))
     def resolve_finding(
-        self, request: Req, finding_id: FromPath[UUID], data: FindingResolveBody
+        self, request: Req, finding_id: FromPath[UUID], data: JSONBody[FindingResolveBody]
     ) -> FindingState:
         state = api_state(request)
         cmd = ResolveFinding(finding_id=finding_id, decision=data.decision, reason=data.reason)
@@ -169,7 +171,9 @@ class AdminController(Controller):
         return query(request, run, lambda found: f"{len(found)} decisions")
 
     @syscall_post("/decisions/{decision_id:uuid}/overturn", admin("overturn_decision"))
-    def overturn(self, request: Req, decision_id: FromPath[UUID], data: OverturnBody) -> DecisionState:
+    def overturn(
+        self, request: Req, decision_id: FromPath[UUID], data: JSONBody[OverturnBody]
+    ) -> DecisionState:
         state = api_state(request)
         cmd = OverturnDecision(decision_id=decision_id, reason=data.reason)
         result = command(request, lambda c: state.runtime.autopilot.overturn(c.identity, cmd))
@@ -197,7 +201,7 @@ class AdminController(Controller):
 
     @syscall_post("/proposals/{proposal_id:uuid}/edit", admin("edit_proposal"))
     def edit_proposal(
-        self, request: Req, proposal_id: FromPath[UUID], data: ProposalEditBody
+        self, request: Req, proposal_id: FromPath[UUID], data: JSONBody[ProposalEditBody]
     ) -> ProposalResponse:
         state = api_state(request)
         result = command(

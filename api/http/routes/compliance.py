@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request
+from litestar.params import JSONBody
 
 from api.http.gate import Call, api_state, query
 from api.http.routing import Syscall, syscall_get, syscall_post
@@ -63,7 +64,7 @@ class ComplianceController(Controller):
     path = "/v1/compliance"
 
     @syscall_post("/ledger/verify", compliance("compliance.ledger.verify"))
-    def verify(self, request: Req, data: VerifyLedgerBody | None = None) -> VerifyLedgerResponse:
+    def verify(self, request: Req, data: JSONBody[VerifyLedgerBody | None] = None) -> VerifyLedgerResponse:
         state = api_state(request)
         checkpoint = data.checkpoint if data is not None else None
 

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request
-from litestar.params import FromPath
+from litestar.params import FromPath, JSONBody
 
 from api.http.gate import Call, api_state, command, query
 from api.http.routing import Syscall, syscall_get, syscall_post
@@ -45,7 +45,7 @@ class ErasureController(Controller):
     path = "/v1"
 
     @syscall_post("/mem/forget", Syscall(name="forget", roles=FORGET_ROLES))
-    def forget(self, request: Req, data: ForgetBody) -> ForgetResponse:
+    def forget(self, request: Req, data: JSONBody[ForgetBody]) -> ForgetResponse:
         state = api_state(request)
         cmd = Forget(ids=data.ids, subject=data.subject, subtree=data.subtree, reason=data.reason)
         result = command(request, lambda c: state.runtime.core.erasure.forget(c.identity, cmd))
@@ -77,7 +77,7 @@ class ErasureController(Controller):
         "/compliance/certificates/verify",
         Syscall(name="compliance.certificates.verify", roles=COMPLIANCE_ROLES, tenant_gate=False),
     )
-    def verify(self, request: Req, data: DeletionCertificate) -> CertificateCheck:
+    def verify(self, request: Req, data: JSONBody[DeletionCertificate]) -> CertificateCheck:
         state = api_state(request)
         return query(
             request,

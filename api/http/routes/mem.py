@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 from litestar import Controller, Request, Response
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import JSONBody
 
 from api.http.gate import Call, api_state, command, query
 from api.http.routing import Syscall, syscall_post
@@ -79,7 +80,7 @@ class MemController(Controller):
             )
         },
     )
-    def write(self, request: Req, data: WriteBody) -> Response[WriteResponse | TicketResponse]:
+    def write(self, request: Req, data: JSONBody[WriteBody]) -> Response[WriteResponse | TicketResponse]:
         state = api_state(request)
         if data.run_async:
             ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data))
@@ -93,7 +94,7 @@ class MemController(Controller):
     @syscall_post(
         "/write_batch", Syscall(name="write_batch", roles=WRITER_ROLES, per_item=frozenset({"items"}))
     )
-    def write_batch(self, request: Req, data: WriteBatchBody) -> WriteBatchResponse:
+    def write_batch(self, request: Req, data: JSONBody[WriteBatchBody]) -> WriteBatchResponse:
         """Up to 256 writes decided in order and appended together; a bad item is rejected
         with its reasons, the rest go in (a malformed batch is a 400 for all of it)."""
         state = api_state(request)
@@ -102,7 +103,7 @@ class MemController(Controller):
         return WriteBatchResponse(results=[WriteResponse.of(r) for r in batch.results])
 
     @syscall_post("/write_status", Syscall(name="write_status", roles=WRITER_ROLES))
-    def write_status(self, request: Req, data: TicketBody) -> TicketStatus:
+    def write_status(self, request: Req, data: JSONBody[TicketBody]) -> TicketStatus:
         state = api_state(request)
 
         def run(c: Call) -> TicketStatus | None:
@@ -115,7 +116,7 @@ class MemController(Controller):
         return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
 
     @syscall_post("/read", Syscall(name="read"))
-    def read(self, request: Req, data: ReadBody) -> MemoryView | AsOfMemory:
+    def read(self, request: Req, data: JSONBody[ReadBody]) -> MemoryView | AsOfMemory:
         state = api_state(request)
         if data.as_of is not None or data.valid_at is not None:
             return query(
@@ -132,7 +133,7 @@ class MemController(Controller):
         )
 
     @syscall_post("/search", Syscall(name="search"))
-    def search(self, request: Req, data: SearchBody) -> SearchAnswer:
+    def search(self, request: Req, data: JSONBody[SearchBody]) -> SearchAnswer:
         state = api_state(request)
         return query(
             request,
@@ -143,7 +144,7 @@ class MemController(Controller):
         )
 
     @syscall_post("/assemble", Syscall(name="assemble"))
-    def assemble(self, request: Req, data: AssembleBody) -> Capsule:
+    def assemble(self, request: Req, data: JSONBody[AssembleBody]) -> Capsule:
         sets = api_state(request).runtime.working_sets
         return command(
             request,
@@ -151,12 +152,12 @@ class MemController(Controller):
         )
 
     @syscall_post("/fault", Syscall(name="fault"))
-    def fault(self, request: Req, data: FaultBody) -> FaultAnswer:
+    def fault(self, request: Req, data: JSONBody[FaultBody]) -> FaultAnswer:
         sets = api_state(request).runtime.working_sets
         return command(request, lambda c: sets.fault(c.identity, data.question, c.last_write))
 
     @syscall_post("/history", Syscall(name="history"))
-    def history(self, request: Req, data: IdBody) -> HistoryResponse:
+    def history(self, request: Req, data: JSONBody[IdBody]) -> HistoryResponse:
         state = api_state(request)
 
         def run(c: Call) -> HistoryResponse | None:
@@ -166,7 +167,7 @@ class MemController(Controller):
         return query(request, run, lambda h: f"{len(h.versions)} versions", subject=data.id)
 
     @syscall_post("/verify", Syscall(name="verify", roles=WRITER_ROLES))
-    def verify(self, request: Req, data: VerifyBody) -> VerifyResponse:
+    def verify(self, request: Req, data: JSONBody[VerifyBody]) -> VerifyResponse:
         state = api_state(request)
         cmd = VerifyMemory(memory_id=data.id, supports=data.supports, note=data.note)
         result = command(request, lambda c: state.memory.verify(c.identity, cmd))
@@ -202,21 +203,21 @@ class MemController(Controller):
         return query(request, run)
 
     @syscall_post("/policy_ack", Syscall(name="policy_ack"))
-    def policy_ack(self, request: Req, data: AckBody) -> AckResponse:
+    def policy_ack(self, request: Req, data: JSONBody[AckBody]) -> AckResponse:
         state = api_state(request)
         command(request, lambda c: state.governance.acknowledge(c.identity, data.directive_id))
         return AckResponse(acknowledged=True)
 
     @syscall_post("/pin", Syscall(name="pin", roles=WRITER_ROLES))
-    def pin(self, request: Req, data: IdBody) -> PinResponse:
+    def pin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
         return _pin(request, data, pinned=True)
 
     @syscall_post("/unpin", Syscall(name="unpin", roles=WRITER_ROLES))
-    def unpin(self, request: Req, data: IdBody) -> PinResponse:
+    def unpin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
         return _pin(request, data, pinned=False)
 
     @syscall_post("/share", Syscall(name="share", roles=REVIEWER_ROLES))
-    def share(self, request: Req, data: ShareBody) -> ShareResponse:
+    def share(self, request: Req, data: JSONBody[ShareBody]) -> ShareResponse:
         state = api_state(request)
         share_id, _ = command(
             request,

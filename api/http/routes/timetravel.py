@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request
-from litestar.params import FromPath
+from litestar.params import FromPath, JSONBody
 
 from api.http.errors import Unavailable
 from api.http.gate import api_state, query
@@ -60,7 +60,7 @@ class AsOfController(Controller):
     path = "/v1/compliance"
 
     @syscall_post("/asof", Syscall(name="compliance.asof", roles=COMPLIANCE_ROLES, tenant_gate=False))
-    def asof(self, request: Req, data: AsOfBody) -> AsOfResponse:
+    def asof(self, request: Req, data: JSONBody[AsOfBody]) -> AsOfResponse:
         state = api_state(request)
 
         def run(c: Any) -> AsOfResponse:
@@ -103,7 +103,9 @@ class OpsController(Controller):
         return query(request, run, lambda r: f"{len(r.projections)} projections")
 
     @syscall_post("/projections/{name:str}/rebuild", Syscall(name="ops.projections.rebuild", roles=OWNER))
-    def rebuild(self, request: Req, name: FromPath[str], data: RebuildBody | None = None) -> RebuildReport:
+    def rebuild(
+        self, request: Req, name: FromPath[str], data: JSONBody[RebuildBody | None] = None
+    ) -> RebuildReport:
         state = api_state(request)
         verify = data.verify if data is not None else False
 

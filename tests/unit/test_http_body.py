@@ -1,0 +1,93 @@
+"""The HTTP edge's body decoding (api/http/body.py) and route descriptions (api/http/routing.py):
+one typed decode, the refusals in their order, and the start-up checks of the body types."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from litestar import Controller, Litestar, Request
+from litestar.params import JSONBody
+
+from api.http.body import check_body_types, decode_body
+from api.http.routing import Syscall, body_type, syscall_of, syscall_post
+from api.http.schemas import Body, NewKeyBody, WriteBatchBody, WriteBody
+from domain.model.commands import WriteMemory
+from domain.model.errors import IdentityInBody, InvalidRequest
+
+WRITE = Syscall(name="write")
+BATCH = Syscall(name="write_batch", per_item=frozenset({"items"}))
+
+
+def test_a_write_body_decodes_into_its_struct_and_makes_the_command() -> None:
+    body = decode_body(b'{"content": "tea", "subject": "ada", "async": true}', WriteBody, WRITE)
+    assert isinstance(body, WriteBody)
+    assert body.run_async
+    assert body.command() == WriteMemory(content="tea", subject="ada")
+
+
+@pytest.mark.parametrize(
+    ("raw", "error", "message"),
+    [
+        (b'{"content": "x", "namespace": "/other"}', IdentityInBody, "the body names 'namespace'"),
+        (b'{"content": "x", "provenance": {"actor": "m"}}', IdentityInBody, "the body names 'actor'"),
+        (b'{"content": "x", "colour": "red"}', InvalidRequest, "unknown field `colour`"),
+        (b'{"content": 5}', InvalidRequest, "Expected `str`, got `int`"),
+        (b"[1]", InvalidRequest, "the body must be a JSON object"),
+        (b'{"content": "x"', InvalidRequest, "malformed JSON"),
+        (b'{"content": "a\\u0000b", "colour": 1}', InvalidRequest, "content contains"),
+        (b'{"content": "\\ud800", "namespace": "/x"}', InvalidRequest, "content contains a lone surrogate"),
+        (b"[" * 40 + b"]" * 40, InvalidRequest, "deeper than 32 levels"),
+    ],
+)
+def test_a_refused_body_says_its_first_problem(raw: bytes, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message) as refused:
+        decode_body(raw, WriteBody, WRITE)
+    assert type(refused.value) is error
+
+
+def test_identity_inside_a_batch_item_refuses_the_batch_but_a_bad_value_only_its_item() -> None:
+    with pytest.raises(IdentityInBody, match="'role'"):
+        decode_body(
+            b'{"items": [{"content": "a"}, {"content": "b", "role": "owner"}]}', WriteBatchBody, BATCH
+        )
+    batch = decode_body(b'{"items": [{"content": "a"}, {"content": "b\\u0000"}]}', WriteBatchBody, BATCH)
+    first, second = batch.entries()
+    assert not hasattr(first, "reason")
+    assert getattr(second, "reason", None) == "unstorable"
+
+
+def test_allowed_identity_fields_are_taken_at_the_top_level_only() -> None:
+    call = Syscall(name="admin.keys.create", allow=frozenset({"actor", "role"}))
+    body = decode_body(b'{"target": "/t", "actor": "bot", "role": "agent"}', NewKeyBody, call)
+    assert (body.actor, body.role) == ("bot", "agent")
+    with pytest.raises(IdentityInBody):
+        decode_body(b'{"target": "/t", "actor": "bot", "role": "agent", "tenant": "x"}', NewKeyBody, call)
+
+
+def test_an_empty_body_is_an_empty_object() -> None:
+    with pytest.raises(InvalidRequest, match="missing required field `content`"):
+        decode_body(b"  ", WriteBody, WRITE)
+
+
+class Nested(msgspec.Struct, frozen=True):
+    tenant: str = ""
+
+
+class SneakyBody(Body, frozen=True, kw_only=True):
+    inner: Nested = Nested()
+
+
+class SneakyController(Controller):
+    path = "/v1/sneaky"
+
+    @syscall_post("/", Syscall(name="sneaky"))
+    def sneaky(self, request: Request[object, object, object], data: JSONBody[SneakyBody]) -> None:
+        """A struct field named like an identity would pass the per-request walk unseen."""
+
+
+def test_a_body_type_with_an_identity_named_field_fails_at_start_up() -> None:
+    app = Litestar([SneakyController])
+    handler = next(h for route in app.routes for h in route.route_handlers if syscall_of(h) is not None)
+    assert body_type(handler) is SneakyBody  # read from the handler's data parameter
+    with pytest.raises(TypeError, match=r"sneaky: Nested\.tenant is named like an identity field"):
+        check_body_types(app)
