@@ -4,6 +4,10 @@ the request itself (no identity in body or query, no unknown fields, no text Pos
 cannot store, no JSON nested deeper than ``MAX_JSON_DEPTH``) -> the syscall -> exactly
 one audit record.
 
+What to check comes from the route's ``Syscall`` (api/http/routing.py); the body is
+decoded once, here (api/http/body.py), into the struct the handler's ``data`` parameter
+names, and that struct is what the handler receives (``Call.body``).
+
 Every decision here fails closed: an error while evaluating identity, scope or policy
 is an error response, never a permit.
 """

@@ -106,17 +106,18 @@ def metrics_middleware(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, capture)
         finally:
             handler: Any = scope.get("route_handler")
-            call = syscall_of(handler)
-            route = (
-                call.name
-                if call is not None
-                else handler.handler_name
-                if handler is not None
-                else "unmatched"
-            )
+            route = _route_label(handler)
             metrics: Metrics = scope["app"].state["memwarden"].metrics
             metrics.observe(
                 str(scope.get("method", "GET")), str(route), status[0], time.perf_counter() - began
             )
 
     return middleware
+
+
+def _route_label(handler: Any) -> str:
+    """A request's ``route`` label: its syscall, else its handler, else ``unmatched``."""
+    if handler is None:
+        return "unmatched"
+    call = syscall_of(handler)
+    return call.name if call is not None else str(handler.handler_name)

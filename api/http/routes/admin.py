@@ -8,7 +8,7 @@ from uuid import UUID
 from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
-from api.http.gate import Call, api_state, command, query
+from api.http.gate import Call, api_state, command, current_call, query
 from api.http.routes.mem import policy_view
 from api.http.routing import Syscall, syscall_get, syscall_post, syscall_put
 from api.http.schemas import (
@@ -93,19 +93,9 @@ class AdminController(Controller):
     def put_policy(
         self, request: Req, namespace: FromPath[str], data: JSONBody[PolicyPutBody]
     ) -> OwnPolicyResponse:
-        state = api_state(request)
-        target = _target(namespace)
-        expected = data.expected_version
-        if_match = request.headers.get("if-match")
-        if if_match is not None:
-            try:
-                expected = int(if_match.strip().strip('"'))
-            except ValueError:
-                expected = -1  # a malformed If-Match never matches
-        body = data.policy()
-        command(request, lambda c: state.governance.set_policy(c.identity, target, body, expected))
-        call: Call = request.state.call
-        return _own_policy(state, call, target)
+        state, target, expected = api_state(request), _target(namespace), _expected_version(request, data)
+        command(request, lambda c: state.governance.set_policy(c.identity, target, data.policy(), expected))
+        return _own_policy(state, current_call(request), target)
 
     @syscall_get("/disputes", admin("admin.disputes.list", query=STATUS_QUERY))
     def list_disputes(self, request: Req) -> list[DisputeView]:
@@ -214,6 +204,18 @@ class AdminController(Controller):
         state = api_state(request)
         result = command(request, lambda c: state.runtime.consolidation.reject(c.identity, proposal_id))
         return ProposalResponse(proposal=result.proposal, content=result.content)
+
+
+def _expected_version(request: Req, data: PolicyPutBody) -> int | None:
+    """The version a policy change expects: If-Match (a malformed one never matches), else
+    the body's ``expected_version``."""
+    if_match = request.headers.get("if-match")
+    if if_match is None:
+        return data.expected_version
+    try:
+        return int(if_match.strip().strip('"'))
+    except ValueError:
+        return -1
 
 
 def _status(request: Req, statuses: set[str], default: str) -> str | None:
