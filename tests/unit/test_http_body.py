@@ -7,10 +7,12 @@ import msgspec
 import pytest
 from litestar import Controller, Litestar, Request
 from litestar.params import JSONBody
+from litestar.testing import TestClient
 
 from api.http.body import check_body_types, decode_body
 from api.http.routing import Syscall, body_type, syscall_of, syscall_post
 from api.http.schemas import Body, NewKeyBody, WriteBatchBody, WriteBody
+from domain.model.certificates import DeletionCertificate
 from domain.model.commands import WriteMemory
 from domain.model.errors import IdentityInBody, InvalidRequest
 
@@ -91,3 +93,51 @@ def test_a_body_type_with_an_identity_named_field_fails_at_start_up() -> None:
     assert body_type(handler) is SneakyBody  # read from the handler's data parameter
     with pytest.raises(TypeError, match=r"sneaky: Nested\.tenant is named like an identity field"):
         check_body_types(app)
+
+
+def test_a_certificate_time_without_a_zone_is_refused_like_any_other_time() -> None:
+    certificate = {
+        "id": "00000000-0000-0000-0000-000000000001",
+        "erased_ids": [],
+        "count": 0,
+        "scope": "/a",
+        "target_kind": "subtree",
+        "ledger_position": 1,
+        "ledger_hash": "00",
+        "time": "2026-01-01T00:00:00",
+        "requester": "a",
+        "requester_namespace": "/a",
+        "requester_role": "admin",
+        "reason": "r",
+        "key_id": "k",
+    }
+    call = Syscall(name="compliance.certificates.verify")
+    with pytest.raises(InvalidRequest, match=r"^time has no time zone"):
+        decode_body(msgspec.json.encode(certificate), DeletionCertificate, call)
+
+
+class Handed(msgspec.Struct):
+    """What a stand-in gate leaves on the request: the struct the handler must receive."""
+
+    body: msgspec.Struct
+
+
+async def stand_in_gate(request: Request[object, object, object]) -> None:
+    request.state.call = Handed(WriteBody(content="decoded by the gate"))
+
+
+class EchoController(Controller):
+    path = "/v1/echo"
+
+    @syscall_post("/", Syscall(name="echo"))
+    def echo(self, data: JSONBody[WriteBody]) -> dict[str, str]:
+        return {"content": data.content}
+
+
+def test_the_handler_gets_the_gates_struct_and_litestar_decodes_nothing() -> None:
+    app = Litestar([EchoController], before_request=stand_in_gate)
+    with TestClient(app) as client:
+        # bytes that are no WriteBody at all: had Litestar decoded them, this would be a 400
+        answer = client.post("/v1/echo", content=b'{"not": "a write"}')
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"content": "decoded by the gate"}
