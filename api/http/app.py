@@ -15,6 +15,7 @@ from litestar.middleware import DefineMiddleware
 from litestar.template.config import TemplateConfig
 
 from api.console.pages import TEMPLATES, ConsoleController
+from api.http.body import check_body_types
 from api.http.errors import handle
 from api.http.gate import KeyAuthentication, audit_unaudited, gate
 from api.http.metrics import metrics_middleware
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         debug=False,
     )
+    check_body_types(app)
     mcp.bind(app)
     document_errors(app)
     describe_routes(app)

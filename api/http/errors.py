@@ -19,6 +19,8 @@ from domain.model.text import escape_unprintable
 from projections.runner import ProjectionLag
 
 log = logging.getLogger(__name__)
+Outcome = Literal["ok", "denied", "miss", "error"]
+"""What an audit record says of a call."""
 RETRY_AFTER = 2
 """Seconds a client is asked to wait after a database failure (a restart of the embedded
 server takes about that long)."""
@@ -73,7 +75,7 @@ _HTTP_CODES = {
 }
 
 
-def audit_outcome(error: BaseException) -> Literal["ok", "denied", "miss", "error"]:
+def audit_outcome(error: BaseException) -> Outcome:
     if isinstance(error, NotFound):
         return "miss"
     if isinstance(error, DomainError) and not isinstance(error, Unavailable):

@@ -4,17 +4,20 @@ the request itself (no identity in body or query, no unknown fields, no text Pos
 cannot store, no JSON nested deeper than ``MAX_JSON_DEPTH``) -> the syscall -> exactly
 one audit record.
 
+What to check comes from the route's ``Syscall`` (api/http/routing.py); the body is
+decoded once, here (api/http/body.py), into the struct the handler's ``data`` parameter
+names, and that struct is what the handler receives (``Call.body``).
+
 Every decision here fails closed: an error while evaluating identity, scope or policy
 is an error response, never a permit.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 from uuid import UUID
 
 import anyio
@@ -23,30 +26,24 @@ import msgspec
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException
+from litestar.handlers import HTTPRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.types import Scope
 
-from api.http.errors import RateLimited, Unauthenticated, audit_outcome, classify
+from api.http.body import IDENTITY_FIELDS, decode_body
+from api.http.errors import Outcome, RateLimited, Unauthenticated, audit_outcome, classify
 from api.http.limits import HEAD
-from api.http.schemas import Body
+from api.http.routing import Syscall, body_type, syscall_of
 from api.http.state import STATE_KEY, ApiState
 from domain.ledger.database import unavailable
 from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidRequest, NotFound, TooLarge
 from domain.model.identity import Identity
 from domain.model.keys import parse_key
 from domain.model.policies import EffectivePolicy, check_not_suspended
-from domain.model.storable import check_storable, unstorable_field
 from domain.model.text import escape_unprintable, quote_text, storable_text_problem
 from domain.services.governance import GovernanceService
 
 T = TypeVar("T")
-Outcome = Literal["ok", "denied", "miss", "error"]
-IDENTITY_FIELDS = frozenset({"namespace", "actor", "role", "tenant", "agent_id"})
-ALL_ROLES = frozenset({"agent", "member", "auditor", "admin", "owner"})
-MAX_JSON_DEPTH = 32
-"""No body needs more nesting; a deeper one is refused before it is decoded."""
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_JSON_BRACKET = re.compile(rb"[\[\]{}]")
 
 
 class Principal(msgspec.Struct, frozen=True):
@@ -64,7 +61,8 @@ class Call:
         self.key_id = principal.key_id
         self.op = op
         self.audited = False
-        self.body: Any = None
+        self.body: msgspec.Struct | None = None
+        """The request body, decoded once by the gate into the struct the handler takes."""
         self.policy: EffectivePolicy | None = None
         self.last_write: int | None = None
         """The key's last write position: what its reads wait for (read-your-writes)."""
@@ -112,9 +110,10 @@ class KeyAuthentication(AbstractAuthenticationMiddleware):
 def _op_of(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
     """The op an unauthenticated request is audited under; a path is the caller's text."""
     try:
-        return str(connection.route_handler.opt.get("op") or escape_unprintable(connection.url.path[:100]))
+        call = syscall_of(connection.route_handler)
     except (AttributeError, KeyError):
-        return escape_unprintable(connection.url.path[:100])
+        call = None
+    return call.name if call is not None else escape_unprintable(connection.url.path[:100])
 
 
 # -- the gate ---------------------------------------------------------------------------------
@@ -122,14 +121,14 @@ def _op_of(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
 
 async def gate(request: Request[Any, Any, Any]) -> None:
     """The ``before_request`` hook: everything up to the syscall itself."""
-    opt = request.route_handler.opt
-    op: str | None = opt.get("op")
-    if op is None:
+    handler = request.route_handler
+    syscall = syscall_of(handler)
+    if syscall is None or not isinstance(handler, HTTPRouteHandler):
         return
     principal = request.user
     if not isinstance(principal, Principal):  # the middleware guarantees it; fail closed anyway
         raise Unauthenticated("a valid API key is required")
-    call = Call(principal, op)
+    call = Call(principal, syscall.name)
     request.state.call = call
     raw: bytes | None = b""
     too_large: HTTPException | None = None
@@ -146,9 +145,10 @@ async def gate(request: Request[Any, Any, Any]) -> None:
         policy = governance.cached_policy(call.identity.namespace)
         if policy is None:
             policy = await anyio.to_thread.run_sync(governance.effective_policy, call.identity.namespace)
-        _check_access(call, opt, policy)
+        _check_access(call, syscall, policy)
         wait, call.last_write = await state.callers.admit(call.key_id, policy.rate_limit_per_minute)
-        _check_request(state, call, opt, raw, query, too_large, policy, wait)  # pure: no I/O
+        seen = _Request(raw, query, too_large, body_type(handler))
+        _check_request(state, call, syscall, seen, policy, wait)  # pure: no I/O
         if call.last_write == HEAD:  # unknown (the shared store is down): everything so far
             call.last_write = await anyio.to_thread.run_sync(state.runtime.ledger.head_position)
     except DomainError as error:
@@ -157,39 +157,42 @@ async def gate(request: Request[Any, Any, Any]) -> None:
         raise
 
 
-def _check_access(call: Call, opt: dict[str, Any], policy: EffectivePolicy) -> None:
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What the gate read of the request before checking it."""
+
+    raw: bytes | None
+    """The body; None: larger than the server takes (``too_large`` says so)."""
+    query: list[tuple[str, str]]
+    too_large: HTTPException | None
+    body: type[msgspec.Struct] | None
+    """The struct the handler takes (None: the route takes no body)."""
+
+
+def _check_access(call: Call, syscall: Syscall, policy: EffectivePolicy) -> None:
     """Role, then the tenant gate: refused before a token is taken."""
-    roles: frozenset[str] = opt.get("roles", ALL_ROLES)
-    if call.identity.role not in roles:
+    if call.identity.role not in syscall.roles:
         raise Forbidden(f"role {call.identity.role!r} may not call {call.op}")
     call.policy = policy
-    if opt.get("tenant_gate", True):
+    if syscall.tenant_gate:
         check_not_suspended(policy)
 
 
 def _check_request(
-    state: ApiState,
-    call: Call,
-    opt: dict[str, Any],
-    raw: bytes | None,
-    query: list[tuple[str, str]],
-    too_large: HTTPException | None,
-    policy: EffectivePolicy,
-    wait: float,
+    state: ApiState, call: Call, syscall: Syscall, request: _Request, policy: EffectivePolicy, wait: float
 ) -> None:
     """The rate limit's verdict, then the request itself (size, query, body)."""
     if wait > 0.0:
         raise RateLimited(
             f"more than {policy.rate_limit_per_minute} requests per minute", max(1, math.ceil(wait))
         )
-    if too_large is not None or (raw is not None and len(raw) > state.max_body_bytes):
+    raw = request.raw
+    if request.too_large is not None or (raw is not None and len(raw) > state.max_body_bytes):
         raise TooLarge(f"request body larger than {state.max_body_bytes} bytes")
-    allowed: frozenset[str] = opt.get("allow", frozenset())
-    _check_query(query, opt.get("query", frozenset()), allowed)
-    body_type: type[Body] | None = opt.get("body")
-    per_item: frozenset[str] = opt.get("per_item", frozenset())
-    call.body = _decode(raw or b"", body_type, allowed, per_item) if body_type is not None else None
-    if body_type is None and raw and raw.strip() not in {b"", b"{}"}:
+    _check_query(request.query, syscall.query, syscall.allow)
+    if request.body is not None:
+        call.body = decode_body(raw or b"", request.body, syscall)
+    elif raw and raw.strip() not in {b"", b"{}"}:
         raise InvalidRequest("this route takes no body")
 
 
@@ -207,70 +210,6 @@ def _check_query(
         problem = storable_text_problem(value)
         if problem is not None:
             raise InvalidRequest(f"query parameter {name} {problem}")
-
-
-def _identity_names(value: Any, allowed: frozenset[str]) -> str | None:
-    """The first identity field named anywhere in the decoded body (``allowed`` ones only at
-    the top level). Iterative: a deeply nested body cannot exhaust the stack."""
-    pending: list[tuple[Any, bool]] = [(value, True)]
-    while pending:
-        item, top = pending.pop()
-        if isinstance(item, dict):
-            for key, member in item.items():
-                if key in IDENTITY_FIELDS and not (top and key in allowed):
-                    return str(key)
-                pending.append((member, False))
-        elif isinstance(item, list):
-            pending.extend((member, False) for member in item)
-    return None
-
-
-def _nests_deeper_than(raw: bytes, limit: int) -> bool:
-    """Whether the JSON text opens more than ``limit`` arrays/objects inside each other
-    (brackets inside strings do not count). Checked before decoding: the decoder recurses."""
-    depth = 0
-    for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub(b"", raw)):
-        depth += 1 if bracket in b"[{" else -1
-        if depth > limit:
-            return True
-    return False
-
-
-def _malformed(data: bytes, error: msgspec.DecodeError) -> str:
-    """Why the body is not JSON. The decoder calls a lone surrogate escape (``"\\ud800"``)
-    malformed; the standard library reads it, so its field can be named like any other."""
-    try:
-        lenient = json.loads(data)
-    except (ValueError, RecursionError):
-        lenient = None
-    unstorable = unstorable_field(lenient) if lenient is not None else None
-    return unstorable or escape_unprintable(f"malformed JSON: {error}"[:300])
-
-
-def _decode(
-    raw: bytes, body_type: type[Body], allowed: frozenset[str], per_item: frozenset[str] = frozenset()
-) -> Any:
-    """The body as ``body_type``, or InvalidRequest naming what is wrong. Messages never copy
-    caller text raw: storable problems name the field, decoder messages are escaped.
-    ``per_item``: top-level fields whose members the route reads one by one (a batch: an
-    unstorable value rejects its item alone); identity is still refused anywhere."""
-    data = raw if raw.strip() else b"{}"
-    if _nests_deeper_than(data, MAX_JSON_DEPTH):
-        raise InvalidRequest(f"the body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        generic = msgspec.json.decode(data)
-    except msgspec.DecodeError as error:
-        raise InvalidRequest(_malformed(data, error)) from error
-    if not isinstance(generic, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    check_storable({name: value for name, value in generic.items() if name not in per_item})
-    named = _identity_names(generic, allowed)
-    if named is not None:
-        raise IdentityInBody(f"identity comes from the API key; the body names {named!r}")
-    try:
-        return msgspec.json.decode(data, type=body_type)
-    except (msgspec.ValidationError, msgspec.DecodeError) as error:
-        raise InvalidRequest(escape_unprintable(str(error)[:300])) from error
 
 
 # -- running the syscall and auditing it ------------------------------------------------------------

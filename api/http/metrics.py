@@ -11,6 +11,8 @@ from typing import Any
 import msgspec
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.http.routing import syscall_of
+
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -104,10 +106,18 @@ def metrics_middleware(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, capture)
         finally:
             handler: Any = scope.get("route_handler")
-            route = (handler.opt.get("op") or handler.handler_name) if handler is not None else "unmatched"
+            route = _route_label(handler)
             metrics: Metrics = scope["app"].state["memwarden"].metrics
             metrics.observe(
                 str(scope.get("method", "GET")), str(route), status[0], time.perf_counter() - began
             )
 
     return middleware
+
+
+def _route_label(handler: Any) -> str:
+    """A request's ``route`` label: its syscall, else its handler, else ``unmatched``."""
+    if handler is None:
+        return "unmatched"
+    call = syscall_of(handler)
+    return call.name if call is not None else str(handler.handler_name)

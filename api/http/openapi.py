@@ -34,6 +34,7 @@ from litestar.static_files import create_static_files_router
 from swagger_ui_bundle import swagger_ui_path
 
 from api.http.errors import STATUS, ErrorBody
+from api.http.routing import body_type, syscall_of
 
 ASSETS = "/schema/assets"
 ERROR_SCHEMA = "ErrorBody"
@@ -113,18 +114,18 @@ def _error_schema() -> Schema:
 
 def error_statuses(path: str, method: str, handler: HTTPRouteHandler) -> tuple[int, ...]:
     """The statuses of API.md a route can answer besides success."""
-    op: str | None = handler.opt.get("op")
-    if op is None:
+    call = syscall_of(handler)
+    if call is None:
         return PUBLIC_ERRORS.get(path, ())
     statuses = {400, 401, 403, 429, 503}  # the gate: body/query, key, role/tenant, limit, lag
     reads_body = method in {"POST", "PUT"}
     if reads_body:
         statuses.add(413)
-    body: Any = handler.opt.get("body")
-    fields = set(getattr(body, "__struct_fields__", ()))
+    body = body_type(handler)
+    fields = set(body.__struct_fields__ if body is not None else ())
     if "{" in path or fields & LOOKUP_FIELDS:
         statuses.add(404)
-    if reads_body and op not in NEVER_CONFLICT:
+    if reads_body and call.name not in NEVER_CONFLICT:
         statuses.add(409)
     return tuple(sorted(statuses))
 

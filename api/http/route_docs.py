@@ -10,6 +10,8 @@ from litestar.enums import HttpMethod
 from litestar.openapi.spec import Operation
 from litestar.routes import HTTPRoute
 
+from api.http.routing import syscall_of
+
 ROUTES: dict[str, tuple[str, str]] = {
     "write": (
         "Write one memory",
@@ -150,8 +152,7 @@ ROUTES: dict[str, tuple[str, str]] = {
     ),
     "edit_proposal": (
         "Edit a proposal",
-        "Replaces the text a later approval publishes (`content`); the proposal stays "
-        "`pending_review`.",
+        "Replaces the text a later approval publishes (`content`); the proposal stays `pending_review`.",
     ),
     "reject_proposal": ("Reject a proposal", "The proposal is closed for good; nothing is published."),
     "compliance.asof": (
@@ -208,12 +209,12 @@ def describe_routes(app: Litestar) -> None:
         for handler in route.route_handlers:
             if handler.http_methods <= {HttpMethod.OPTIONS}:
                 continue  # Litestar's own CORS preflight handler: not documented
-            op = handler.opt.get("op")
-            key = op if op is not None else route.path_format
+            call = syscall_of(handler)
+            key = call.name if call is not None else route.path_format
             if key not in ROUTES:
                 raise KeyError(f"no description for route {route.path_format} ({key})")
             summary, description = ROUTES[key]
-            roles = handler.opt.get("roles") if op is not None else None
+            roles = call.roles if call is not None else None
             for method in handler.http_methods:
                 operation: Operation | None = getattr(item, method.lower(), None)
                 if operation is None or method == HttpMethod.OPTIONS:

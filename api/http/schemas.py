@@ -10,10 +10,17 @@ import msgspec
 
 from domain.ledger.checkpoints import Checkpoint
 from domain.model.classification import Classification
-from domain.model.commands import WriteMemory
+from domain.model.commands import ProvenanceClaim, WriteMemory
 from domain.model.consolidation import ProposalState
 from domain.model.errors import InvalidRequest
-from domain.model.events import ConflictReview, Directive, DisputeDecision, FindingDecision
+from domain.model.events import (
+    ConflictReview,
+    Directive,
+    DisputeDecision,
+    FindingDecision,
+    MemoryScope,
+    MemoryType,
+)
 from domain.model.policies import PolicyBody
 from domain.model.storable import unstorable_field
 from domain.model.text import escape_unprintable, quote_text
@@ -64,18 +71,38 @@ class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             raise ValueError(problem)
 
 
-class Empty(Body, frozen=True, kw_only=True):
-    pass
+class WriteItemBody(Body, frozen=True, kw_only=True):
+    """A write's fields and how to take its content: one item of ``write_batch``. The wire
+    form of ``WriteMemory`` (the command), which ``command()`` makes."""
 
-
-class WriteItemBody(WriteMemory, Body, frozen=True, kw_only=True):
-    """The write command's fields and how to take its content: one item of ``write_batch``."""
-
+    content: str
+    type: MemoryType = "fact"
+    scope: MemoryScope = "team"
+    subject: str | None = None
+    attribute: str | None = None
+    value: str | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+    provenance: ProvenanceClaim = ProvenanceClaim()
+    event_time: AwareTime | None = None
+    valid_from: AwareTime | None = None
     verbatim: bool = False
     """True: store the content as it is, even when an extractor is configured to split it."""
 
     def command(self) -> WriteMemory:
-        return WriteMemory(**{name: getattr(self, name) for name in WriteMemory.__struct_fields__})
+        return WriteMemory(
+            content=self.content,
+            type=self.type,
+            scope=self.scope,
+            subject=self.subject,
+            attribute=self.attribute,
+            value=self.value,
+            tags=self.tags,
+            selectors=self.selectors,
+            provenance=self.provenance,
+            event_time=self.event_time,
+            valid_from=self.valid_from,
+        )
 
     def batch_item(self) -> BatchItem:
         return BatchItem(command=self.command(), verbatim=self.verbatim)
@@ -146,7 +173,18 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def of(cls, result: WriteResult) -> WriteResponse:
-        return cls(**{name: getattr(result, name) for name in cls.__struct_fields__})
+        return cls(
+            outcome=result.outcome,
+            id=result.id,
+            supersedes=result.supersedes,
+            dispute_id=result.dispute_id,
+            position=result.position,
+            classification=result.classification,
+            rejected=result.rejected,
+            extracted=result.extracted,
+            verbatim_reason=result.verbatim_reason,
+            facts=result.facts,
+        )
 
 
 class WriteBatchResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -270,10 +308,30 @@ class RevokeResponse(msgspec.Struct, frozen=True):
     revoked: bool
 
 
-class PolicyPutBody(PolicyBody, Body, frozen=True, kw_only=True):
-    """A namespace's own policy; ``expected_version`` (or If-Match) guards a concurrent change."""
+class PolicyPutBody(Body, frozen=True, kw_only=True):
+    """A namespace's own policy (the wire form of ``PolicyBody``; ``None`` = inherit);
+    ``expected_version`` (or If-Match) guards a concurrent change."""
 
+    conflict_review: ConflictReview | None = None
+    forbid_secrets: bool | None = None
+    rate_limit_per_minute: int | None = None
+    directives: tuple[Directive, ...] = ()
+    driver: str | None = None
+    suspended: bool | None = None
+    members_forget_own: bool | None = None
+    """Members may erase (``forget``) memories they wrote themselves (default: no)."""
     expected_version: int | None = None
+
+    def policy(self) -> PolicyBody:
+        return PolicyBody(
+            conflict_review=self.conflict_review,
+            forbid_secrets=self.forbid_secrets,
+            rate_limit_per_minute=self.rate_limit_per_minute,
+            directives=self.directives,
+            driver=self.driver,
+            suspended=self.suspended,
+            members_forget_own=self.members_forget_own,
+        )
 
 
 class OwnPolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -340,8 +398,29 @@ class AuditResponse(msgspec.Struct, frozen=True, kw_only=True):
     next_cursor: str | None
 
 
-class SearchBody(SearchQuery, Body, frozen=True, kw_only=True):
-    """The search query's fields (times without a zone are refused by the service)."""
+class SearchBody(Body, frozen=True, kw_only=True):
+    """The wire form of a ``SearchQuery`` (times without a zone are refused by the service)."""
+
+    query: str
+    k: int = 10
+    token_budget: int | None = None
+    tags: tuple[str, ...] = ()
+    selectors: tuple[str, ...] = ()
+    include_retired: bool = False
+    as_of: datetime | None = None
+    valid_at: datetime | None = None
+
+    def search_query(self) -> SearchQuery:
+        return SearchQuery(
+            query=self.query,
+            k=self.k,
+            token_budget=self.token_budget,
+            tags=self.tags,
+            selectors=self.selectors,
+            include_retired=self.include_retired,
+            as_of=self.as_of,
+            valid_at=self.valid_at,
+        )
 
 
 class AssembleBody(Body, frozen=True, kw_only=True):

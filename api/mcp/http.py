@@ -18,6 +18,7 @@ from litestar.types import Receive, Scope, Send
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from api.http.routing import SYSCALL, Syscall
 from api.http.state import MAX_BODY_BYTES
 from api.mcp.server import build_server
 from api.mcp.syscalls import AppSyscalls
@@ -60,8 +61,9 @@ class McpEndpoint:
     def handler(self) -> ASGIRouteHandler:
         endpoint = self
 
-        # opt op: what an unauthenticated request is audited under (the gate hook is HTTP-only)
-        @asgi(MCP_PATH, opt={"op": "mcp"}, copy_scope=True)
+        # the syscall's name: what an unauthenticated request is audited under (the gate hook
+        # is HTTP-only: each tool call is the syscall's own gated request)
+        @asgi(MCP_PATH, opt={SYSCALL: Syscall(name="mcp")}, copy_scope=True)
         async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
             assert endpoint._manager is not None
             await endpoint._manager.handle_request(scope, receive, send)  # type: ignore[arg-type]

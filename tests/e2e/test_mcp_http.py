@@ -11,7 +11,7 @@ import httpx
 import pytest
 from mcp import Client
 
-from api.http.gate import IDENTITY_FIELDS
+from api.http.body import IDENTITY_FIELDS
 from bootstrap.runtime import Runtime
 from domain.model.identity import Identity
 from domain.model.policies import PolicyBody

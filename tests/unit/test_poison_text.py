@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.cli.timetravel import parse_time
-from api.http.gate import MAX_JSON_DEPTH, _identity_names, _nests_deeper_than
+from api.http.body import MAX_JSON_DEPTH, identity_named, nests_deeper_than
 from domain.model.commands import VerifyMemory, WriteMemory
 from domain.model.erasure import Forget, names_subject, subject_keys
 from domain.model.errors import InvalidRequest
@@ -315,20 +315,20 @@ def test_time_problem() -> None:
 
 
 def test_nesting_depth_counts_brackets_outside_strings_only() -> None:
-    assert not _nests_deeper_than(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH, MAX_JSON_DEPTH)
-    assert _nests_deeper_than(b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH)
-    assert _nests_deeper_than(b'{"a":' * 1000 + b"1" + b"}" * 1000, MAX_JSON_DEPTH)
+    assert not nests_deeper_than(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH, MAX_JSON_DEPTH)
+    assert nests_deeper_than(b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH)
+    assert nests_deeper_than(b'{"a":' * 1000 + b"1" + b"}" * 1000, MAX_JSON_DEPTH)
     in_strings = b'{"content": "' + b"[{" * 500 + b'\\" [[[[", "tags": ["[[[["]}'
-    assert not _nests_deeper_than(in_strings, 2)
+    assert not nests_deeper_than(in_strings, 2)
 
 
 def test_identity_names_are_found_at_any_depth_without_recursion() -> None:
     deep: object = {"actor": "mallory"}
     for _ in range(50_000):
         deep = [deep]
-    assert _identity_names({"content": "x", "items": deep}, frozenset()) == "actor"
-    assert _identity_names({"actor": "x"}, frozenset({"actor"})) is None
-    assert _identity_names({"nested": {"actor": "x"}}, frozenset({"actor"})) == "actor"
+    assert identity_named({"content": "x", "items": deep}, frozenset()) == "actor"
+    assert identity_named({"actor": "x"}, frozenset({"actor"})) is None
+    assert identity_named({"nested": {"actor": "x"}}, frozenset({"actor"})) == "actor"
 
 
 # -- properties ------------------------------------------------------------------------------

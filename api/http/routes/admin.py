@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, get, post, put
+from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
-from api.http.gate import Call, api_state, command, query
+from api.http.gate import Call, api_state, command, current_call, query
 from api.http.routes.mem import policy_view
+from api.http.routing import Syscall, syscall_get, syscall_post, syscall_put
 from api.http.schemas import (
     FindingResolveBody,
     NewKeyBody,
@@ -29,7 +30,7 @@ from domain.model.errors import InvalidRequest
 from domain.model.identity import REVIEWER_ROLES
 from domain.model.keys import IssueKey
 from domain.model.memory import DisputeState
-from domain.model.policies import PolicyBody, check_policy_admin, effective_policy
+from domain.model.policies import check_policy_admin, effective_policy
 from projections.autopilot.views import DecisionView, FindingView, ProposalView
 from projections.disputes.views import DisputeView
 from projections.governance.views import KeyView
@@ -37,8 +38,13 @@ from projections.governance.views import KeyView
 Req = Request[Any, Any, Any]
 
 
-def admin(op: str, body: type | None, **extra: Any) -> dict[str, Any]:
-    return {"op": op, "body": body, "roles": REVIEWER_ROLES, **extra}
+STATUS_QUERY = frozenset({"status"})
+"""The one query parameter a listing takes."""
+
+
+def admin(op: str, **options: Any) -> Syscall:
+    """An admin syscall: admins and owners, within their subtree."""
+    return Syscall(name=op, roles=REVIEWER_ROLES, **options)
 
 
 def _target(namespace: str) -> str:
@@ -48,25 +54,20 @@ def _target(namespace: str) -> str:
 class AdminController(Controller):
     path = "/v1/admin"
 
-    @post(
-        "/keys",
-        opt=admin("admin.keys.create", NewKeyBody, allow=frozenset({"actor", "role"})),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/keys", admin("admin.keys.create", allow=frozenset({"actor", "role"})))
     def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
         state = api_state(request)
         cmd = IssueKey(target=data.target, actor=data.actor, role=data.role)
         issued = command(request, lambda c: state.governance.issue_key(c.identity, cmd))
         return NewKeyResponse(issued.key_id, issued.key)
 
-    @post("/keys/revoke", opt=admin("admin.keys.revoke", RevokeBody), sync_to_thread=True, status_code=200)
+    @syscall_post("/keys/revoke", admin("admin.keys.revoke"))
     def revoke_key(self, request: Req, data: JSONBody[RevokeBody]) -> RevokeResponse:
         state = api_state(request)
         command(request, lambda c: state.governance.revoke_key(c.identity, data.key_id))
         return RevokeResponse(revoked=True)
 
-    @get("/keys", opt=admin("admin.keys.list", None), sync_to_thread=True)
+    @syscall_get("/keys", admin("admin.keys.list"))
     def list_keys(self, request: Req) -> list[KeyView]:
         state = api_state(request)
 
@@ -77,11 +78,7 @@ class AdminController(Controller):
 
         return query(request, run, lambda keys: f"{len(keys)} keys")
 
-    @get(
-        "/policies/{namespace:path}",
-        opt=admin("admin.policies.get", None, tenant_gate=False),
-        sync_to_thread=True,
-    )
+    @syscall_get("/policies/{namespace:path}", admin("admin.policies.get", tenant_gate=False))
     def get_policy(self, request: Req, namespace: FromPath[str]) -> OwnPolicyResponse:
         state = api_state(request)
         target = _target(namespace)
@@ -92,33 +89,15 @@ class AdminController(Controller):
 
         return query(request, run, lambda _p: target)
 
-    @put(
-        "/policies/{namespace:path}",
-        opt=admin("admin.policies.put", PolicyPutBody, tenant_gate=False),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_put("/policies/{namespace:path}", admin("admin.policies.put", tenant_gate=False))
     def put_policy(
         self, request: Req, namespace: FromPath[str], data: JSONBody[PolicyPutBody]
     ) -> OwnPolicyResponse:
-        state = api_state(request)
-        target = _target(namespace)
-        expected = data.expected_version
-        if_match = request.headers.get("if-match")
-        if if_match is not None:
-            try:
-                expected = int(if_match.strip().strip('"'))
-            except ValueError:
-                expected = -1  # a malformed If-Match never matches
-        fields = {f: getattr(data, f) for f in PolicyBody.__struct_fields__}
-        body = PolicyBody(**fields)
-        command(request, lambda c: state.governance.set_policy(c.identity, target, body, expected))
-        call: Call = request.state.call
-        return _own_policy(state, call, target)
+        state, target, expected = api_state(request), _target(namespace), _expected_version(request, data)
+        command(request, lambda c: state.governance.set_policy(c.identity, target, data.policy(), expected))
+        return _own_policy(state, current_call(request), target)
 
-    @get(
-        "/disputes", opt=admin("admin.disputes.list", None, query=frozenset({"status"})), sync_to_thread=True
-    )
+    @syscall_get("/disputes", admin("admin.disputes.list", query=STATUS_QUERY))
     def list_disputes(self, request: Req) -> list[DisputeView]:
         state = api_state(request)
         status = request.query_params.get("status", "open")
@@ -133,12 +112,7 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} disputes")
 
-    @post(
-        "/disputes/{dispute_id:uuid}/resolve",
-        opt=admin("resolve_dispute", ResolveBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/disputes/{dispute_id:uuid}/resolve", admin("resolve_dispute"))
     def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
         state = api_state(request)
         cmd = ResolveDispute(
@@ -154,9 +128,7 @@ class AdminController(Controller):
 
     # -- the conflict autopilot: findings for people, automatic decisions to overturn -------
 
-    @get(
-        "/findings", opt=admin("admin.findings.list", None, query=frozenset({"status"})), sync_to_thread=True
-    )
+    @syscall_get("/findings", admin("admin.findings.list", query=STATUS_QUERY))
     def list_findings(self, request: Req) -> list[FindingView]:
         state = api_state(request)
 
@@ -167,12 +139,7 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} findings")
 
-    @post(
-        "/findings/{finding_id:uuid}/resolve",
-        opt=admin("resolve_finding", FindingResolveBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/findings/{finding_id:uuid}/resolve", admin("resolve_finding"))
     def resolve_finding(
         self, request: Req, finding_id: FromPath[UUID], data: JSONBody[FindingResolveBody]
     ) -> FindingState:
@@ -182,11 +149,7 @@ class AdminController(Controller):
         finding: FindingState = result.finding
         return finding
 
-    @get(
-        "/decisions",
-        opt=admin("admin.decisions.list", None, query=frozenset({"status"})),
-        sync_to_thread=True,
-    )
+    @syscall_get("/decisions", admin("admin.decisions.list", query=STATUS_QUERY))
     def list_decisions(self, request: Req) -> list[DecisionView]:
         state = api_state(request)
 
@@ -197,12 +160,7 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} decisions")
 
-    @post(
-        "/decisions/{decision_id:uuid}/overturn",
-        opt=admin("overturn_decision", OverturnBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/decisions/{decision_id:uuid}/overturn", admin("overturn_decision"))
     def overturn(
         self, request: Req, decision_id: FromPath[UUID], data: JSONBody[OverturnBody]
     ) -> DecisionState:
@@ -214,11 +172,7 @@ class AdminController(Controller):
 
     # -- consolidation: proposals for people ------------------------------------------------
 
-    @get(
-        "/proposals",
-        opt=admin("admin.proposals.list", None, query=frozenset({"status"})),
-        sync_to_thread=True,
-    )
+    @syscall_get("/proposals", admin("admin.proposals.list", query=STATUS_QUERY))
     def list_proposals(self, request: Req) -> list[ProposalView]:
         state = api_state(request)
 
@@ -229,23 +183,13 @@ class AdminController(Controller):
 
         return query(request, run, lambda found: f"{len(found)} proposals")
 
-    @post(
-        "/proposals/{proposal_id:uuid}/approve",
-        opt=admin("approve_proposal", None),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/proposals/{proposal_id:uuid}/approve", admin("approve_proposal"))
     def approve_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
         state = api_state(request)
         result = command(request, lambda c: state.runtime.consolidation.approve(c.identity, proposal_id))
         return ProposalResponse(proposal=result.proposal, content=result.content)
 
-    @post(
-        "/proposals/{proposal_id:uuid}/edit",
-        opt=admin("edit_proposal", ProposalEditBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/proposals/{proposal_id:uuid}/edit", admin("edit_proposal"))
     def edit_proposal(
         self, request: Req, proposal_id: FromPath[UUID], data: JSONBody[ProposalEditBody]
     ) -> ProposalResponse:
@@ -255,16 +199,23 @@ class AdminController(Controller):
         )
         return ProposalResponse(proposal=result.proposal, content=result.content)
 
-    @post(
-        "/proposals/{proposal_id:uuid}/reject",
-        opt=admin("reject_proposal", None),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/proposals/{proposal_id:uuid}/reject", admin("reject_proposal"))
     def reject_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
         state = api_state(request)
         result = command(request, lambda c: state.runtime.consolidation.reject(c.identity, proposal_id))
         return ProposalResponse(proposal=result.proposal, content=result.content)
+
+
+def _expected_version(request: Req, data: PolicyPutBody) -> int | None:
+    """The version a policy change expects: If-Match (a malformed one never matches), else
+    the body's ``expected_version``."""
+    if_match = request.headers.get("if-match")
+    if if_match is None:
+        return data.expected_version
+    try:
+        return int(if_match.strip().strip('"'))
+    except ValueError:
+        return -1
 
 
 def _status(request: Req, statuses: set[str], default: str) -> str | None:

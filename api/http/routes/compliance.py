@@ -6,10 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request
 from litestar.params import JSONBody
 
 from api.http.gate import Call, api_state, query
+from api.http.routing import Syscall, syscall_get, syscall_post
 from api.http.schemas import (
     AuditResponse,
     ComplianceTime,
@@ -28,8 +29,9 @@ Req = Request[Any, Any, Any]
 MAX_AUDIT_LIMIT = 1000
 
 
-def compliance(op: str, body: type | None, **extra: Any) -> dict[str, Any]:
-    return {"op": op, "body": body, "roles": COMPLIANCE_ROLES, "tenant_gate": False, **extra}
+def compliance(op: str, **options: Any) -> Syscall:
+    """A compliance syscall: auditors, admins and owners, suspended tenants included."""
+    return Syscall(name=op, roles=COMPLIANCE_ROLES, tenant_gate=False, **options)
 
 
 class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -61,12 +63,7 @@ def _position(text: str) -> bool:
 class ComplianceController(Controller):
     path = "/v1/compliance"
 
-    @post(
-        "/ledger/verify",
-        opt=compliance("compliance.ledger.verify", VerifyLedgerBody),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/ledger/verify", compliance("compliance.ledger.verify"))
     def verify(self, request: Req, data: JSONBody[VerifyLedgerBody | None] = None) -> VerifyLedgerResponse:
         state = api_state(request)
         checkpoint = data.checkpoint if data is not None else None
@@ -86,27 +83,18 @@ class ComplianceController(Controller):
 
         return query(request, run, lambda r: "ok" if r.ok else f"broken at {r.first_bad_position}")
 
-    @post(
-        "/ledger/checkpoint",
-        opt=compliance("compliance.ledger.checkpoint", None),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/ledger/checkpoint", compliance("compliance.ledger.checkpoint"))
     def checkpoint(self, request: Req) -> Checkpoint:
         state = api_state(request)
         return query(
             request, lambda _c: state.runtime.ledger.checkpoint(), lambda c: f"position {c.position}"
         )
 
-    @get(
+    @syscall_get(
         "/audit",
-        opt=compliance(
-            "compliance.audit",
-            None,
-            query=frozenset(AuditQuery.__struct_fields__),
-            allow=frozenset({"actor"}),
+        compliance(
+            "compliance.audit", query=frozenset(AuditQuery.__struct_fields__), allow=frozenset({"actor"})
         ),
-        sync_to_thread=True,
     )
     def audit(self, request: Req) -> AuditResponse:
         state = api_state(request)

@@ -11,10 +11,11 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
 from api.http.gate import Call, api_state, command, query
+from api.http.routing import Syscall, syscall_get, syscall_post
 from api.http.schemas import Body
 from domain.ledger.certificates import CertificateCheck
 from domain.model.certificates import DeletionCertificate
@@ -43,12 +44,7 @@ class ForgetResponse(msgspec.Struct, frozen=True, kw_only=True):
 class ErasureController(Controller):
     path = "/v1"
 
-    @post(
-        "/mem/forget",
-        opt={"op": "forget", "body": ForgetBody, "roles": FORGET_ROLES},
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/mem/forget", Syscall(name="forget", roles=FORGET_ROLES))
     def forget(self, request: Req, data: JSONBody[ForgetBody]) -> ForgetResponse:
         state = api_state(request)
         cmd = Forget(ids=data.ids, subject=data.subject, subtree=data.subtree, reason=data.reason)
@@ -59,15 +55,9 @@ class ErasureController(Controller):
             state.reads.wait_for(result.position)
         return ForgetResponse(erased=result.erased, certificate=result.certificate, position=result.position)
 
-    @get(
+    @syscall_get(
         "/compliance/certificates/{certificate_id:uuid}",
-        opt={
-            "op": "compliance.certificates.get",
-            "body": None,
-            "roles": COMPLIANCE_ROLES,
-            "tenant_gate": False,
-        },
-        sync_to_thread=True,
+        Syscall(name="compliance.certificates.get", roles=COMPLIANCE_ROLES, tenant_gate=False),
     )
     def certificate(self, request: Req, certificate_id: FromPath[UUID]) -> DeletionCertificate:
         state = api_state(request)
@@ -83,16 +73,9 @@ class ErasureController(Controller):
 
         return query(request, run, lambda f: f"certificate {f.id}", subject=certificate_id)
 
-    @post(
+    @syscall_post(
         "/compliance/certificates/verify",
-        opt={
-            "op": "compliance.certificates.verify",
-            "body": DeletionCertificate,
-            "roles": COMPLIANCE_ROLES,
-            "tenant_gate": False,
-        },
-        sync_to_thread=True,
-        status_code=200,
+        Syscall(name="compliance.certificates.verify", roles=COMPLIANCE_ROLES, tenant_gate=False),
     )
     def verify(self, request: Req, data: JSONBody[DeletionCertificate]) -> CertificateCheck:
         state = api_state(request)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, Response, post
+import msgspec
+from litestar import Controller, Request, Response
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
-from api.http.gate import ALL_ROLES, Call, api_state, command, query
+from api.http.gate import Call, api_state, command, query
+from api.http.routing import Syscall, syscall_post
 from api.http.schemas import (
     AckBody,
     AckResponse,
@@ -47,10 +49,6 @@ from projections.search.service import SearchAnswer
 Req = Request[Any, Any, Any]
 
 
-def syscall(op: str, body: type | None, roles: frozenset[str] = ALL_ROLES) -> dict[str, Any]:
-    return {"op": op, "body": body, "roles": roles}
-
-
 def policy_view(governance: GovernanceService, call: Call, policy: EffectivePolicy) -> PolicyResponse:
     acked = governance.acknowledged(call.identity, policy)
     return PolicyResponse(
@@ -72,11 +70,9 @@ def policy_view(governance: GovernanceService, call: Call, policy: EffectivePoli
 class MemController(Controller):
     path = "/v1/mem"
 
-    @post(
+    @syscall_post(
         "/write",
-        opt=syscall("write", WriteBody, WRITER_ROLES),
-        sync_to_thread=True,
-        status_code=200,
+        Syscall(name="write", roles=WRITER_ROLES),
         responses={
             202: ResponseSpec(
                 data_container=TicketResponse,
@@ -95,11 +91,8 @@ class MemController(Controller):
         )
         return Response(WriteResponse.of(result))
 
-    @post(
-        "/write_batch",
-        opt={**syscall("write_batch", WriteBatchBody, WRITER_ROLES), "per_item": frozenset({"items"})},
-        sync_to_thread=True,
-        status_code=200,
+    @syscall_post(
+        "/write_batch", Syscall(name="write_batch", roles=WRITER_ROLES, per_item=frozenset({"items"}))
     )
     def write_batch(self, request: Req, data: JSONBody[WriteBatchBody]) -> WriteBatchResponse:
         """Up to 256 writes decided in order and appended together; a bad item is rejected
@@ -109,12 +102,7 @@ class MemController(Controller):
         batch = command(request, lambda c: state.memory.write_batch(c.identity, entries))
         return WriteBatchResponse(results=[WriteResponse.of(r) for r in batch.results])
 
-    @post(
-        "/write_status",
-        opt=syscall("write_status", TicketBody, WRITER_ROLES),
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/write_status", Syscall(name="write_status", roles=WRITER_ROLES))
     def write_status(self, request: Req, data: JSONBody[TicketBody]) -> TicketStatus:
         state = api_state(request)
 
@@ -127,7 +115,7 @@ class MemController(Controller):
 
         return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
 
-    @post("/read", opt=syscall("read", ReadBody), sync_to_thread=True, status_code=200)
+    @syscall_post("/read", Syscall(name="read"))
     def read(self, request: Req, data: JSONBody[ReadBody]) -> MemoryView | AsOfMemory:
         state = api_state(request)
         if data.as_of is not None or data.valid_at is not None:
@@ -144,18 +132,18 @@ class MemController(Controller):
             subject=data.id,
         )
 
-    @post("/search", opt=syscall("search", SearchBody), sync_to_thread=True, status_code=200)
+    @syscall_post("/search", Syscall(name="search"))
     def search(self, request: Req, data: JSONBody[SearchBody]) -> SearchAnswer:
         state = api_state(request)
         return query(
             request,
             lambda c: state.reads.search.search(
-                c.identity, data, c.policy.driver if c.policy else None, after=c.last_write
+                c.identity, data.search_query(), c.policy.driver if c.policy else None, after=c.last_write
             ),
             lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
         )
 
-    @post("/assemble", opt=syscall("assemble", AssembleBody), sync_to_thread=True, status_code=200)
+    @syscall_post("/assemble", Syscall(name="assemble"))
     def assemble(self, request: Req, data: JSONBody[AssembleBody]) -> Capsule:
         sets = api_state(request).runtime.working_sets
         return command(
@@ -163,12 +151,12 @@ class MemController(Controller):
             lambda c: sets.assemble(c.identity, data.budget_tokens, data.task_hint, c.last_write),
         )
 
-    @post("/fault", opt=syscall("fault", FaultBody), sync_to_thread=True, status_code=200)
+    @syscall_post("/fault", Syscall(name="fault"))
     def fault(self, request: Req, data: JSONBody[FaultBody]) -> FaultAnswer:
         sets = api_state(request).runtime.working_sets
         return command(request, lambda c: sets.fault(c.identity, data.question, c.last_write))
 
-    @post("/history", opt=syscall("history", IdBody), sync_to_thread=True, status_code=200)
+    @syscall_post("/history", Syscall(name="history"))
     def history(self, request: Req, data: JSONBody[IdBody]) -> HistoryResponse:
         state = api_state(request)
 
@@ -178,14 +166,14 @@ class MemController(Controller):
 
         return query(request, run, lambda h: f"{len(h.versions)} versions", subject=data.id)
 
-    @post("/verify", opt=syscall("verify", VerifyBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    @syscall_post("/verify", Syscall(name="verify", roles=WRITER_ROLES))
     def verify(self, request: Req, data: JSONBody[VerifyBody]) -> VerifyResponse:
         state = api_state(request)
         cmd = VerifyMemory(memory_id=data.id, supports=data.supports, note=data.note)
         result = command(request, lambda c: state.memory.verify(c.identity, cmd))
         return VerifyResponse(id=result.id, trust_tier=result.trust_tier, position=result.position)
 
-    @post("/stats", opt=syscall("stats", None), sync_to_thread=True, status_code=200)
+    @syscall_post("/stats", Syscall(name="stats"))
     def stats(self, request: Req) -> StatsResponse:
         state = api_state(request)
 
@@ -195,7 +183,7 @@ class MemController(Controller):
             lag = max(0, state.runtime.ledger.head_position() - state.reads.runner.position())
             return StatsResponse(
                 namespace=c.identity.namespace,
-                **{f: getattr(counts, f) for f in counts.__struct_fields__},
+                **msgspec.structs.asdict(counts),
                 open_findings=autopilot.open_findings,
                 open_proposals=autopilot.open_proposals,
                 unjudged=autopilot.unjudged,
@@ -204,7 +192,7 @@ class MemController(Controller):
 
         return query(request, run)
 
-    @post("/policy", opt=syscall("policy", None), sync_to_thread=True, status_code=200)
+    @syscall_post("/policy", Syscall(name="policy"))
     def policy(self, request: Req) -> PolicyResponse:
         state = api_state(request)
 
@@ -214,21 +202,21 @@ class MemController(Controller):
 
         return query(request, run)
 
-    @post("/policy_ack", opt=syscall("policy_ack", AckBody), sync_to_thread=True, status_code=200)
+    @syscall_post("/policy_ack", Syscall(name="policy_ack"))
     def policy_ack(self, request: Req, data: JSONBody[AckBody]) -> AckResponse:
         state = api_state(request)
         command(request, lambda c: state.governance.acknowledge(c.identity, data.directive_id))
         return AckResponse(acknowledged=True)
 
-    @post("/pin", opt=syscall("pin", IdBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    @syscall_post("/pin", Syscall(name="pin", roles=WRITER_ROLES))
     def pin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
         return _pin(request, data, pinned=True)
 
-    @post("/unpin", opt=syscall("unpin", IdBody, WRITER_ROLES), sync_to_thread=True, status_code=200)
+    @syscall_post("/unpin", Syscall(name="unpin", roles=WRITER_ROLES))
     def unpin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
         return _pin(request, data, pinned=False)
 
-    @post("/share", opt=syscall("share", ShareBody, REVIEWER_ROLES), sync_to_thread=True, status_code=200)
+    @syscall_post("/share", Syscall(name="share", roles=REVIEWER_ROLES))
     def share(self, request: Req, data: JSONBody[ShareBody]) -> ShareResponse:
         state = api_state(request)
         share_id, _ = command(

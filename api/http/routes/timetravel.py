@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
 from api.http.errors import Unavailable
 from api.http.gate import api_state, query
+from api.http.routing import Syscall, syscall_get, syscall_post
 from api.http.schemas import Body, ComplianceTime, compliance_time
 from domain.model.asof import AsOfMemory
 from domain.model.commands import AwareDatetime
@@ -59,12 +60,7 @@ class ProjectionsResponse(msgspec.Struct, frozen=True, kw_only=True):
 class AsOfController(Controller):
     path = "/v1/compliance"
 
-    @post(
-        "/asof",
-        opt={"op": "compliance.asof", "body": AsOfBody, "roles": COMPLIANCE_ROLES, "tenant_gate": False},
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/asof", Syscall(name="compliance.asof", roles=COMPLIANCE_ROLES, tenant_gate=False))
     def asof(self, request: Req, data: JSONBody[AsOfBody]) -> AsOfResponse:
         state = api_state(request)
 
@@ -96,7 +92,7 @@ class AsOfController(Controller):
 class OpsController(Controller):
     path = "/v1/ops"
 
-    @get("/projections", opt={"op": "ops.projections", "body": None, "roles": OWNER}, sync_to_thread=True)
+    @syscall_get("/projections", Syscall(name="ops.projections", roles=OWNER))
     def projections(self, request: Req) -> ProjectionsResponse:
         state = api_state(request)
 
@@ -107,12 +103,7 @@ class OpsController(Controller):
 
         return query(request, run, lambda r: f"{len(r.projections)} projections")
 
-    @post(
-        "/projections/{name:str}/rebuild",
-        opt={"op": "ops.projections.rebuild", "body": RebuildBody, "roles": OWNER},
-        sync_to_thread=True,
-        status_code=200,
-    )
+    @syscall_post("/projections/{name:str}/rebuild", Syscall(name="ops.projections.rebuild", roles=OWNER))
     def rebuild(
         self, request: Req, name: FromPath[str], data: JSONBody[RebuildBody | None] = None
     ) -> RebuildReport:
