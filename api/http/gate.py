@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import anyio
@@ -35,12 +35,12 @@ from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidR
 from domain.model.identity import Identity
 from domain.model.keys import parse_key
 from domain.model.policies import EffectivePolicy, check_not_suspended
+from domain.model.events import AuditOutcome
 from domain.model.storable import check_storable, unstorable_field
 from domain.model.text import escape_unprintable, quote_text, storable_text_problem
 from domain.services.governance import GovernanceService
 
 T = TypeVar("T")
-Outcome = Literal["ok", "denied", "miss", "error"]
 IDENTITY_FIELDS = frozenset({"namespace", "actor", "role", "tenant", "agent_id"})
 ALL_ROLES = frozenset({"agent", "member", "auditor", "admin", "owner"})
 MAX_JSON_DEPTH = 32
@@ -276,7 +276,7 @@ def _decode(
 # -- running the syscall and auditing it ------------------------------------------------------------
 
 
-def audit(state: ApiState, call: Call, outcome: Outcome, detail: str, subject_id: UUID | None = None) -> int:
+def audit(state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None) -> int:
     position: int = state.governance.record_audit(call.identity, call.op, outcome, detail, subject_id)
     call.audited = True
     state.metrics.count(f"audit_{outcome}")

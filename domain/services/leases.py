@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import NoReturn
 
-from domain.ledger.app import Ledger, StreamConflict
+from domain.ledger.app import Ledger
+from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.events import LeaseEvent
 from domain.model.leases import Lease, LeaseBusy, LeaseLost, decide_take, lease_from, lease_id, release
+from domain.services.commands import CommandRunner, Decided, Retry
 
 DEFAULT_TTL = timedelta(seconds=30)
 
@@ -19,6 +22,7 @@ class Leases:
         self.ledger = ledger
         self.clock = clock
         self.ttl = ttl
+        self.runner = CommandRunner(ledger, None, lambda: self.clock(), new_uuid)  # noqa: PLW0108
 
     def current(self, pass_name: str, namespace: str) -> Lease | None:
         stream = lease_id(pass_name, namespace)
@@ -30,14 +34,23 @@ class Leases:
     def acquire(self, pass_name: str, namespace: str, holder: str) -> Lease:
         """Take the lease for ``holder``; ``LeaseBusy`` while a pass holds it. Two takers
         racing for a free lease append the same version: one of them loses."""
-        current = self.current(pass_name, namespace)
-        event = decide_take(current, pass_name, namespace, holder, self.clock(), self.ttl)
-        version = 0 if current is None else current.version
-        try:
-            self.ledger.append([Recorded(event.lease_id, version + 1, event)])
-        except StreamConflict:
+
+        def decide(now: datetime) -> Decided[Lease]:
+            current = self.current(pass_name, namespace)
+            event = decide_take(current, pass_name, namespace, holder, now, self.ttl)
+            version = 0 if current is None else current.version
+            return Decided(
+                result=lambda _position: lease_from(event, version + 1),
+                events=[event],
+                versions={event.lease_id: version},
+            )
+
+        def busy() -> NoReturn:
             raise LeaseBusy(f"another holder took the {pass_name} lease of this namespace") from None
-        return lease_from(event, version + 1)
+
+        return self.runner.run(
+            None, pass_name, decide, Retry("the lease is contended", attempts=1, on_conflict=busy)
+        )
 
     def fence(self, lease: Lease) -> Recorded:
         """The event that makes a pass's append the holder's: the lease's release at its

@@ -20,7 +20,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from domain.model.text import estimate_tokens
-from domain.services.ttl_cache import TTLCache
+from domain.cache import TTLCache
 from projections.search.halfvec import HalfvecParam
 from projections.search.lexical import K1, B, query_terms
 from projections.search.projection import KNOWLEDGE, MEMORY
