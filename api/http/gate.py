@@ -32,10 +32,10 @@ from api.http.schemas import Body
 from api.http.state import STATE_KEY, ApiState
 from domain.ledger.database import unavailable
 from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidRequest, NotFound, TooLarge
+from domain.model.events import AuditOutcome
 from domain.model.identity import Identity
 from domain.model.keys import parse_key
 from domain.model.policies import EffectivePolicy, check_not_suspended
-from domain.model.events import AuditOutcome
 from domain.model.storable import check_storable, unstorable_field
 from domain.model.text import escape_unprintable, quote_text, storable_text_problem
 from domain.services.governance import GovernanceService
@@ -276,7 +276,9 @@ def _decode(
 # -- running the syscall and auditing it ------------------------------------------------------------
 
 
-def audit(state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None) -> int:
+def audit(
+    state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
+) -> int:
     position: int = state.governance.record_audit(call.identity, call.op, outcome, detail, subject_id)
     call.audited = True
     state.metrics.count(f"audit_{outcome}")

@@ -225,6 +225,18 @@ class MemoryService:
         position = self._commit(identity, "write", [write], at, _write_note, strict=True)
         return write.result(position)
 
+    def queue_write(self, identity: Identity, item: BatchItem, enqueue: Callable[[BatchItem], UUID]) -> UUID:
+        """Accept a write to run later (``async``): its command checked, handed to
+        ``enqueue`` (a durable queue; it names the ticket) and audited now, as the ``write``
+        it was asked as. The write itself runs later through ``write`` and is audited then."""
+
+        def queued() -> UUID:
+            ticket = enqueue(BatchItem(command=validated(item.command), verbatim=item.verbatim))
+            self.runner.record(identity, "write", "ok", f"queued as ticket {ticket}")
+            return ticket
+
+        return self.runner.audited(identity, "write", queued)
+
     def write_batch(
         self, identity: Identity, entries: Sequence[BatchItem | Rejection], now: datetime | None = None
     ) -> BatchResult:

@@ -82,7 +82,7 @@ class ScopedReads(Protocol):
 
     def recently_used(self, limit: int) -> list[MemoryText]: ...
 
-    def relevant(self, driver: str, k: int) -> list[tuple[MemoryText, float]]:
+    def relevant(self, driver: str | None, k: int) -> list[tuple[MemoryText, float]]:
         """The query's best memories by the named search driver (the baseline when there
         is no such driver), with their scores, best first."""
         ...
