@@ -10,7 +10,7 @@ from api.http.schemas import TicketStatus, WriteBody
 from bootstrap.runtime import Runtime, api_runtime
 from domain.model.identity import Identity
 from domain.services.governance import GovernanceService
-from domain.services.memory import BatchItem, MemoryService, WriteResult
+from domain.services.memory import MemoryService
 from domain.settings import Settings, deployment_key
 from projections.reads import ReadModels
 from workers.tickets import TicketStore, TicketWorker
@@ -91,11 +91,8 @@ class ApiState:
         store = TicketStore(ledger.datastore, ledger.schema)
         store.create_table()
         self._tickets = WriteTickets(store, self.memory)
-        self._ticket_worker = TicketWorker(store, self._write_ticket)
+        self._ticket_worker = TicketWorker(store, self.memory.run_queued)
         self._ticket_worker.start()
-
-    def _write_ticket(self, identity: Identity, item: BatchItem) -> WriteResult:
-        return self.memory.write(identity, item.command, verbatim=item.verbatim)
 
     def close(self) -> None:
         if self._ticket_worker is not None:

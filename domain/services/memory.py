@@ -71,6 +71,8 @@ VERBATIM_REQUESTED = "verbatim_requested"
 STRUCTURED = "structured"  # a slot's value is one fact already
 TAGS_FULL = "tags_full"  # no room for the marker tag
 FACTS_REJECTED = "facts_rejected"  # every extracted fact was rejected
+QUEUED_OP = "write_ticket"
+"""The audit op of a queued (``async``) write when it runs."""
 EXTRACTED_TAG = "extracted"
 """The tag every extracted fact carries (its provenance is the write's own)."""
 
@@ -214,21 +216,21 @@ class MemoryService:
         append; otherwise (or when extraction fails) the content is stored verbatim and the
         result and the audit record say why."""
         return self.runner.audited(
-            identity, "write", lambda: self._write(identity, validated(command), now, verbatim)
+            identity, "write", lambda: self._write(identity, "write", validated(command), now, verbatim)
         )
 
     def _write(
-        self, identity: Identity, command: WriteMemory, at: datetime | None, verbatim: bool
+        self, identity: Identity, op: str, command: WriteMemory, at: datetime | None, verbatim: bool
     ) -> WriteResult:
         check_write_allowed(identity, command.provenance.source)  # before any extractor call
         write = self._prepare(identity.namespace, command, verbatim)
-        position = self._commit(identity, "write", [write], at, _write_note, strict=True)
+        position = self._commit(identity, op, [write], at, _write_note, strict=True)
         return write.result(position)
 
     def queue_write(self, identity: Identity, item: BatchItem, enqueue: Callable[[BatchItem], UUID]) -> UUID:
         """Accept a write to run later (``async``): its command checked, handed to
         ``enqueue`` (a durable queue; it names the ticket) and audited now, as the ``write``
-        it was asked as. The write itself runs later through ``write`` and is audited then."""
+        it was asked as. The write itself runs later (``run_queued``), audited then."""
 
         def queued() -> UUID:
             ticket = enqueue(BatchItem(command=validated(item.command), verbatim=item.verbatim))
@@ -236,6 +238,15 @@ class MemoryService:
             return ticket
 
         return self.runner.audited(identity, "write", queued)
+
+    def run_queued(self, identity: Identity, item: BatchItem) -> WriteResult:
+        """Run a queued write: as ``write``, audited as ``QUEUED_OP`` (the syscall, ``write``,
+        was audited when it was queued)."""
+        return self.runner.audited(
+            identity,
+            QUEUED_OP,
+            lambda: self._write(identity, QUEUED_OP, validated(item.command), None, item.verbatim),
+        )
 
     def write_batch(
         self, identity: Identity, entries: Sequence[BatchItem | Rejection], now: datetime | None = None
