@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from typing import TypeVar
 from uuid import UUID
 
 import msgspec
@@ -56,6 +57,7 @@ from domain.services.ports import Neighbours
 from domain.services.streams import fold
 
 log = logging.getLogger(__name__)
+S = TypeVar("S")
 
 
 class PassResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,28 +116,19 @@ class AutopilotService:
         """The pass, in one append fenced by ``lease``: the append releases the lease at its
         stream's next version. ``LeaseLost``: the lease was taken over meanwhile and the
         append was refused; nothing of the pass was applied."""
-        held = [lease]
 
-        def decide(now: datetime) -> Decided[PassResult]:
+        def decide(now: datetime, held: Lease) -> Decided[PassResult]:
             judged, judged_version = self._judged(memory_id)
             memory = self.memory.streams.memories([memory_id])[memory_id]
-            events, neighbours = ([], []) if judged else self._decide(memory, position, held[0], now)
+            events, neighbours = ([], []) if judged else self._decide(memory, position, held, now)
             versions = {m.id: m.version for m in (memory, *neighbours)}
             versions[judgement_stream(memory_id)] = judged_version
             return Decided(
-                result=lambda appended: _result(memory_id, events, appended),
-                events=events,
-                versions=versions,
-                fenced=[self.leases.fence(held[0])],
+                result=lambda appended: _result(memory_id, events, appended), events=events, versions=versions
             )
 
-        def lease_still_held() -> None:
-            held[0] = self.leases.still_held(held[0])
-
-        retry = Retry(
-            "the memory's neighbours kept changing; the pass will run again", on_conflict=lease_still_held
-        )
-        return self.memory.runner.run(None, AUTOPILOT, decide, retry)
+        contended = "the memory's neighbours kept changing; the pass will run again"
+        return self.leases.run_fenced(self.memory.runner, lease, decide, contended)
 
     def _decide(
         self, memory: MemoryState, position: int, lease: Lease, now: datetime
@@ -189,7 +182,9 @@ class AutopilotService:
             events = decide_resolve_finding(command, identity, finding, a, b, now)
             assert finding is not None
             return Decided(
-                result=lambda position: FindingResult(finding=self._found(finding.id), position=position),
+                result=lambda position: FindingResult(
+                    finding=_present(self.finding(finding.id)), position=position
+                ),
                 events=events,
                 versions={finding.id: finding.version, **{m.id: m.version for m in memories.values()}},
                 note=Note(command.decision, subjects=(finding.id,)),
@@ -197,11 +192,6 @@ class AutopilotService:
 
         retry = Retry("the finding's memories kept changing; retry")
         return self.memory.runner.command(identity, "resolve_finding", decide, retry)
-
-    def _found(self, finding_id: UUID) -> FindingState:
-        found = self.finding(finding_id)
-        assert found is not None
-        return found
 
     def overturn(self, identity: Identity, command: OverturnDecision) -> DecisionResult:
         restored_id = self.memory.new_id()
@@ -234,7 +224,7 @@ class AutopilotService:
             versions.update({c.id: c.version for c in claims})
             return Decided(
                 result=lambda position: DecisionResult(
-                    decision=self._decided(decision.id), position=position
+                    decision=_present(self.decision(decision.id)), position=position
                 ),
                 events=self.memory.embedded(events, vectors),
                 versions=versions,
@@ -244,11 +234,6 @@ class AutopilotService:
 
         retry = Retry("the decision's memories kept changing; retry")
         return self.memory.runner.command(identity, "overturn_decision", decide, retry)
-
-    def _decided(self, decision_id: UUID) -> DecisionState:
-        found = self.decision(decision_id)
-        assert found is not None
-        return found
 
     def _restored_claims(self, loser: MemoryState) -> list[Claim]:
         """The claims the restored copy joins: its text, and its slot if it has one."""
@@ -260,6 +245,12 @@ class AutopilotService:
             slot = claim_ids.slot(loser.namespace, loser.subject, loser.attribute)
             wanted.append((slot, "slot", loser.namespace))
         return list(self.memory.streams.claims(wanted).values())
+
+
+def _present(state: S | None) -> S:
+    """A state just appended to: it is there."""
+    assert state is not None
+    return state
 
 
 def _older(neighbour: MemoryState, memory: MemoryState) -> bool:

@@ -81,10 +81,9 @@ class ConsolidationService:
         """Draft a proposal for every cluster of the namespace not yet proposed, in one
         append fenced by ``holder``'s lease. ``LeaseBusy``: another pass has the namespace;
         ``LeaseLost``: the lease was taken over and nothing was applied."""
-        held = [self.leases.acquire(CONSOLIDATION, namespace, holder)]
 
-        def decide(_now: datetime) -> Decided[ConsolidationResult]:
-            drafts, clusters = self._drafts(namespace, position, held[0])
+        def decide(_now: datetime, held: Lease) -> Decided[ConsolidationResult]:
+            drafts, clusters = self._drafts(namespace, position, held)
             return Decided(
                 result=lambda appended: ConsolidationResult(
                     namespace=namespace,
@@ -93,16 +92,11 @@ class ConsolidationService:
                     position=appended if drafts else None,
                 ),
                 events=drafts,
-                fenced=[self.leases.fence(held[0])],
             )
 
-        def lease_still_held() -> None:
-            held[0] = self.leases.still_held(held[0])
-
-        retry = Retry(
-            "proposals kept being drafted meanwhile; the pass will run again", on_conflict=lease_still_held
-        )
-        return self.memory.runner.run(None, CONSOLIDATION, decide, retry)
+        lease = self.leases.acquire(CONSOLIDATION, namespace, holder)
+        contended = "proposals kept being drafted meanwhile; the pass will run again"
+        return self.leases.run_fenced(self.memory.runner, lease, decide, contended)
 
     def _drafts(self, namespace: str, position: int, lease: Lease) -> tuple[list[ProposalDrafted], int]:
         ids = self.members(namespace, MAX_MEMBERS, after=position)

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from domain.ledger.app import Ledger
 from domain.ledger.entropy import new_uuid
@@ -13,6 +14,8 @@ from domain.ledger.mapper import Recorded
 from domain.model.events import LeaseEvent
 from domain.model.leases import Lease, LeaseBusy, LeaseLost, decide_take, lease_from, lease_id, release
 from domain.services.commands import CommandRunner, Decided, Retry
+
+R = TypeVar("R")
 
 DEFAULT_TTL = timedelta(seconds=30)
 
@@ -57,6 +60,27 @@ class Leases:
         stream's next version (refused with the whole append once another holder took
         over)."""
         return Recorded(lease.id, lease.version + 1, release(lease, self.clock()))
+
+    def run_fenced(
+        self,
+        runner: CommandRunner,
+        lease: Lease,
+        decide: Callable[[datetime, Lease], Decided[R]],
+        contended: str,
+    ) -> R:
+        """Run a pass in one append fenced by ``lease`` (``fence``). After a conflict the pass
+        decides again, on the lease as it is now, while its holder still has it (else
+        ``LeaseLost``: nothing of the pass was applied)."""
+        held = [lease]
+
+        def fenced(now: datetime) -> Decided[R]:
+            decided = decide(now, held[0])
+            return replace(decided, fenced=[*decided.fenced, self.fence(held[0])])
+
+        def lease_still_held() -> None:
+            held[0] = self.still_held(held[0])
+
+        return runner.run(None, lease.pass_name, fenced, Retry(contended, on_conflict=lease_still_held))
 
     def still_held(self, lease: Lease) -> Lease:
         """After a refused append: the lease as it is now if its holder still has it (the
