@@ -115,13 +115,11 @@ class WorkingSetService:
         position = self.reads.position()
         policy = self.policy_of(identity.namespace)
         hint = (hint or "").strip() or None
-        candidates = (
-            directive_candidates(policy)
-            + _degraded_if_unembedded(
-                lambda vectors: self._memory_candidates(identity, hint, policy.driver, vectors),
-                hint is not None,
-            )[0]
+        memories, _degraded = _degraded_if_unembedded(
+            lambda vectors: self._memory_candidates(identity, hint, policy.driver, vectors),
+            vectors=hint is not None,  # no hint: nothing to embed
         )
+        candidates = directive_candidates(policy) + memories
         plan = plan_capsule(candidates, budget)
 
         def decide(now: datetime) -> Decided[Capsule]:
