@@ -15,10 +15,11 @@ from domain.services.core import Core
 from domain.services.knowledge import KnowledgeService
 from domain.services.leases import Leases
 from domain.services.memory import MemoryService
+from domain.services.working_sets import WorkingSetService
 from domain.settings import Settings
 from projections.erasure.lookup import ProjectionErasureLookup
 from projections.reads import ReadModels
-from projections.search.assemble import ReadsService
+from projections.search.assemble import SearchWorkingSets
 from projections.search.neighbours import SearchNeighbours
 
 
@@ -36,13 +37,10 @@ class Runtime:
             self.reads.build_missing_indexes()
             self.core.erasure.lookup = ProjectionErasureLookup(self.reads)
             memory = self.core.memory
-            self.working_sets = ReadsService(
-                self.core.ledger,
-                self.reads.search,
-                self.reads.runner.position,
+            self.working_sets = WorkingSetService(
+                memory.runner,
+                SearchWorkingSets(self.reads.search, self.reads.runner.position),
                 self.core.governance.effective_policy,
-                clock=lambda: memory.clock(),  # noqa: PLW0108 - late-bound: tests swap the clock
-                new_id=lambda: memory.new_id(),  # noqa: PLW0108
             )
             governance = self.core.governance
             self.autopilot = AutopilotService(

@@ -1,13 +1,15 @@
 """Asynchronous writes (``async: true``): a durable ticket table and a worker thread in
 each API process.
 
-The ticket (identity from the key, the validated body) is committed before the 202 is
-sent, so nothing accepted is lost: any API process on the database claims pending
-tickets (``FOR UPDATE SKIP LOCKED``), and a ticket whose claimant died is claimed again
-after ``STALE_SECONDS``. The write itself goes through MemoryService like any other, so
-it is audited on the ledger when it runs (one record per accepted request). A ticket
-run twice after a crash between the append and the result re-decides against the new
-state: the second run deduplicates instead of storing twice.
+The ticket (identity from the key, the domain command, msgspec-encoded) is committed
+before the 202 is sent, so nothing accepted is lost: any API process on the database
+claims pending tickets (``FOR UPDATE SKIP LOCKED``), and a ticket whose claimant died is
+claimed again after ``STALE_SECONDS``. The submission is audited when it happens
+(``MemoryService.queue_write``); the write itself goes through the command runner like
+any other, so it is audited on the ledger when it runs. A ticket run twice after a crash
+between the append and the result re-decides against the new state: the second run
+deduplicates instead of storing twice. The HTTP edge converts its wire bodies to and
+from what is stored here.
 """
 
 from __future__ import annotations
@@ -15,20 +17,28 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID, uuid4
 
 import msgspec
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
-from api.http.schemas import TicketStatus, WriteBody
 from domain.ledger.database import FailureRun
-from domain.model.errors import DomainError
+from domain.model.errors import DomainError, InvalidRequest
 from domain.model.identity import Identity
+from domain.services.memory import BatchItem
 
 log = logging.getLogger(__name__)
 STALE_SECONDS = 60
+TicketState = Literal["pending", "running", "done", "failed"]
+
+
+class Ticket(msgspec.Struct, frozen=True, kw_only=True):
+    """A ticket as its submitter may see it: its state and, once run, the write's result."""
+
+    state: TicketState
+    result: dict[str, Any] | None = None
 
 
 class TicketStore:
@@ -38,7 +48,7 @@ class TicketStore:
         self.datastore = datastore
         self.table = SQL("{}.write_tickets").format(Identifier(schema))
 
-    def submit(self, identity: Identity, key_id: str, body: WriteBody) -> UUID:
+    def submit(self, identity: Identity, key_id: str, item: BatchItem) -> UUID:
         ticket = uuid4()
         with self.datastore.transaction(commit=True) as curs:
             curs.execute(
@@ -52,12 +62,13 @@ class TicketStore:
                     identity.namespace,
                     identity.actor,
                     identity.role,
-                    msgspec.json.encode(body),
+                    msgspec.json.encode(item),
                 ),
             )
         return ticket
 
-    def claim(self) -> tuple[UUID, Identity, WriteBody] | None:
+    def claim(self) -> tuple[UUID, Identity, BatchItem | DomainError] | None:
+        """The oldest open ticket, claimed; its command, or why it cannot be read."""
         with self.datastore.transaction(commit=True) as curs:
             row = curs.execute(
                 SQL(
@@ -72,7 +83,11 @@ class TicketStore:
         if row is None:
             return None
         identity = Identity(row["namespace"], row["actor"], row["role"])
-        return row["ticket"], identity, msgspec.json.decode(bytes(row["body"]), type=WriteBody)
+        try:
+            item: BatchItem | DomainError = msgspec.json.decode(bytes(row["body"]), type=BatchItem)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            item = InvalidRequest(f"the ticket's write cannot be read: {str(error)[:200]}")
+        return row["ticket"], identity, item
 
     def finish(self, ticket: UUID, state: str, result: dict[str, Any]) -> None:
         with self.datastore.transaction(commit=True) as curs:
@@ -86,7 +101,7 @@ class TicketStore:
                 (state, msgspec.json.encode(result).decode(), ticket),
             )
 
-    def status(self, ticket: UUID, identity: Identity) -> TicketStatus | None:
+    def status(self, ticket: UUID, identity: Identity) -> Ticket | None:
         """The ticket's state, only for the identity that submitted it."""
         with self.datastore.get_connection() as conn:
             row = conn.execute(
@@ -95,7 +110,7 @@ class TicketStore:
                 ).format(t=self.table),
                 (ticket, identity.namespace, identity.actor),
             ).fetchone()
-        return None if row is None else TicketStatus(state=row["state"], result=row["result"])
+        return None if row is None else Ticket(state=row["state"], result=row["result"])
 
 
 class TicketWorker:
@@ -104,7 +119,7 @@ class TicketWorker:
     def __init__(
         self,
         store: TicketStore,
-        write: Callable[[Identity, WriteBody], Any],
+        write: Callable[[Identity, BatchItem], Any],
     ) -> None:
         self.store = store
         self.write = write
@@ -126,17 +141,23 @@ class TicketWorker:
         claimed = self.store.claim()
         if claimed is None:
             return False
-        ticket, identity, body = claimed
+        ticket, identity, item = claimed
+        if isinstance(item, DomainError):  # unreadable: it would never run
+            self._failed(ticket, item)
+            return True
         try:
-            result = self.write(identity, body)
-        except DomainError as error:  # refused and audited by the service
-            self.store.finish(ticket, "failed", {"error": error.code, "detail": error.detail})
+            result = self.write(identity, item)
+        except DomainError as error:  # refused, and audited by the service
+            self._failed(ticket, error)
             return True
         except Exception:  # leave it claimed: it is retried when stale
             log.exception("ticket %s failed; will be retried", ticket)
             return True
         self.store.finish(ticket, "done", msgspec.to_builtins(result))
         return True
+
+    def _failed(self, ticket: UUID, error: DomainError) -> None:
+        self.store.finish(ticket, "failed", {"error": error.code, "detail": error.detail})
 
     def _run(self) -> None:
         failures = FailureRun("ticket worker", log)

@@ -6,7 +6,7 @@ yet is audited by the app's ``after_exception`` hook (``api.http.gate.audit_unau
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from litestar import Request, Response
@@ -14,13 +14,12 @@ from litestar.exceptions import HTTPException, NotAuthorizedException, Validatio
 
 from domain.ledger.database import unavailable
 from domain.model.errors import DomainError, NotFound
+from domain.model.events import AuditOutcome
 from domain.model.policies import TenantSuspended
 from domain.model.text import escape_unprintable
 from projections.runner import ProjectionLag
 
 log = logging.getLogger(__name__)
-Outcome = Literal["ok", "denied", "miss", "error"]
-"""What an audit record says of a call."""
 RETRY_AFTER = 2
 """Seconds a client is asked to wait after a database failure (a restart of the embedded
 server takes about that long)."""
@@ -75,7 +74,7 @@ _HTTP_CODES = {
 }
 
 
-def audit_outcome(error: BaseException) -> Outcome:
+def audit_outcome(error: BaseException) -> AuditOutcome:
     if isinstance(error, NotFound):
         return "miss"
     if isinstance(error, DomainError) and not isinstance(error, Unavailable):

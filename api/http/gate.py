@@ -31,12 +31,13 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from litestar.types import Scope
 
 from api.http.body import IDENTITY_FIELDS, decode_body
-from api.http.errors import Outcome, RateLimited, Unauthenticated, audit_outcome, classify
+from api.http.errors import RateLimited, Unauthenticated, audit_outcome, classify
 from api.http.limits import HEAD
 from api.http.routing import Syscall, body_type, syscall_of
 from api.http.state import STATE_KEY, ApiState
 from domain.ledger.database import unavailable
 from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidRequest, NotFound, TooLarge
+from domain.model.events import AuditOutcome
 from domain.model.identity import Identity
 from domain.model.keys import parse_key
 from domain.model.policies import EffectivePolicy, check_not_suspended
@@ -215,7 +216,9 @@ def _check_query(
 # -- running the syscall and auditing it ------------------------------------------------------------
 
 
-def audit(state: ApiState, call: Call, outcome: Outcome, detail: str, subject_id: UUID | None = None) -> int:
+def audit(
+    state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
+) -> int:
     position: int = state.governance.record_audit(call.identity, call.op, outcome, detail, subject_id)
     call.audited = True
     state.metrics.count(f"audit_{outcome}")

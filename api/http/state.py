@@ -2,19 +2,39 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from api.http.limits import CallerState, ProcessCallerState, RedisCallerState, TokenBuckets
 from api.http.metrics import Metrics
-from api.http.schemas import WriteBody
+from api.http.schemas import TicketStatus, WriteBody
 from bootstrap.runtime import Runtime, api_runtime
 from domain.model.identity import Identity
 from domain.services.governance import GovernanceService
-from domain.services.memory import MemoryService, WriteResult
+from domain.services.memory import MemoryService
 from domain.settings import Settings, deployment_key
 from projections.reads import ReadModels
 from workers.tickets import TicketStore, TicketWorker
 
 MAX_BODY_BYTES = 1_048_576
 STATE_KEY = "memwarden"
+
+
+class WriteTickets:
+    """The async writes of the HTTP edge: wire bodies in, wire statuses out; the ticket
+    store holds the domain command, and its submission is audited by the memory service."""
+
+    def __init__(self, store: TicketStore, memory: MemoryService) -> None:
+        self.store = store
+        self.memory = memory
+
+    def submit(self, identity: Identity, key_id: str, body: WriteBody) -> UUID:
+        return self.memory.queue_write(
+            identity, body.batch_item(), lambda item: self.store.submit(identity, key_id, item)
+        )
+
+    def status(self, ticket: UUID, identity: Identity) -> TicketStatus | None:
+        found = self.store.status(ticket, identity)
+        return None if found is None else TicketStatus(state=found.state, result=found.result)
 
 
 class ApiState:
@@ -29,7 +49,7 @@ class ApiState:
         self.anonymous_audits = TokenBuckets()
         self.anonymous_audits_per_minute = 6_000
         self.max_body_bytes = MAX_BODY_BYTES
-        self._tickets: TicketStore | None = None
+        self._tickets: WriteTickets | None = None
         self._ticket_worker: TicketWorker | None = None
 
     @property
@@ -52,7 +72,7 @@ class ApiState:
         return self.runtime.reads
 
     @property
-    def tickets(self) -> TicketStore:
+    def tickets(self) -> WriteTickets:
         assert self._tickets is not None
         return self._tickets
 
@@ -68,12 +88,10 @@ class ApiState:
         if settings.shared_state == "redis":
             self.callers = RedisCallerState(settings.redis_url, deployment_key(settings), self.metrics)
         ledger = self.runtime.ledger
-        self._tickets = TicketStore(ledger.datastore, ledger.schema)
-        self._ticket_worker = TicketWorker(self._tickets, self._write_ticket)
+        store = TicketStore(ledger.datastore, ledger.schema)
+        self._tickets = WriteTickets(store, self.memory)
+        self._ticket_worker = TicketWorker(store, self.memory.run_queued)
         self._ticket_worker.start()
-
-    def _write_ticket(self, identity: Identity, body: WriteBody) -> WriteResult:
-        return self.memory.write(identity, body.command(), verbatim=body.verbatim)
 
     def close(self) -> None:
         if self._ticket_worker is not None:

@@ -206,13 +206,17 @@ class ClaimSet(Event, frozen=True, kw_only=True):
         return self.claim_id
 
 
+AuditOutcome = Literal["ok", "denied", "miss", "error"]
+"""How a syscall ended, as its audit record says: the one definition, imported everywhere."""
+
+
 class AuditRecorded(Event, frozen=True, kw_only=True):
     record_id: UUID
     actor: str
     namespace: str
     role: str
     op: str
-    outcome: Literal["ok", "denied", "miss", "error"]
+    outcome: AuditOutcome
     detail: str = ""
     subject_ids: tuple[UUID, ...] = ()
 

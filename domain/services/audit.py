@@ -1,26 +1,20 @@
-"""Audit records of syscalls, shared by every service.
+"""Audit records of syscalls: how one is made fit for the ledger.
 
-A syscall's record goes into the same append as its work (``event``); a refusal, a
-miss or a failure is appended on its own (``record``), so every outcome is on the ledger.
+The command runner (domain/services/commands.py) appends a syscall's record in the same
+append as its work, and a refusal, a miss or a failure on its own, so every outcome is on
+the ledger.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal, TypeVar
 from uuid import UUID
 
-from domain.ledger.app import Ledger
-from domain.ledger.database import unavailable
-from domain.ledger.mapper import Recorded
-from domain.model.errors import DomainError, NotFound
-from domain.model.events import AuditRecorded
+from domain.model.events import AuditOutcome, AuditRecorded
 from domain.model.identity import Identity
 from domain.model.text import escape_unprintable
 
-AuditOutcome = Literal["ok", "denied", "miss", "error"]
-T = TypeVar("T")
 MAX_DETAIL = 200
 
 
@@ -31,54 +25,24 @@ def safe_detail(detail: str) -> str:
     return escape_unprintable(detail[:MAX_DETAIL])[:MAX_DETAIL]
 
 
-class Audit:
-    def __init__(self, ledger: Ledger, clock: Callable[[], datetime], new_id: Callable[[], UUID]) -> None:
-        self.ledger = ledger
-        self.clock = clock
-        self.new_id = new_id
-
-    def event(
-        self,
-        identity: Identity,
-        op: str,
-        outcome: AuditOutcome,
-        detail: str,
-        now: datetime,
-        subject_id: UUID | None = None,
-    ) -> AuditRecorded:
-        return AuditRecorded(
-            record_id=self.new_id(),
-            actor=identity.actor,
-            namespace=identity.namespace,
-            role=identity.role,
-            op=op,
-            outcome=outcome,
-            detail=safe_detail(detail),
-            subject_ids=(subject_id,) if subject_id is not None else (),
-            at=now,
-        )
-
-    def record(
-        self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
-    ) -> int:
-        """Append an audit record on its own; return its position."""
-        audit = self.event(identity, op, outcome, detail, self.clock(), subject_id)
-        return self.ledger.append([Recorded(audit.record_id, 1, audit)])
-
-    def audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
-        """Run a syscall: a refusal is audited (denied, or miss for not found) and so is
-        a failure (error); a successful run appends its own record with its work."""
-        try:
-            return run()
-        except DomainError as error:
-            outcome: AuditOutcome = "miss" if isinstance(error, NotFound) else "denied"
-            self.record(identity, op, outcome, f"{error.code}: {error.detail}")
-            raise
-        except Exception as error:
-            if unavailable(error):  # the record would wait for the same database, and fail
-                raise
-            try:
-                self.record(identity, op, "error", type(error).__name__)
-            except Exception as audit_error:  # the ledger itself may be what failed
-                raise error from audit_error
-            raise
+def audit_record(
+    record_id: UUID,
+    identity: Identity | None,
+    op: str,
+    outcome: AuditOutcome,
+    detail: str,
+    now: datetime,
+    subjects: Sequence[UUID] = (),
+) -> AuditRecorded:
+    """The record of one syscall; ``identity`` None: a request without a valid key."""
+    return AuditRecorded(
+        record_id=record_id,
+        actor=identity.actor if identity else "anonymous",
+        namespace=identity.namespace if identity else "",
+        role=identity.role if identity else "none",
+        op=op,
+        outcome=outcome,
+        detail=safe_detail(detail),
+        subject_ids=tuple(subjects),
+        at=now,
+    )

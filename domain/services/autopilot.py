@@ -4,7 +4,8 @@ the namespace's lease, findings resolved and settlements overturned by reviewers
 The actor (workers/) and the in-process fallback of ``memwarden serve`` both call
 ``AutopilotService.judge_memory``; it needs nothing of a broker. What it needs from the
 read side, the nearest current neighbours a writer can see, is the ``Neighbours`` port,
-which the search index implements (projections/search/neighbours.py).
+declared in domain/services/ports.py, which the search index implements
+(projections/search/neighbours.py). Every append goes through the command runner.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Protocol
+from typing import TypeVar
 from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
+from domain.ledger.app import Ledger, NewMemoryKey
 from domain.model.autopilot import (
     AUTOPILOT,
     MIN_COSINE,
@@ -49,22 +50,14 @@ from domain.model.identity import Identity
 from domain.model.judging import Judge, JudgeUnavailable, Statement
 from domain.model.leases import Lease
 from domain.model.memory import Claim, MemoryState
+from domain.services.commands import Decided, Note, Retry
 from domain.services.leases import Leases
-from domain.services.memory import MAX_ATTEMPTS, MemoryService, TooMuchContention, version_events
+from domain.services.memory import MemoryService
+from domain.services.ports import Neighbours
 from domain.services.streams import fold
 
 log = logging.getLogger(__name__)
-
-
-class Neighbours(Protocol):
-    """The read model the autopilot needs: the ``k`` nearest current memories to a memory,
-    among those its writer can see (its namespace, the ancestors, shares into it), with
-    their cosine similarity, best first; None when the index holds no vector of the memory.
-    Waits until the index has reached ``position``."""
-
-    def nearest(
-        self, memory_id: UUID, k: int, min_cosine: float, position: int
-    ) -> list[tuple[UUID, float]] | None: ...
+S = TypeVar("S")
 
 
 class PassResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,27 +116,19 @@ class AutopilotService:
         """The pass, in one append fenced by ``lease``: the append releases the lease at its
         stream's next version. ``LeaseLost``: the lease was taken over meanwhile and the
         append was refused; nothing of the pass was applied."""
-        for _ in range(MAX_ATTEMPTS):
+
+        def decide(now: datetime, held: Lease) -> Decided[PassResult]:
             judged, judged_version = self._judged(memory_id)
             memory = self.memory.streams.memories([memory_id])[memory_id]
-            now = self.memory.clock()
-            events, neighbours = ([], []) if judged else self._decide(memory, position, lease, now)
+            events, neighbours = ([], []) if judged else self._decide(memory, position, held, now)
             versions = {m.id: m.version for m in (memory, *neighbours)}
             versions[judgement_stream(memory_id)] = judged_version
-            recorded = [*version_events(events, versions), self.leases.fence(lease)]
-            try:
-                appended = self.ledger.append(recorded)
-            except StreamConflict:
-                self.memory.streams.cache.drop(r.originator_id for r in recorded)
-                lease = self.leases.still_held(lease)
-                continue
-            self.memory.streams.remember(recorded[:-1])
-            return (
-                _result(memory_id, events, appended)
-                if events
-                else PassResult(memory_id=memory_id, outcome=None)
+            return Decided(
+                result=lambda appended: _result(memory_id, events, appended), events=events, versions=versions
             )
-        raise TooMuchContention("the memory's neighbours kept changing; the pass will run again")
+
+        contended = "the memory's neighbours kept changing; the pass will run again"
+        return self.leases.run_fenced(self.memory.runner, lease, decide, contended)
 
     def _decide(
         self, memory: MemoryState, position: int, lease: Lease, now: datetime
@@ -188,13 +173,7 @@ class AutopilotService:
         return fold(self.ledger.streams([decision_id]).get(decision_id, []), evolve_decision)
 
     def resolve_finding(self, identity: Identity, command: ResolveFinding) -> FindingResult:
-        return self.memory.audit.audited(
-            identity, "resolve_finding", lambda: self._resolve(identity, command)
-        )
-
-    def _resolve(self, identity: Identity, command: ResolveFinding) -> FindingResult:
-        for _ in range(MAX_ATTEMPTS):
-            now = self.memory.clock()
+        def decide(now: datetime) -> Decided[FindingResult]:
             finding = self.finding(command.finding_id)
             ids = (finding.memory_a, finding.memory_b) if finding else ()
             memories = self.memory.streams.memories(ids)
@@ -202,31 +181,24 @@ class AutopilotService:
             b = memories.get(finding.memory_b) if finding else None
             events = decide_resolve_finding(command, identity, finding, a, b, now)
             assert finding is not None
-            versions = {finding.id: finding.version, **{m.id: m.version for m in memories.values()}}
-            audit = self.memory.audit.event(
-                identity, "resolve_finding", "ok", command.decision, now, finding.id
+            return Decided(
+                result=lambda position: FindingResult(
+                    finding=_present(self.finding(finding.id)), position=position
+                ),
+                events=events,
+                versions={finding.id: finding.version, **{m.id: m.version for m in memories.values()}},
+                note=Note(command.decision, subjects=(finding.id,)),
             )
-            try:
-                position = self.memory._append(version_events(events, versions), audit, [])
-            except StreamConflict:
-                self.memory.streams.cache.drop([*ids, finding.id])
-                continue
-            resolved = self.finding(finding.id)
-            assert resolved is not None
-            return FindingResult(finding=resolved, position=position)
-        raise TooMuchContention("the finding's memories kept changing; retry")
+
+        retry = Retry("the finding's memories kept changing; retry")
+        return self.memory.runner.command(identity, "resolve_finding", decide, retry)
 
     def overturn(self, identity: Identity, command: OverturnDecision) -> DecisionResult:
-        return self.memory.audit.audited(
-            identity, "overturn_decision", lambda: self._overturn(identity, command)
-        )
-
-    def _overturn(self, identity: Identity, command: OverturnDecision) -> DecisionResult:
         restored_id = self.memory.new_id()
-        key: NewMemoryKey | None = None
+        keys: dict[UUID, NewMemoryKey] = {}
         vectors: dict[str, bytes | None] = {}
-        for _ in range(MAX_ATTEMPTS):
-            now = self.memory.clock()
+
+        def decide(now: datetime) -> Decided[DecisionResult]:
             decision = self.decision(command.decision_id)
             ids = (decision.winner, decision.loser) if decision else ()
             memories = self.memory.streams.memories(ids)
@@ -246,22 +218,22 @@ class AutopilotService:
                 )
                 for c in claims
             )
-            key = key or self.ledger.new_data_key(restored_id)
+            if restored_id not in keys:
+                keys[restored_id] = self.ledger.new_data_key(restored_id)
             versions = {decision.id: decision.version, **{m.id: m.version for m in memories.values()}}
             versions.update({c.id: c.version for c in claims})
-            recorded = version_events(self.memory._embedded(events, vectors), versions)
-            audit = self.memory.audit.event(
-                identity, "overturn_decision", "ok", "overturned", now, decision.id
+            return Decided(
+                result=lambda position: DecisionResult(
+                    decision=_present(self.decision(decision.id)), position=position
+                ),
+                events=self.memory.embedded(events, vectors),
+                versions=versions,
+                note=Note("overturned", subjects=(decision.id,)),
+                new_keys=list(keys.values()),
             )
-            try:
-                position = self.memory._append(recorded, audit, [key])
-            except StreamConflict:
-                self.memory.streams.cache.drop(r.originator_id for r in recorded)
-                continue
-            overturned = self.decision(decision.id)
-            assert overturned is not None
-            return DecisionResult(decision=overturned, position=position)
-        raise TooMuchContention("the decision's memories kept changing; retry")
+
+        retry = Retry("the decision's memories kept changing; retry")
+        return self.memory.runner.command(identity, "overturn_decision", decide, retry)
 
     def _restored_claims(self, loser: MemoryState) -> list[Claim]:
         """The claims the restored copy joins: its text, and its slot if it has one."""
@@ -273,6 +245,12 @@ class AutopilotService:
             slot = claim_ids.slot(loser.namespace, loser.subject, loser.attribute)
             wanted.append((slot, "slot", loser.namespace))
         return list(self.memory.streams.claims(wanted).values())
+
+
+def _present(state: S | None) -> S:
+    """A state just appended to: it is there."""
+    assert state is not None
+    return state
 
 
 def _older(neighbour: MemoryState, memory: MemoryState) -> bool:
@@ -292,6 +270,9 @@ def _ids(new_id: Callable[[], UUID]) -> Iterator[UUID]:
 
 
 def _result(memory_id: UUID, events: list[Event], position: int) -> PassResult:
+    """What the pass recorded; nothing when an earlier pass had judged the memory."""
+    if not events:
+        return PassResult(memory_id=memory_id, outcome=None)
     judged = events[0]
     assert isinstance(judged, ConflictsJudged)
     return PassResult(

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import NewMemoryKey, StreamConflict
-from domain.ledger.mapper import Recorded
 from domain.model.consolidation import (
     CONSOLIDATION,
     DUPLICATE_COSINE,
@@ -38,18 +35,16 @@ from domain.model.errors import InvalidState
 from domain.model.events import Event, ProposalDrafted
 from domain.model.identity import Identity
 from domain.model.leases import Lease
-from domain.services.autopilot import Neighbours
+from domain.services.commands import Decided, Note, Retry
 from domain.services.knowledge import KnowledgeService
 from domain.services.leases import Leases
-from domain.services.memory import MAX_ATTEMPTS, MemoryService, TooMuchContention
+from domain.services.memory import MemoryService
+from domain.services.ports import Members, Neighbours
 from domain.services.streams import fold
 
 MAX_MEMBERS = 500
 """A pass looks at a namespace's newest memories, at most this many."""
-
-
-class Members(Protocol):
-    def __call__(self, namespace: str, limit: int, after: int | None = None) -> list[UUID]: ...
+PROPOSAL_RETRY = Retry("the proposal kept changing; retry")
 
 
 class ConsolidationResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,22 +81,22 @@ class ConsolidationService:
         """Draft a proposal for every cluster of the namespace not yet proposed, in one
         append fenced by ``holder``'s lease. ``LeaseBusy``: another pass has the namespace;
         ``LeaseLost``: the lease was taken over and nothing was applied."""
-        lease = self.leases.acquire(CONSOLIDATION, namespace, holder)
-        for _ in range(MAX_ATTEMPTS):
-            drafts, clusters = self._drafts(namespace, position, lease)
-            recorded = [*(Recorded(d.proposal_id, 1, d) for d in drafts), self.leases.fence(lease)]
-            try:
-                appended = self.memory.ledger.append(recorded)
-            except StreamConflict:
-                lease = self.leases.still_held(lease)
-                continue
-            return ConsolidationResult(
-                namespace=namespace,
-                clusters=clusters,
-                drafted=tuple(d.proposal_id for d in drafts),
-                position=appended if drafts else None,
+
+        def decide(_now: datetime, held: Lease) -> Decided[ConsolidationResult]:
+            drafts, clusters = self._drafts(namespace, position, held)
+            return Decided(
+                result=lambda appended: ConsolidationResult(
+                    namespace=namespace,
+                    clusters=clusters,
+                    drafted=tuple(d.proposal_id for d in drafts),
+                    position=appended if drafts else None,
+                ),
+                events=drafts,
             )
-        raise TooMuchContention("proposals kept being drafted meanwhile; the pass will run again")
+
+        lease = self.leases.acquire(CONSOLIDATION, namespace, holder)
+        contended = "proposals kept being drafted meanwhile; the pass will run again"
+        return self.leases.run_fenced(self.memory.runner, lease, decide, contended)
 
     def _drafts(self, namespace: str, position: int, lease: Lease) -> tuple[list[ProposalDrafted], int]:
         ids = self.members(namespace, MAX_MEMBERS, after=position)
@@ -128,25 +123,17 @@ class ConsolidationService:
         return proposal_content(state, canonical)
 
     def edit(self, identity: Identity, proposal_id: UUID, content: str) -> ProposalResult:
-        def run() -> ProposalResult:
-            key = self.memory.ledger.new_data_key(proposal_id)
-            return self._reviewed(
-                identity,
-                proposal_id,
-                "edit_proposal",
-                lambda s, now: decide_edit(identity, s, content, now),
-                key,
-            )
-
-        return self.memory.audit.audited(identity, "edit_proposal", run)
+        return self._reviewed(
+            identity,
+            proposal_id,
+            "edit_proposal",
+            lambda s, now: decide_edit(identity, s, content, now),
+            sealed=True,
+        )
 
     def reject(self, identity: Identity, proposal_id: UUID) -> ProposalResult:
-        return self.memory.audit.audited(
-            identity,
-            "reject_proposal",
-            lambda: self._reviewed(
-                identity, proposal_id, "reject_proposal", lambda s, now: decide_reject(identity, s, now)
-            ),
+        return self._reviewed(
+            identity, proposal_id, "reject_proposal", lambda s, now: decide_reject(identity, s, now)
         )
 
     def approve(self, identity: Identity, proposal_id: UUID) -> ProposalResult:
@@ -154,7 +141,7 @@ class ConsolidationService:
         knowledge machinery: governance, sealing, embedding, its own audit record), then
         record the approval. A retry after a failure between the two finds the document
         ``unchanged`` and records the approval."""
-        return self.memory.audit.audited(
+        return self.memory.runner.audited(
             identity, "approve_proposal", lambda: self._approve(identity, proposal_id)
         )
 
@@ -167,12 +154,12 @@ class ConsolidationService:
         if published.outcome == "rejected" or published.document_id is None or published.version is None:
             raise InvalidState(f"the knowledge version was refused: {published.detail}")
         document_id, version = published.document_id, published.version
-        return self._reviewed(
-            identity,
+        decide = self._review_decider(
             proposal_id,
             "approve_proposal",
             lambda s, now: decide_approved(identity, _still_pending(identity, s), document_id, version, now),
         )
+        return self.memory.runner.run(identity, "approve_proposal", decide, PROPOSAL_RETRY)
 
     def _reviewed(
         self,
@@ -180,29 +167,46 @@ class ConsolidationService:
         proposal_id: UUID,
         op: str,
         decide: Callable[[ProposalState | None, datetime], Event],
-        new_key: NewMemoryKey | None = None,
+        *,
+        sealed: bool = False,
     ) -> ProposalResult:
-        for _ in range(MAX_ATTEMPTS):
-            now = self.memory.clock()
+        """One review of a proposal, audited. ``sealed``: its event holds text, sealed with
+        the proposal's data key (made with the first such event)."""
+        return self.memory.runner.command(
+            identity, op, self._review_decider(proposal_id, op, decide, sealed=sealed), PROPOSAL_RETRY
+        )
+
+    def _review_decider(
+        self,
+        proposal_id: UUID,
+        op: str,
+        decide: Callable[[ProposalState | None, datetime], Event],
+        *,
+        sealed: bool = False,
+    ) -> Callable[[datetime], Decided[ProposalResult]]:
+        ledger = self.memory.ledger
+        new_key = ledger.new_data_key(proposal_id) if sealed else None
+
+        def decided(now: datetime) -> Decided[ProposalResult]:
             state = self.proposal(proposal_id)
             event = decide(state, now)
             assert state is not None
-            audit = self.memory.audit.event(
-                identity, op, "ok", op.split("_", maxsplit=1)[0], now, proposal_id
+            return Decided(
+                result=lambda position: self._result(proposal_id, position),
+                events=[event],
+                versions={proposal_id: state.version},
+                note=Note(op.split("_", maxsplit=1)[0], subjects=(proposal_id,)),
+                new_keys=[new_key]
+                if new_key is not None and ledger.data_keys.get(proposal_id) is None
+                else [],
             )
-            keys = (
-                [new_key]
-                if new_key is not None and self.memory.ledger.data_keys.get(proposal_id) is None
-                else []
-            )
-            try:
-                position = self.memory._append([Recorded(proposal_id, state.version + 1, event)], audit, keys)
-            except StreamConflict:
-                continue
-            after = self.proposal(proposal_id)
-            assert after is not None
-            return ProposalResult(proposal=after, content=self.content(after), position=position)
-        raise TooMuchContention("the proposal kept changing; retry")
+
+        return decided
+
+    def _result(self, proposal_id: UUID, position: int) -> ProposalResult:
+        after = self.proposal(proposal_id)
+        assert after is not None
+        return ProposalResult(proposal=after, content=self.content(after), position=position)
 
 
 def _still_pending(identity: Identity, state: ProposalState | None) -> ProposalState:

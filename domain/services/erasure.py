@@ -5,14 +5,13 @@ section 8)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Protocol
 from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import Ledger, StreamConflict
+from domain.ledger.app import Ledger
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.certificates import DeletionCertificate
@@ -28,34 +27,17 @@ from domain.model.erasure import (
     subject_keys,
     target_kind,
 )
-from domain.model.errors import DomainError, InvalidState
-from domain.model.events import AuditRecorded, ErasureCertified, KnowledgePublished
+from domain.model.errors import DomainError
+from domain.model.events import ErasureCertified, KnowledgePublished
 from domain.model.identity import Identity
 from domain.model.knowledge import KnowledgeState, current_state, fold_knowledge
 from domain.model.memory import MemoryState
-from domain.services.audit import Audit, AuditOutcome
-from domain.services.memory import utcnow, version_events
+from domain.services.commands import CommandRunner, Decided, Note, Retry
+from domain.services.memory import utcnow
+from domain.services.ports import ErasureLookup
 from domain.services.streams import Streams
 
 MAX_ATTEMPTS = 8
-
-
-class ErasureLookup(Protocol):
-    """Where the candidates of a subject or subtree erasure are found (a read model that
-    has reached ``position``). Only a hint: the decider re-checks the ledger's state."""
-
-    def in_subtree(self, root: str, position: int) -> list[UUID]: ...
-
-    def naming_subject(self, root: str, keys: frozenset[str], position: int) -> list[UUID]: ...
-
-    def documents_in_subtree(self, root: str, position: int) -> list[UUID]:
-        """The knowledge documents (ids) whose namespace is ``root`` or below it."""
-        ...
-
-    def rejected_in_favour_of(self, memory_ids: Collection[UUID], position: int) -> list[UUID]:
-        """The memories a review rejected (``keep_old``) in favour of one of ``memory_ids``:
-        the one link of a history that the kept memory's own stream does not name."""
-        ...
 
 
 class ForgetResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,10 +67,10 @@ class ErasureService:
         self.clock = clock
         self.new_id = new_id
         # late-bound: a caller may swap the clock or id source after construction
-        self.audit = Audit(ledger, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
+        self.runner = CommandRunner(ledger, streams, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
 
     def forget(self, identity: Identity, command: Forget, now: datetime | None = None) -> ForgetResult:
-        return self.audit.audited(identity, "forget", lambda: self._forget(identity, command, now))
+        return self.runner.audited(identity, "forget", lambda: self._forget(identity, command, now))
 
     def certificate(self, certificate_id: UUID) -> DeletionCertificate | None:
         return self.ledger.certificate(certificate_id)
@@ -100,10 +82,10 @@ class ErasureService:
         members_forget_own = self.members_forget_own(identity.namespace)
         own_only = own_writes_only(identity, members_forget_own)  # refuse early, before any lookup
         certificate_id = self.new_id()
-        for _ in range(MAX_ATTEMPTS):
+
+        def decide(at: datetime) -> Decided[ForgetResult]:
             position, head_hash = self.ledger.recorder.head()
             state = self._state(identity, command, kind, position, own_only)
-            at = now or self.clock()
             decision = decide_forget(
                 command,
                 identity,
@@ -115,28 +97,24 @@ class ErasureService:
                 self.ledger.signing_key.key_id,
             )
             certificate = self.ledger.sign_certificate(decision.certificate)
-            recorded = version_events(decision.events, {m.id: m.version for m in decision.erased})
-            certified = ErasureCertified(certificate=certificate, at=at)
-            audit = self._audit(identity, "ok", _detail(decision, kind), at, certificate.id)
-            try:
-                appended = self.ledger.append(
-                    [
-                        *recorded,
-                        *_document_events(decision),
-                        Recorded(certificate.id, 1, certified),
-                        Recorded(audit.record_id, 1, audit),
-                    ],
-                    destroy_keys=[
-                        *(m.id for m in decision.erased),
-                        *(d.document_id for d in decision.erased_documents),
-                    ],
-                )
-            except StreamConflict:
-                self.streams.cache.drop(m.id for m in decision.erased)
-                continue
-            self.streams.remember(recorded)
-            return ForgetResult(erased=certificate.count, certificate=certificate, position=appended)
-        raise InvalidState("the memories kept changing during the erasure; retry")
+            versions = {m.id: m.version for m in decision.erased}
+            versions.update({d.document_id: d.version for d in decision.erased_documents})
+            return Decided(
+                result=lambda appended: ForgetResult(
+                    erased=certificate.count, certificate=certificate, position=appended
+                ),
+                events=[*decision.events, *decision.document_events],
+                versions=versions,
+                note=Note(_detail(decision, kind), subjects=(certificate.id,)),
+                fenced=[Recorded(certificate.id, 1, ErasureCertified(certificate=certificate, at=at))],
+                destroy_keys=[
+                    *(m.id for m in decision.erased),
+                    *(d.document_id for d in decision.erased_documents),
+                ],
+            )
+
+        retry = Retry("the memories kept changing during the erasure; retry", MAX_ATTEMPTS)
+        return self.runner.run(identity, "forget", decide, retry, now)
 
     def _state(
         self, identity: Identity, command: Forget, kind: str, position: int, own_only: bool
@@ -195,18 +173,6 @@ class ErasureService:
             memories.update(loaded)
         return memories
 
-    # -- audit ----------------------------------------------------------------------------
-
-    def _audit(
-        self,
-        identity: Identity,
-        outcome: AuditOutcome,
-        detail: str,
-        now: datetime,
-        subject: UUID | None = None,
-    ) -> AuditRecorded:
-        return self.audit.event(identity, "forget", outcome, detail, now, subject)
-
 
 def _documents(streams: Iterable[list[Recorded]]) -> dict[UUID, KnowledgeState]:
     """The knowledge documents among ``streams`` (each whole, oldest first), folded; any
@@ -218,13 +184,6 @@ def _documents(streams: Iterable[list[Recorded]]) -> dict[UUID, KnowledgeState]:
             if state is not None:
                 found[state.document_id] = state
     return found
-
-
-def _document_events(decision: ForgetDecision) -> list[Recorded]:
-    """Each KnowledgeErased at the stream version after its document's last publication."""
-    return version_events(
-        decision.document_events, {d.document_id: d.version for d in decision.erased_documents}
-    )
 
 
 def _detail(decision: ForgetDecision, kind: str) -> str:

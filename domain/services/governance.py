@@ -1,5 +1,5 @@
 """Keys, policies, shares, pins and acknowledgements: each command decided purely and
-appended together with its audit record (one append), like MemoryService.
+run by the command runner (appended with its audit record), like MemoryService's.
 
 Key and policy state is read from the ledger streams themselves (authoritative, no
 projection lag), through short-lived in-process caches: a revocation or a policy
@@ -14,15 +14,15 @@ import hmac
 import secrets
 from collections.abc import Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import NoReturn
 from uuid import UUID, uuid4
 
-from domain.ledger.app import Ledger, StreamConflict
+from domain.cache import TTLCache
+from domain.ledger.app import Ledger
 from domain.ledger.entropy import new_uuid
-from domain.ledger.mapper import Recorded
 from domain.model.commands import WritePolicy
 from domain.model.errors import InvalidState
-from domain.model.events import AuditRecorded, DirectiveAcknowledged, Event, PinSet, PolicySet
+from domain.model.events import AuditOutcome, PolicySet
 from domain.model.identity import Identity
 from domain.model.keys import (
     IssueKey,
@@ -47,13 +47,11 @@ from domain.model.policies import (
     policy_stream,
 )
 from domain.model.shares import decide_pin, decide_share
-from domain.services.audit import Audit, AuditOutcome, safe_detail
-from domain.services.memory import utcnow, version_events
-from domain.services.ttl_cache import TTLCache
+from domain.services.commands import CommandRunner, Decided, Note, Retry
+from domain.services.memory import utcnow
 
 CACHE_SECONDS = 1.0
 MAX_ATTEMPTS = 8
-T = TypeVar("T")
 
 
 class IssuedKey:
@@ -79,7 +77,7 @@ class GovernanceService:
         self.clock = clock
         self.new_id = new_id
         # late-bound: a caller may swap the clock or id source after construction
-        self.audit = Audit(ledger, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
+        self.runner = CommandRunner(ledger, None, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
         self._key_secret = ledger.secret("api-keys")
         self._keys: TTLCache[str, KeyState] = TTLCache(cache_seconds)
         self._policies: TTLCache[str, EffectivePolicy] = TTLCache(cache_seconds)
@@ -91,33 +89,33 @@ class GovernanceService:
         return hmac.new(self._key_secret, message, hashlib.sha256).hexdigest()
 
     def issue_key(self, caller: Identity, command: IssueKey) -> IssuedKey:
-        def run() -> IssuedKey:
-            key_id, secret = uuid4().hex, secrets.token_hex(32)
-            now = self.clock()
+        key_id, secret = uuid4().hex, secrets.token_hex(32)
+
+        def decide(now: datetime) -> Decided[IssuedKey]:
             event = decide_issue(caller, command, key_id, self.hash_secret(key_id, secret), now)
             detail = f"key {key_id} for {command.actor} ({command.role}) in {command.target}"
-            position = self._append([event], {}, caller, "admin.keys.create", detail, now)
-            return IssuedKey(key_id, format_key(key_id, secret), position)
+            return Decided(
+                result=lambda position: IssuedKey(key_id, format_key(key_id, secret), position),
+                events=[event],
+                note=Note(detail),
+            )
 
-        return self._audited(caller, "admin.keys.create", run)
+        return self.runner.command(caller, "admin.keys.create", decide, Retry("the key id was taken; retry"))
 
     def revoke_key(self, caller: Identity, key_id: str) -> int:
-        def run() -> int:
-            now = self.clock()
+        def decide(now: datetime) -> Decided[int]:
             key = self.key(key_id)
             event = decide_revoke(caller, key, now)
             assert key is not None
-            try:
-                position = self._append(
-                    [event], {event.stream_id: key.version}, caller, "admin.keys.revoke", f"key {key_id}", now
-                )
-            except StreamConflict as error:
-                raise InvalidState("the key changed meanwhile; retry") from error
-            finally:
-                self._keys.drop(key_id)
-            return position
+            return Decided(
+                result=int,
+                events=[event],
+                versions={event.stream_id: key.version},
+                note=Note(f"key {key_id}"),
+            )
 
-        return self._audited(caller, "admin.keys.revoke", run)
+        retry = _refused_on_conflict("the key changed meanwhile; retry", lambda: self._keys.drop(key_id))
+        return self.runner.command(caller, "admin.keys.revoke", decide, retry)
 
     def key(self, key_id: str) -> KeyState | None:
         """The key's authoritative state, folded from its ledger stream."""
@@ -197,21 +195,18 @@ class GovernanceService:
     def set_policy(
         self, caller: Identity, target: str, body: PolicyBody, expected_version: int | None = None
     ) -> tuple[NamespacePolicy, int]:
-        def run() -> tuple[NamespacePolicy, int]:
-            now = self.clock()
+        def decide(now: datetime) -> Decided[tuple[NamespacePolicy, int]]:
             current = self.own_policy(target)
             event = decide_set_policy(caller, target, body, current, expected_version, now)
-            try:
-                position = self._append(
-                    [event], {event.stream_id: current.version}, caller, "admin.policies.put", target, now
-                )
-            except StreamConflict as error:
-                raise InvalidState(f"the policy of {target!r} changed meanwhile") from error
-            finally:
-                self._policies.clear()
-            return policy_from_event(event, current.version + 1), position
+            return Decided(
+                result=lambda position: (policy_from_event(event, current.version + 1), position),
+                events=[event],
+                versions={event.stream_id: current.version},
+                note=Note(target),
+            )
 
-        return self._audited(caller, "admin.policies.put", run)
+        retry = _refused_on_conflict(f"the policy of {target!r} changed meanwhile", self._policies.clear)
+        return self.runner.command(caller, "admin.policies.put", decide, retry)
 
     def acknowledged(self, caller: Identity, policy: EffectivePolicy) -> set[tuple[str, str]]:
         streams = {
@@ -222,95 +217,69 @@ class GovernanceService:
         return {streams[s] for s in heads}
 
     def acknowledge(self, caller: Identity, directive_id: str) -> int:
-        def run() -> int:
-            now = self.clock()
-            event: DirectiveAcknowledged = decide_ack(
-                caller, directive_id, self.effective_policy(caller.namespace), now
+        def decide(now: datetime) -> Decided[int]:
+            event = decide_ack(caller, directive_id, self.effective_policy(caller.namespace), now)
+            return Decided(
+                result=int,
+                events=[event],
+                versions=self._version_of(event.stream_id),
+                note=Note(directive_id),
             )
-            head = self.ledger.stream_heads([event.stream_id]).get(event.stream_id)
-            version = head.originator_version if head is not None else 0
-            try:
-                return self._append(
-                    [event], {event.stream_id: version}, caller, "policy_ack", directive_id, now
-                )
-            except StreamConflict as error:
-                raise InvalidState("acknowledged concurrently; retry") from error
 
-        return self._audited(caller, "policy_ack", run)
+        retry = _refused_on_conflict("acknowledged concurrently; retry")
+        return self.runner.command(caller, "policy_ack", decide, retry)
 
     # -- shares and pins ----------------------------------------------------------------------
 
     def share(self, caller: Identity, memory: MemoryState | None, with_namespace: str) -> tuple[UUID, int]:
-        def run() -> tuple[UUID, int]:
-            now = self.clock()
-            event = decide_share(caller, memory, with_namespace, now)
-            head = self.ledger.stream_heads([event.share_id]).get(event.share_id)
-            if head is not None:  # already shared: the syscall is still audited
-                position = self.record_audit(
-                    caller, "share", "ok", f"already shared with {with_namespace}", event.memory_id
-                )
-                return event.share_id, position
-            try:
-                position = self._append([event], {}, caller, "share", with_namespace, now, event.memory_id)
-            except StreamConflict:
-                position = self.record_audit(
-                    caller, "share", "ok", f"already shared with {with_namespace}", event.memory_id
-                )
-            return event.share_id, position
+        """Share a memory into a namespace; sharing it again is still audited (and a share
+        appended meanwhile by another caller makes this one "already shared" too)."""
 
-        return self._audited(caller, "share", run)
+        def decide(now: datetime) -> Decided[tuple[UUID, int]]:
+            event = decide_share(caller, memory, with_namespace, now)
+            subjects = (event.memory_id,)
+            if self.ledger.stream_heads([event.share_id]).get(event.share_id) is not None:
+                note, events = Note(f"already shared with {with_namespace}", subjects=subjects), []
+            else:
+                note, events = Note(with_namespace, subjects=subjects), [event]
+            return Decided(result=lambda position: (event.share_id, position), events=events, note=note)
+
+        return self.runner.command(caller, "share", decide, Retry("the share kept changing; retry"))
 
     def pin(self, caller: Identity, memory_id: UUID, visible: bool, pinned: bool) -> int:
-        op = "pin" if pinned else "unpin"
+        def decide(now: datetime) -> Decided[int]:
+            event = decide_pin(caller, memory_id, visible, pinned, now)
+            return Decided(
+                result=int,
+                events=[event],
+                versions=self._version_of(event.pin_id),
+                note=Note("", subjects=(memory_id,)),
+            )
 
-        def run() -> int:
-            for _ in range(MAX_ATTEMPTS):
-                now = self.clock()
-                event: PinSet = decide_pin(caller, memory_id, visible, pinned, now)
-                head = self.ledger.stream_heads([event.pin_id]).get(event.pin_id)
-                version = head.originator_version if head is not None else 0
-                try:
-                    return self._append([event], {event.pin_id: version}, caller, op, "", now, memory_id)
-                except StreamConflict:
-                    continue
-            raise InvalidState("the pin kept changing; retry")
+        retry = Retry("the pin kept changing; retry", attempts=MAX_ATTEMPTS)
+        return self.runner.command(caller, "pin" if pinned else "unpin", decide, retry)
 
-        return self._audited(caller, op, run)
+    def _version_of(self, stream: UUID) -> dict[UUID, int]:
+        """The stream's version as the ledger has it now (0: none yet)."""
+        head = self.ledger.stream_heads([stream]).get(stream)
+        return {stream: head.originator_version if head is not None else 0}
 
     # -- audit --------------------------------------------------------------------------------
 
     def record_audit(
         self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
     ) -> int:
-        return self.audit.record(identity, op, outcome, detail, subject_id)
+        return self.runner.record(identity, op, outcome, detail, (subject_id,) if subject_id else ())
 
     def record_unauthenticated(self, op: str, detail: str) -> int:
         """A request without a valid key: audited under no identity."""
-        audit = AuditRecorded(
-            record_id=self.new_id(),
-            actor="anonymous",
-            namespace="",
-            role="none",
-            op=op,
-            outcome="denied",
-            detail=safe_detail(detail),
-            at=self.clock(),
-        )
-        return self.ledger.append([Recorded(audit.record_id, 1, audit)])
+        return self.runner.record(None, op, "denied", detail)
 
-    def _append(
-        self,
-        events: list[Event],
-        versions: dict[UUID, int],
-        caller: Identity,
-        op: str,
-        detail: str,
-        now: datetime,
-        subject_id: UUID | None = None,
-    ) -> int:
-        audit = self.audit.event(caller, op, "ok", detail, now, subject_id)
-        recorded = version_events(events, versions)
-        return self.ledger.append([*recorded, Recorded(audit.record_id, 1, audit)])
 
-    def _audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
-        return self.audit.audited(identity, op, run)
+def _refused_on_conflict(message: str, invalidate: Callable[[], None] | None = None) -> Retry:
+    """One attempt: a conflict is the caller's to see (the state it acted on changed)."""
+
+    def refuse() -> NoReturn:
+        raise InvalidState(message)
+
+    return Retry(message, attempts=1, on_conflict=refuse, invalidate=invalidate)

@@ -1,7 +1,8 @@
 """Publish L3 knowledge documents through the write path's governance.
 
-One published document is one ledger append: its ``KnowledgePublished`` event (the next
-version of its stream, optimistic concurrency on that version), its audit record and, with
+One published document is one command (the command runner's): its ``KnowledgePublished``
+event (the next version of its stream, optimistic concurrency on that version), its audit
+record and, with
 its first sealed version, the document's data key (every version is sealed with it).
 An unchanged document appends its audit record alone; a refused one is audited as denied.
 Loading a directory publishes file by file: one bad file never stops the others, and no
@@ -19,9 +20,8 @@ from uuid import UUID
 import msgspec
 
 from domain.embedding import Embedder, EmbedderUnavailable, vector_to_bytes
-from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
+from domain.ledger.app import Ledger, NewMemoryKey
 from domain.ledger.entropy import new_uuid
-from domain.ledger.mapper import Recorded
 from domain.model.commands import WritePolicy
 from domain.model.errors import DomainError, InvalidRequest, InvalidState
 from domain.model.events import KnowledgeErased, KnowledgePublished
@@ -43,7 +43,7 @@ from domain.model.knowledge import (
 from domain.model.namespaces import validate_namespace
 from domain.model.storable import check_storable
 from domain.model.text import quote_text
-from domain.services.audit import Audit
+from domain.services.commands import CommandRunner, Decided, Note, Retry
 from domain.services.memory import utcnow
 
 OP = "knowledge_publish"
@@ -126,7 +126,7 @@ class KnowledgeService:
         self.clock = clock
         self.new_id = new_id
         # late-bound: a caller may swap the clock or id source after construction
-        self.audit = Audit(ledger, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
+        self.runner = CommandRunner(ledger, None, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
 
     # -- syscalls ----------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ class KnowledgeService:
         Raises only when the directory or the namespace itself is bad.
         """
         base = namespace or identity.namespace
-        self.audit.audited(identity, OP, lambda: self._check_load(identity, directory, base))
+        self.runner.audited(identity, OP, lambda: self._check_load(identity, directory, base))
         limit = self.policy_for(base).max_content_bytes
         files = [self._read_file(path, directory, base, limit) for path in markdown_files(directory)]
         claims: dict[tuple[str, str], list[str]] = {}
@@ -234,49 +234,28 @@ class KnowledgeService:
         return draft, target
 
     def _publish_draft(self, identity: Identity, draft: KnowledgeDraft, target: str) -> KnowledgeLoadResult:
-        """Decide against the stream's current version and append; on a conflict (another
-        publisher took the version) re-read and re-decide. Embeddings are made once, and
-        only when there is something new to publish."""
+        """Decide against the stream's current version and append (again on a conflict:
+        another publisher took the version). Embeddings are made once, and only when there
+        is something new to publish; an unchanged document appends its audit record alone."""
         document_id = knowledge_stream(target, draft.slug)
         policy = self.policy_for(target)
-        embedded: _Embedded | None = None
-        for _ in range(MAX_ATTEMPTS):
-            now = self.clock()
+        embedded: list[_Embedded] = []
+
+        def decide(now: datetime) -> Decided[KnowledgeLoadResult]:
             current = self.current(document_id)
             if next_version(identity, draft, target, current, policy) is None:
                 assert current is not None
-                return self._unchanged(identity, draft, current, now)
-            if embedded is None:
-                embedded = self._embed(draft)
+                return _unchanged(draft, current)
+            if not embedded:
+                embedded.append(self._embed(draft))
             event = decide_publish(
-                identity, draft, target, current, policy, now, embedded.vectors, embedded.model
+                identity, draft, target, current, policy, now, embedded[0].vectors, embedded[0].model
             )
             assert event is not None
-            detail = f"{draft.slug} v{event.version}, {chunk_count(len(event.chunks))}"
-            if embedded.note:
-                detail += f"; {embedded.note}"
-            audit = self.audit.event(identity, OP, "ok", f"{draft.source}: {detail}", now, document_id)
-            new_key = self._new_data_key(document_id)
-            try:
-                position = self.ledger.append(
-                    [Recorded(document_id, event.version, event), Recorded(audit.record_id, 1, audit)],
-                    [new_key] if new_key is not None else [],
-                )
-            except StreamConflict:
-                continue
-            return KnowledgeLoadResult(
-                path=draft.source,
-                outcome="published",
-                slug=draft.slug,
-                namespace=target,
-                version=event.version,
-                document_id=document_id,
-                position=position,
-                chunks=len(event.chunks),
-                embedded=event.embedding_model is not None,
-                detail=detail,
-            )
-        raise InvalidState(f"{draft.source}: {target}/{draft.slug} kept changing; load it again")
+            return _published(draft, target, event, embedded[0].note, self._new_data_key(document_id))
+
+        retry = Retry(f"{draft.source}: {target}/{draft.slug} kept changing; load it again", MAX_ATTEMPTS)
+        return self.runner.run(identity, OP, decide, retry)
 
     def _new_data_key(self, document_id: UUID) -> NewMemoryKey | None:
         """A key for the document when it has none yet (its first version, or the first
@@ -286,24 +265,6 @@ class KnowledgeService:
         if self.ledger.data_keys.get(document_id) is not None:
             return None
         return self.ledger.new_data_key(document_id)
-
-    def _unchanged(
-        self, identity: Identity, draft: KnowledgeDraft, current: KnowledgeState, now: datetime
-    ) -> KnowledgeLoadResult:
-        detail = f"{draft.slug} v{current.version} unchanged"
-        audit = self.audit.event(identity, OP, "ok", f"{draft.source}: {detail}", now, current.document_id)
-        position = self.ledger.append([Recorded(audit.record_id, 1, audit)])
-        return KnowledgeLoadResult(
-            path=draft.source,
-            outcome="unchanged",
-            slug=draft.slug,
-            namespace=current.namespace,
-            version=current.version,
-            document_id=current.document_id,
-            position=position,
-            chunks=current.chunks,
-            detail=detail,
-        )
 
     def _embed(self, draft: KnowledgeDraft) -> _Embedded:
         """One batch for all chunks. No embedder, or one that fails: lexical-only, said so."""
@@ -326,7 +287,7 @@ class KnowledgeService:
             return run()
         except DomainError as error:
             detail = error.detail if error.detail.startswith(path) else f"{path}: {error.detail}"
-            position = self.audit.record(identity, OP, "denied", f"{error.code}: {detail}", known.document_id)
+            position = self.runner.refused(identity, OP, error, detail, known.document_id)
             return KnowledgeLoadResult(
                 path=path,
                 outcome="rejected",
@@ -338,11 +299,57 @@ class KnowledgeService:
                 code=error.code,
             )
         except Exception as error:
-            try:
-                self.audit.record(identity, OP, "error", f"{path}: {type(error).__name__}", known.document_id)
-            except Exception as audit_error:  # the ledger itself may be what failed
-                raise error from audit_error
+            self.runner.failed(identity, OP, error, f"{path}: {type(error).__name__}", known.document_id)
             raise
+
+
+def _published(
+    draft: KnowledgeDraft,
+    target: str,
+    event: KnowledgePublished,
+    embedding_note: str | None,
+    new_key: NewMemoryKey | None,
+) -> Decided[KnowledgeLoadResult]:
+    document_id = event.document_id
+    detail = f"{draft.slug} v{event.version}, {chunk_count(len(event.chunks))}"
+    if embedding_note:
+        detail += f"; {embedding_note}"
+    return Decided(
+        result=lambda position: KnowledgeLoadResult(
+            path=draft.source,
+            outcome="published",
+            slug=draft.slug,
+            namespace=target,
+            version=event.version,
+            document_id=document_id,
+            position=position,
+            chunks=len(event.chunks),
+            embedded=event.embedding_model is not None,
+            detail=detail,
+        ),
+        events=[event],
+        versions={document_id: event.version - 1},
+        note=Note(f"{draft.source}: {detail}", subjects=(document_id,)),
+        new_keys=[new_key] if new_key is not None else [],
+    )
+
+
+def _unchanged(draft: KnowledgeDraft, current: KnowledgeState) -> Decided[KnowledgeLoadResult]:
+    detail = f"{draft.slug} v{current.version} unchanged"
+    return Decided(
+        result=lambda position: KnowledgeLoadResult(
+            path=draft.source,
+            outcome="unchanged",
+            slug=draft.slug,
+            namespace=current.namespace,
+            version=current.version,
+            document_id=current.document_id,
+            position=position,
+            chunks=current.chunks,
+            detail=detail,
+        ),
+        note=Note(f"{draft.source}: {detail}", subjects=(current.document_id,)),
+    )
 
 
 def chunk_count(count: int) -> str:

@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import NoReturn, TypeVar
 
-from domain.ledger.app import Ledger, StreamConflict
+from domain.ledger.app import Ledger
+from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.events import LeaseEvent
 from domain.model.leases import Lease, LeaseBusy, LeaseLost, decide_take, lease_from, lease_id, release
+from domain.services.commands import CommandRunner, Decided, Retry
+
+R = TypeVar("R")
 
 DEFAULT_TTL = timedelta(seconds=30)
 
@@ -19,6 +25,7 @@ class Leases:
         self.ledger = ledger
         self.clock = clock
         self.ttl = ttl
+        self.runner = CommandRunner(ledger, None, lambda: self.clock(), new_uuid)  # noqa: PLW0108
 
     def current(self, pass_name: str, namespace: str) -> Lease | None:
         stream = lease_id(pass_name, namespace)
@@ -30,20 +37,50 @@ class Leases:
     def acquire(self, pass_name: str, namespace: str, holder: str) -> Lease:
         """Take the lease for ``holder``; ``LeaseBusy`` while a pass holds it. Two takers
         racing for a free lease append the same version: one of them loses."""
-        current = self.current(pass_name, namespace)
-        event = decide_take(current, pass_name, namespace, holder, self.clock(), self.ttl)
-        version = 0 if current is None else current.version
-        try:
-            self.ledger.append([Recorded(event.lease_id, version + 1, event)])
-        except StreamConflict:
+
+        def decide(now: datetime) -> Decided[Lease]:
+            current = self.current(pass_name, namespace)
+            event = decide_take(current, pass_name, namespace, holder, now, self.ttl)
+            version = 0 if current is None else current.version
+            return Decided(
+                result=lambda _position: lease_from(event, version + 1),
+                events=[event],
+                versions={event.lease_id: version},
+            )
+
+        def busy() -> NoReturn:
             raise LeaseBusy(f"another holder took the {pass_name} lease of this namespace") from None
-        return lease_from(event, version + 1)
+
+        return self.runner.run(
+            None, pass_name, decide, Retry("the lease is contended", attempts=1, on_conflict=busy)
+        )
 
     def fence(self, lease: Lease) -> Recorded:
         """The event that makes a pass's append the holder's: the lease's release at its
         stream's next version (refused with the whole append once another holder took
         over)."""
         return Recorded(lease.id, lease.version + 1, release(lease, self.clock()))
+
+    def run_fenced(
+        self,
+        runner: CommandRunner,
+        lease: Lease,
+        decide: Callable[[datetime, Lease], Decided[R]],
+        contended: str,
+    ) -> R:
+        """Run a pass in one append fenced by ``lease`` (``fence``). After a conflict the pass
+        decides again, on the lease as it is now, while its holder still has it (else
+        ``LeaseLost``: nothing of the pass was applied)."""
+        held = [lease]
+
+        def fenced(now: datetime) -> Decided[R]:
+            decided = decide(now, held[0])
+            return replace(decided, fenced=[*decided.fenced, self.fence(held[0])])
+
+        def lease_still_held() -> None:
+            held[0] = self.still_held(held[0])
+
+        return runner.run(None, lease.pass_name, fenced, Retry(contended, on_conflict=lease_still_held))
 
     def still_held(self, lease: Lease) -> Lease:
         """After a refused append: the lease as it is now if its holder still has it (the

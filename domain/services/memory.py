@@ -1,7 +1,5 @@
-"""Run a command: load state, decide, append in one transaction, return the position.
-
-Every syscall appends its audit record in the same append as its work; a refused
-command appends the audit record alone.
+"""The memory commands (write, write_batch, resolve_dispute, verify), each run by the
+command runner: load state, decide, append with the audit record, retry on conflicts.
 """
 
 from __future__ import annotations
@@ -19,9 +17,8 @@ import msgspec
 
 from domain.embedding import Embedder, EmbedderUnavailable, embed_rows, vector_to_bytes
 from domain.extraction import ExtractionFailed, Extractor
-from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
+from domain.ledger.app import Ledger, NewMemoryKey
 from domain.ledger.entropy import new_uuid
-from domain.ledger.mapper import Recorded
 from domain.model.classification import Classification
 from domain.model.commands import (
     ProvenanceClaim,
@@ -31,9 +28,9 @@ from domain.model.commands import (
     WritePolicy,
 )
 from domain.model.disputes import ResolveState, check_reviewer, decide_resolve
-from domain.model.errors import DomainError, InvalidRequest, InvalidState
+from domain.model.errors import DomainError, InvalidRequest
 from domain.model.events import (
-    AuditRecorded,
+    AuditOutcome,
     ClaimKind,
     ClaimSet,
     Event,
@@ -61,13 +58,11 @@ from domain.model.write import (
     check_write_allowed,
     decide_write,
 )
-from domain.services.audit import Audit, AuditOutcome
+from domain.services.commands import CommandRunner, Decided, Note, Retry
 from domain.services.streams import Streams
 
-MAX_ATTEMPTS = 12
 MAX_BATCH_ITEMS = 256
 """The most writes one ``write_batch`` decides and appends together."""
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 EMBEDDING_UNAVAILABLE = "embedding unavailable"
 # Why a write's content was stored verbatim (besides an ExtractionFailed's reason):
@@ -76,6 +71,8 @@ VERBATIM_REQUESTED = "verbatim_requested"
 STRUCTURED = "structured"  # a slot's value is one fact already
 TAGS_FULL = "tags_full"  # no room for the marker tag
 FACTS_REJECTED = "facts_rejected"  # every extracted fact was rejected
+QUEUED_OP = "write_ticket"
+"""The audit op of a queued (``async``) write when it runs."""
 EXTRACTED_TAG = "extracted"
 """The tag every extracted fact carries (its provenance is the write's own)."""
 
@@ -144,10 +141,6 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
     position: int
 
 
-class TooMuchContention(InvalidState):
-    """The streams kept moving under this command; the caller may simply retry."""
-
-
 C = TypeVar("C", WriteMemory, ResolveDispute, VerifyMemory)
 
 
@@ -186,18 +179,6 @@ class ClaimIds:
         return self._id("source_ref", namespace, source, normalize_key(ref))
 
 
-def version_events(events: Iterable[Event], versions: dict[UUID, int]) -> list[Recorded]:
-    """Give each event the next version of its stream (new streams start at 1)."""
-    next_version = dict(versions)
-    recorded = []
-    for event in events:
-        stream = event.stream_id
-        version = next_version.get(stream, 0) + 1
-        next_version[stream] = version
-        recorded.append(Recorded(stream, version, event))
-    return recorded
-
-
 class MemoryService:
     def __init__(
         self,
@@ -218,7 +199,7 @@ class MemoryService:
         self.clock = clock
         self.new_id = new_id
         # late-bound: a caller may swap the clock or id source after construction
-        self.audit = Audit(ledger, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
+        self.runner = CommandRunner(ledger, self.streams, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
 
     # -- write ----------------------------------------------------------------------------
 
@@ -234,17 +215,38 @@ class MemoryService:
         false, the content is first split into facts, each decided on its own, all in one
         append; otherwise (or when extraction fails) the content is stored verbatim and the
         result and the audit record say why."""
-        return self._audited(
-            identity, "write", lambda: self._write(identity, validated(command), now, verbatim)
+        return self.runner.audited(
+            identity, "write", lambda: self._write(identity, "write", validated(command), now, verbatim)
         )
 
     def _write(
-        self, identity: Identity, command: WriteMemory, at: datetime | None, verbatim: bool
+        self, identity: Identity, op: str, command: WriteMemory, at: datetime | None, verbatim: bool
     ) -> WriteResult:
         check_write_allowed(identity, command.provenance.source)  # before any extractor call
         write = self._prepare(identity.namespace, command, verbatim)
-        position = self._commit(identity, [write], at or self.clock(), self._write_audit, strict=True)
+        position = self._commit(identity, op, [write], at, _write_note, strict=True)
         return write.result(position)
+
+    def queue_write(self, identity: Identity, item: BatchItem, enqueue: Callable[[BatchItem], UUID]) -> UUID:
+        """Accept a write to run later (``async``): its command checked, handed to
+        ``enqueue`` (a durable queue; it names the ticket) and audited now, as the ``write``
+        it was asked as. The write itself runs later (``run_queued``), audited then."""
+
+        def queued() -> UUID:
+            ticket = enqueue(BatchItem(command=validated(item.command), verbatim=item.verbatim))
+            self.runner.record(identity, "write", "ok", f"queued as ticket {ticket}")
+            return ticket
+
+        return self.runner.audited(identity, "write", queued)
+
+    def run_queued(self, identity: Identity, item: BatchItem) -> WriteResult:
+        """Run a queued write: as ``write``, audited as ``QUEUED_OP`` (the syscall, ``write``,
+        was audited when it was queued)."""
+        return self.runner.audited(
+            identity,
+            QUEUED_OP,
+            lambda: self._write(identity, QUEUED_OP, validated(item.command), None, item.verbatim),
+        )
 
     def write_batch(
         self, identity: Identity, entries: Sequence[BatchItem | Rejection], now: datetime | None = None
@@ -254,7 +256,7 @@ class MemoryService:
         and append them all at once with one audit record naming every memory. An item that
         a rule refuses (or a ``Rejection`` the caller found while reading it) is rejected on
         its own; the rest go in. Their new memories are embedded in one call."""
-        return self._audited(identity, "write_batch", lambda: self._write_batch(identity, entries, now))
+        return self.runner.audited(identity, "write_batch", lambda: self._write_batch(identity, entries, now))
 
     def _write_batch(
         self, identity: Identity, entries: Sequence[BatchItem | Rejection], at: datetime | None
@@ -263,7 +265,7 @@ class MemoryService:
             raise InvalidRequest(f"a batch holds 1-{MAX_BATCH_ITEMS} items, not {len(entries)}")
         check_write_allowed(identity, ProvenanceClaim().source)  # the role: the whole batch
         writes = [self._prepare_entry(identity, entry) for entry in entries]
-        position = self._commit(identity, writes, at or self.clock(), self._batch_audit, strict=False)
+        position = self._commit(identity, "write_batch", writes, at, _batch_note, strict=False)
         return BatchResult(results=tuple(w.result(position) for w in writes), position=position)
 
     def _prepare_entry(self, identity: Identity, entry: BatchItem | Rejection) -> _Write:
@@ -283,50 +285,66 @@ class MemoryService:
     def _commit(
         self,
         identity: Identity,
+        op: str,
         writes: Sequence[_Write],
-        now: datetime,
-        audit_of: Callable[[Identity, Sequence[_Write], bool, datetime], AuditRecorded],
+        now: datetime | None,
+        note_of: Callable[[Sequence[_Write], bool], Note],
         *,
         strict: bool,
     ) -> int:
-        """Decide every write in order and append all of them in one transaction; on a
-        stream conflict, re-decide against fresh state (bounded). ``strict``: a rule that
-        refuses a fact raises (a single write's 400) instead of rejecting that fact."""
+        """Decide every write in order and append all of them in one transaction (on a
+        stream conflict, on fresh state). ``strict``: a rule that refuses a fact raises (a
+        single write's 400) instead of rejecting that fact."""
         policy = self.policy_for(identity.namespace)
-        assume_absent = frozenset(item.text_claim_id for w in writes for item in w.items)
+        absent = _Absent(frozenset(item.text_claim_id for w in writes for item in w.items))
         new_keys: dict[UUID, NewMemoryKey] = {}
         vectors: dict[str, bytes | None] = {}  # embedded once, whatever the retries
-        for _ in range(MAX_ATTEMPTS):
-            items = [item for w in writes for item in w.items]
-            claims = self.streams.claims([x for item in items for x in item.wanted], assume_absent)
-            holders = self.streams.memories(h for c in claims.values() for h in c.holders)
-            versions = _versions(claims.values(), holders.values())
-            _decide_in_order(identity, writes, claims, holders, policy, now, strict=strict)
-            rejudged = False
-            for w in writes:
-                if w.command is None or not (w.split.extracted and w.all_rejected):
-                    continue
-                # no fact is worth keeping: the content is judged whole instead, never lost
-                w.split = Split(commands=(w.command,), verbatim_reason=FACTS_REJECTED)
-                w.items = self._items(identity.namespace, w.split)
-                assume_absent |= {item.text_claim_id for item in w.items}
-                rejudged = True
-            if rejudged:
-                continue
+
+        def decide(at: datetime) -> Decided[int]:
+            versions = self._decide_writes(identity, writes, policy, at, absent, strict=strict)
             decisions = [d for w in writes for d in w.decisions]
             writers = [d.memory_id for d in decisions if d.memory_id is not None and _writes_memory(d)]
             for memory_id in writers:
                 if memory_id not in new_keys:
                     new_keys[memory_id] = self.ledger.new_data_key(memory_id)
-            events = self._embedded([e for d in decisions for e in d.events], vectors)
-            recorded = version_events(events, versions)
-            audit = audit_of(identity, writes, None in vectors.values(), now)
-            try:
-                return self._append(recorded, audit, [new_keys[memory_id] for memory_id in writers])
-            except StreamConflict:
-                self.streams.cache.drop(r.originator_id for r in recorded)
-                assume_absent = frozenset()
-        raise TooMuchContention("the memory's claims kept changing; retry the write")
+            return Decided(
+                result=int,
+                events=self.embedded([e for d in decisions for e in d.events], vectors),
+                versions=versions,
+                note=note_of(writes, None in vectors.values()),
+                new_keys=[new_keys[memory_id] for memory_id in writers],
+            )
+
+        retry = Retry("the memory's claims kept changing; retry the write", on_conflict=absent.clear)
+        return self.runner.run(identity, op, decide, retry, now)
+
+    def _decide_writes(
+        self,
+        identity: Identity,
+        writes: Sequence[_Write],
+        policy: WritePolicy,
+        now: datetime,
+        absent: _Absent,
+        *,
+        strict: bool,
+    ) -> dict[UUID, int]:
+        """Decide the writes in order on the claims and holders as they are; the versions
+        read. A write none of whose facts is worth keeping is judged whole instead (once),
+        so its content is never lost."""
+        while True:
+            items = [item for w in writes for item in w.items]
+            claims = self.streams.claims([x for item in items for x in item.wanted], absent.ids)
+            holders = self.streams.memories(h for c in claims.values() for h in c.holders)
+            versions = _versions(claims.values(), holders.values())
+            _decide_in_order(identity, writes, claims, holders, policy, now, strict=strict)
+            rejudged = [w for w in writes if w.command is not None and w.split.extracted and w.all_rejected]
+            if not rejudged:
+                return versions
+            for w in rejudged:
+                assert w.command is not None
+                w.split = Split(commands=(w.command,), verbatim_reason=FACTS_REJECTED)
+                w.items = self._items(identity.namespace, w.split)
+                absent.ids |= {item.text_claim_id for item in w.items}
 
     def _items(self, namespace: str, split: Split) -> list[_Item]:
         return [
@@ -361,51 +379,6 @@ class MemoryService:
             return TAGS_FULL
         return None
 
-    def _write_audit(
-        self, identity: Identity, writes: Sequence[_Write], unembedded: bool, now: datetime
-    ) -> AuditRecorded:
-        """One record for the whole write: every fact's outcome, how the content was taken
-        (extracted, or verbatim and why), and every memory it names."""
-        (write,) = writes
-        decisions = write.decisions
-        outcomes = ", ".join(_outcome_detail(d) for d in decisions)
-        if write.split.extracted:
-            detail = f"extracted=true, {len(decisions)} facts: {outcomes}"
-        else:
-            detail = f"extracted=false ({write.split.verbatim_reason}): {outcomes}"
-        return self._named_audit(identity, "write", writes, detail, unembedded, now)
-
-    def _batch_audit(
-        self, identity: Identity, writes: Sequence[_Write], unembedded: bool, now: datetime
-    ) -> AuditRecorded:
-        """One record for the batch, as for every syscall: the items' outcomes counted, the
-        rejected ones by index and first reason, and every memory the batch names."""
-        counts = Counter(w.outcome for w in writes)
-        detail = f"{len(writes)} items: " + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
-        rejected = [f"#{i} {w.rejections[0].reason}" for i, w in enumerate(writes) if w.outcome == "rejected"]
-        if rejected:
-            detail += "; rejected " + ", ".join(rejected)
-        return self._named_audit(identity, "write_batch", writes, detail, unembedded, now)
-
-    def _named_audit(
-        self,
-        identity: Identity,
-        op: str,
-        writes: Sequence[_Write],
-        detail: str,
-        unembedded: bool,
-        now: datetime,
-    ) -> AuditRecorded:
-        """Denied when nothing was taken; names every memory the writes decided on."""
-        if unembedded:
-            detail += "; " + EMBEDDING_UNAVAILABLE
-        rejected = all(w.all_rejected for w in writes)
-        subjects = tuple(
-            dict.fromkeys(d.memory_id for w in writes for d in w.decisions if d.memory_id is not None)
-        )
-        audit = self.audit.event(identity, op, "denied" if rejected else "ok", detail, now)
-        return msgspec.structs.replace(audit, subject_ids=subjects)
-
     def _write_claims(
         self, namespace: str, command: WriteMemory, split: Split
     ) -> list[tuple[UUID, ClaimKind, str]]:
@@ -429,17 +402,16 @@ class MemoryService:
     def resolve_dispute(
         self, identity: Identity, command: ResolveDispute, now: datetime | None = None
     ) -> ResolveResult:
-        return self._audited(
-            identity,
-            "resolve_dispute",
-            lambda: self._resolve(identity, validated(command), now or self.clock()),
+        return self.runner.audited(
+            identity, "resolve_dispute", lambda: self._resolve(identity, validated(command), now)
         )
 
-    def _resolve(self, identity: Identity, command: ResolveDispute, now: datetime) -> ResolveResult:
+    def _resolve(self, identity: Identity, command: ResolveDispute, now: datetime | None) -> ResolveResult:
         replacement_id = self.new_id()
-        new_key: NewMemoryKey | None = None
+        new_keys: dict[UUID, NewMemoryKey] = {}
         vectors: dict[str, bytes | None] = {}
-        for _ in range(MAX_ATTEMPTS):
+
+        def decide(at: datetime) -> Decided[ResolveResult]:
             dispute = check_reviewer(
                 identity, self.streams.disputes([command.dispute_id]).get(command.dispute_id)
             )
@@ -457,21 +429,22 @@ class MemoryService:
                 holders=holders,
             )
             events = decide_resolve(
-                command, identity, state, self.policy_for(dispute.namespace), now, replacement_id
+                command, identity, state, self.policy_for(dispute.namespace), at, replacement_id
             )
-            if command.decision == "edit" and new_key is None:
-                new_key = self.ledger.new_data_key(replacement_id)
-            versions = _versions(claims.values(), memories.values(), [dispute])
-            recorded = version_events(self._embedded(events, vectors), versions)
-            audit = self.audit.event(identity, "resolve_dispute", "ok", command.decision, now, dispute.id)
-            try:
-                position = self._append(recorded, audit, [new_key] if new_key else [])
-            except StreamConflict:
-                self.streams.cache.drop(r.originator_id for r in recorded)
-                continue
-            resolved = self.streams.disputes([dispute.id])[dispute.id]
-            return ResolveResult(dispute=resolved, position=position)
-        raise TooMuchContention("the dispute's memories kept changing; retry")
+            if command.decision == "edit" and replacement_id not in new_keys:
+                new_keys[replacement_id] = self.ledger.new_data_key(replacement_id)
+            return Decided(
+                result=lambda position: ResolveResult(
+                    dispute=self.streams.disputes([dispute.id])[dispute.id], position=position
+                ),
+                events=self.embedded(events, vectors),
+                versions=_versions(claims.values(), memories.values(), [dispute]),
+                note=Note(command.decision, subjects=(dispute.id,)),
+                new_keys=list(new_keys.values()),
+            )
+
+        retry = Retry("the dispute's memories kept changing; retry")
+        return self.runner.run(identity, "resolve_dispute", decide, retry, now)
 
     def _resolve_claims(
         self, dispute: DisputeState, new: MemoryState | None, command: ResolveDispute
@@ -490,25 +463,26 @@ class MemoryService:
     # -- verification -----------------------------------------------------------------------
 
     def verify(self, identity: Identity, command: VerifyMemory, now: datetime | None = None) -> VerifyResult:
-        return self._audited(
-            identity, "verify", lambda: self._verify(identity, validated(command), now or self.clock())
+        return self.runner.audited(
+            identity, "verify", lambda: self._verify(identity, validated(command), now)
         )
 
-    def _verify(self, identity: Identity, command: VerifyMemory, now: datetime) -> VerifyResult:
-        for _ in range(MAX_ATTEMPTS):
-            memory = self.streams.memories([command.memory_id]).get(command.memory_id)
-            event = decide_verify(command, identity, memory, now)
+    def _verify(self, identity: Identity, checked: VerifyMemory, now: datetime | None) -> VerifyResult:
+        def decide(at: datetime) -> Decided[VerifyResult]:
+            memory = self.streams.memories([checked.memory_id]).get(checked.memory_id)
+            event = decide_verify(checked, identity, memory, at)
             assert memory is not None
-            recorded = version_events([event], {memory.id: memory.version})
-            detail = "supports" if command.supports else "refutes"
-            audit = self.audit.event(identity, "verify", "ok", detail, now, memory.id)
-            try:
-                position = self._append(recorded, audit, [])
-            except StreamConflict:
-                self.streams.cache.drop([memory.id])
-                continue
-            return VerifyResult(id=memory.id, trust_tier=event.trust_tier, position=position)
-        raise TooMuchContention("the memory kept changing; retry the verification")
+            return Decided(
+                result=lambda position: VerifyResult(
+                    id=memory.id, trust_tier=event.trust_tier, position=position
+                ),
+                events=[event],
+                versions={memory.id: memory.version},
+                note=Note("supports" if checked.supports else "refutes", subjects=(memory.id,)),
+            )
+
+        retry = Retry("the memory kept changing; retry the verification")
+        return self.runner.run(identity, "verify", decide, retry, now)
 
     # -- reading authoritative state ---------------------------------------------------------
 
@@ -520,7 +494,7 @@ class MemoryService:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _embedded(self, events: Sequence[Event], vectors: dict[str, bytes | None]) -> list[Event]:
+    def embedded(self, events: Sequence[Event], vectors: dict[str, bytes | None]) -> list[Event]:
         """New memories get their embedding, computed once here and sealed in the event,
         so a replay never re-embeds. An embedder failure stores the memory without one
         (``vectors`` then holds None, and the audit says so): a write is never lost to it."""
@@ -553,21 +527,56 @@ class MemoryService:
             log.warning("embedder unavailable, memory stored without a vector: %s", error)
             return dict.fromkeys(texts)
 
-    def _append(
-        self, recorded: Sequence[Recorded], audit: AuditRecorded, keys: Sequence[NewMemoryKey]
-    ) -> int:
-        position = self.ledger.append([*recorded, Recorded(audit.record_id, 1, audit)], keys)
-        self.streams.remember(recorded)
-        return position
-
     def record_audit(
         self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
     ) -> int:
         """Append an audit record on its own (a denial, a miss, a read)."""
-        return self.audit.record(identity, op, outcome, detail, subject_id)
+        return self.runner.record(identity, op, outcome, detail, (subject_id,) if subject_id else ())
 
-    def _audited(self, identity: Identity, op: str, run: Callable[[], T]) -> T:
-        return self.audit.audited(identity, op, run)
+
+def _write_note(writes: Sequence[_Write], unembedded: bool) -> Note:
+    """One record for the whole write: every fact's outcome, how the content was taken
+    (extracted, or verbatim and why), and every memory it names."""
+    (write,) = writes
+    decisions = write.decisions
+    outcomes = ", ".join(_outcome_detail(d) for d in decisions)
+    if write.split.extracted:
+        detail = f"extracted=true, {len(decisions)} facts: {outcomes}"
+    else:
+        detail = f"extracted=false ({write.split.verbatim_reason}): {outcomes}"
+    return _named_note(writes, detail, unembedded)
+
+
+def _batch_note(writes: Sequence[_Write], unembedded: bool) -> Note:
+    """One record for the batch, as for every syscall: the items' outcomes counted, the
+    rejected ones by index and first reason, and every memory the batch names."""
+    counts = Counter(w.outcome for w in writes)
+    detail = f"{len(writes)} items: " + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+    rejected = [f"#{i} {w.rejections[0].reason}" for i, w in enumerate(writes) if w.outcome == "rejected"]
+    if rejected:
+        detail += "; rejected " + ", ".join(rejected)
+    return _named_note(writes, detail, unembedded)
+
+
+def _named_note(writes: Sequence[_Write], detail: str, unembedded: bool) -> Note:
+    """Denied when nothing was taken; names every memory the writes decided on."""
+    if unembedded:
+        detail += "; " + EMBEDDING_UNAVAILABLE
+    rejected = all(w.all_rejected for w in writes)
+    subjects = tuple(
+        dict.fromkeys(d.memory_id for w in writes for d in w.decisions if d.memory_id is not None)
+    )
+    return Note(detail, "denied" if rejected else "ok", subjects)
+
+
+class _Absent:
+    """The claim ids a write guesses are new (not looked up); forgotten after a conflict."""
+
+    def __init__(self, ids: frozenset[UUID]) -> None:
+        self.ids = ids
+
+    def clear(self) -> None:
+        self.ids = frozenset()
 
 
 class _Write:

@@ -13,8 +13,9 @@
 6. deterministic k              — exactly ``k`` results when more match, and the same list
                                   on every call
 
-The kit writes its own corpus through the real write path into namespaces under
-``kit-<id>/`` and runs the driver through the same scoped views the service uses.
+The kit writes its own corpus through the writer it is given (the real write path:
+tests pass ``MemoryService.write``) into namespaces under ``kit-<id>/`` and runs the
+driver through the same scoped views the service uses.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import msgspec
@@ -32,7 +33,6 @@ from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.model.namespaces import ancestors
 from domain.model.text import estimate_tokens
-from domain.services.memory import MemoryService
 from projections.search.drivers import Driver, SearchRequest
 from projections.search.service import SearchQuery, SearchService
 from projections.search.view import Hit
@@ -61,6 +61,20 @@ class ConformanceReport(msgspec.Struct, frozen=True):
         return all(c.passed for c in self.checks)
 
 
+class Written(Protocol):
+    """What the kit needs of a write's result."""
+
+    @property
+    def id(self) -> UUID | None: ...
+
+    @property
+    def position(self) -> int: ...
+
+
+Writer = Callable[[Identity, WriteMemory], Written]
+"""Writes one memory for an identity (the real write path) and tells its id and position."""
+
+
 class KitCorpus(msgspec.Struct, frozen=True, kw_only=True):
     caller: Identity
     planted: UUID
@@ -68,7 +82,7 @@ class KitCorpus(msgspec.Struct, frozen=True, kw_only=True):
     position: int
 
 
-def build_corpus(memory: MemoryService, prefix: str) -> KitCorpus:
+def build_corpus(write: Writer, prefix: str) -> KitCorpus:
     """The kit's memories: a planted fact in the caller's namespace, the same words in
     namespaces the caller must not see, and filler everywhere."""
     caller = Identity(namespace=f"{prefix}/eng/alpha", actor="kit-agent", role="agent")
@@ -76,20 +90,20 @@ def build_corpus(memory: MemoryService, prefix: str) -> KitCorpus:
     child = Identity(namespace=f"{prefix}/eng/alpha/sub", actor="kit-agent", role="agent")
     stranger = Identity(namespace=f"other-{prefix}/eng/alpha", actor="kit-agent", role="agent")
     parent = Identity(namespace=f"{prefix}/eng", actor="kit-agent", role="agent")
-    planted = memory.write(caller, WriteMemory(content=PLANTED))
-    outside = [memory.write(who, WriteMemory(content=OUTSIDE)).id for who in (sibling, child, stranger)]
+    planted = write(caller, WriteMemory(content=PLANTED))
+    outside = [write(who, WriteMemory(content=OUTSIDE)).id for who in (sibling, child, stranger)]
     n = 0
     for who in (caller, parent, sibling, child):
         for topic in FILLER_TOPICS:
             for place in FILLER_PLACES:
                 n += 1
-                memory.write(
+                write(
                     who,
                     WriteMemory(
                         content=f"The {topic} notes for the {place} office mention item {n} of the plan."
                     ),
                 )
-    last = memory.write(caller, WriteMemory(content="Kit corpus complete."))
+    last = write(caller, WriteMemory(content="Kit corpus complete."))
     assert planted.id is not None
     return KitCorpus(
         caller=caller, planted=planted.id, outside=[i for i in outside if i], position=last.position
@@ -97,9 +111,8 @@ def build_corpus(memory: MemoryService, prefix: str) -> KitCorpus:
 
 
 class ConformanceKit:
-    def __init__(self, search: SearchService, memory: MemoryService, corpus: KitCorpus) -> None:
+    def __init__(self, search: SearchService, corpus: KitCorpus) -> None:
         self.search = search
-        self.memory = memory
         self.corpus = corpus
 
     def run(self, driver: Driver) -> ConformanceReport:

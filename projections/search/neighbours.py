@@ -1,4 +1,4 @@
-"""The autopilot's ``Neighbours`` port (domain/services/autopilot.py), on the search index.
+"""The autopilot's ``Neighbours`` port (domain/services/ports.py), on the search index.
 
 A memory's neighbours are found with the vector lane of the same scoped view a search
 uses, with the memory's own stored embedding as the query (never re-embedded), in the

@@ -19,8 +19,8 @@ import numpy as np
 from psycopg import Connection
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from domain.cache import TTLCache
 from domain.model.text import estimate_tokens
-from domain.services.ttl_cache import TTLCache
 from projections.search.halfvec import HalfvecParam
 from projections.search.lexical import K1, B, query_terms
 from projections.search.projection import KNOWLEDGE, MEMORY

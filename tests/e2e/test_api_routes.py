@@ -165,8 +165,13 @@ def test_async_write_ticket(api: Api) -> None:
     assert status["result"]["outcome"] == "stored"
     assert api.mem(agent, "read", {"id": status["result"]["id"]}).status_code == 200
     assert api.mem(other, "write_status", {"ticket": ticket}).status_code == 404  # not its ticket
-    writes = [r for r in api.audit_records() if r.op == "write"]
-    assert len(writes) == 1  # the accepted request is audited once, when it runs
+    records = api.audit_records()
+    writes = [r for r in records if r.op == "write"]
+    assert len(writes) == 1  # the accepted request is audited once, when it is queued
+    assert writes[0].detail == f"queued as ticket {ticket}"
+    (ran,) = [r for r in records if r.op == "write_ticket"]  # and the write, when it runs
+    assert ran.outcome == "ok"
+    assert str(status["result"]["id"]) in [str(s) for s in ran.subject_ids]
 
 
 def test_compliance_routes(api: Api) -> None:

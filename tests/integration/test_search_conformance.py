@@ -18,8 +18,8 @@ from projections.search.view import Hit, ScopedView
 @pytest.fixture
 def kit(settings: Settings) -> Iterator[ConformanceKit]:
     with Runtime(settings) as rt:
-        corpus = build_corpus(rt.memory, "kit")
-        yield ConformanceKit(rt.reads.search, rt.memory, corpus)
+        corpus = build_corpus(rt.memory.write, "kit")
+        yield ConformanceKit(rt.reads.search, corpus)
 
 
 def failed(report: ConformanceReport) -> set[str]:

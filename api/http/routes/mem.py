@@ -42,8 +42,8 @@ from domain.model.commands import VerifyMemory
 from domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
 from domain.model.policies import EffectivePolicy
 from domain.services.governance import GovernanceService
+from domain.services.working_sets import Capsule, FaultAnswer
 from projections.memory_objects.views import MemoryView
-from projections.search.assemble import Capsule, FaultAnswer
 from projections.search.service import SearchAnswer
 
 Req = Request[Any, Any, Any]

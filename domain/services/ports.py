@@ -1,0 +1,121 @@
+"""The ports: what the services need from the read side, as Protocols a projection
+implements (the composition root, bootstrap/runtime.py, wires them). A read model is only
+ever a hint to a command: what it decides on is loaded from the ledger, except where a
+service reads to record what a caller was shown (assemble, fault)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
+
+import msgspec
+
+from domain.model.identity import Identity
+
+
+class Neighbours(Protocol):
+    """The read model the autopilot needs: the ``k`` nearest current memories to a memory,
+    among those its writer can see (its namespace, the ancestors, shares into it), with
+    their cosine similarity, best first; None when the index holds no vector of the memory.
+    Waits until the index has reached ``position``."""
+
+    def nearest(
+        self, memory_id: UUID, k: int, min_cosine: float, position: int
+    ) -> list[tuple[UUID, float]] | None: ...
+
+
+class Members(Protocol):
+    """A namespace's memory ids (the newest ``limit``), once the read model reached ``after``."""
+
+    def __call__(self, namespace: str, limit: int, after: int | None = None) -> list[UUID]: ...
+
+
+class ErasureLookup(Protocol):
+    """Where the candidates of a subject or subtree erasure are found (a read model that
+    has reached ``position``). Only a hint: the decider re-checks the ledger's state."""
+
+    def in_subtree(self, root: str, position: int) -> list[UUID]: ...
+
+    def naming_subject(self, root: str, keys: frozenset[str], position: int) -> list[UUID]: ...
+
+    def documents_in_subtree(self, root: str, position: int) -> list[UUID]:
+        """The knowledge documents (ids) whose namespace is ``root`` or below it."""
+        ...
+
+    def rejected_in_favour_of(self, memory_ids: Collection[UUID], position: int) -> list[UUID]:
+        """The memories a review rejected (``keep_old``) in favour of one of ``memory_ids``:
+        the one link of a history that the kept memory's own stream does not name."""
+        ...
+
+
+# -- working sets (assemble, fault) ------------------------------------------------------------
+
+
+class MemoryText(msgspec.Struct, frozen=True, kw_only=True):
+    """A memory as a working set shows it."""
+
+    id: UUID
+    content: str
+    recorded_at: datetime
+
+
+class KnowledgeText(msgspec.Struct, frozen=True, kw_only=True):
+    """A chunk of an L3 knowledge document, with its document's title."""
+
+    ref: UUID
+    text: str
+    title: str | None
+
+
+Scores = Mapping[UUID, tuple[float, float]]
+"""Candidates by ref: (cosine, lexical) scores, as ``domain.model.faults.ranked`` takes them."""
+
+
+class ScopedReads(Protocol):
+    """One caller's scoped view (its namespace, the ancestors, shares into it; nothing
+    quarantined or retired) inside one read-only snapshot, for one query text."""
+
+    def pinned(self, namespace: str) -> list[MemoryText]: ...
+
+    def recently_used(self, limit: int) -> list[MemoryText]: ...
+
+    def relevant(self, driver: str | None, k: int) -> list[tuple[MemoryText, float]]:
+        """The query's best memories by the named search driver (the baseline when there
+        is no such driver), with their scores, best first."""
+        ...
+
+    def memory_scores(self, k: int) -> Scores:
+        """The best memory candidates of the lexical lane and, with vectors, the vector lane."""
+        ...
+
+    def knowledge_scores(self, k: int) -> Scores: ...
+
+    def memories(self, refs: Sequence[UUID]) -> Mapping[UUID, MemoryText]: ...
+
+    def knowledge(self, refs: Sequence[UUID]) -> Mapping[UUID, KnowledgeText]: ...
+
+
+class WorkingSetReads(Protocol):
+    """The read side of ``assemble`` and ``fault``: the search index."""
+
+    def check_query(self, text: str, k: int) -> None:
+        """Raises ``InvalidRequest`` for a query text or ``k`` the index refuses."""
+        ...
+
+    def wait_for(self, position: int | None) -> None:
+        """Waits until the read models have reached ``position`` (None: no wait)."""
+        ...
+
+    def position(self) -> int:
+        """How far the read models have projected the ledger."""
+        ...
+
+    def scoped(
+        self, identity: Identity, text: str, k: int, vectors: bool
+    ) -> AbstractContextManager[ScopedReads]:
+        """The caller's scoped view for ``text``; ``vectors``: with its embedding (may raise
+        ``EmbedderUnavailable`` inside the block)."""
+        ...
