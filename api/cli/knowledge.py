@@ -9,7 +9,6 @@ the audit records name who published.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,12 +19,12 @@ from bootstrap.runtime import Runtime
 from domain.embedding import ModelFileRejected, embedder_from_env
 from domain.model.errors import DomainError, InvalidRequest
 from domain.model.identity import Identity
+from domain.model.keys import check_actor_name
 from domain.model.namespaces import tenant_of, validate_namespace
 from domain.model.storable import check_storable
 from domain.services.knowledge import KnowledgeLoadResult, KnowledgeService, chunk_count
 
 OPERATOR = "operator@cli"
-_ACTOR = re.compile(r"[^\s/\x00-\x1f]{1,128}")
 
 
 def publisher(namespace: str | None, acting_as: str | None) -> tuple[Identity, str]:
@@ -33,8 +32,12 @@ def publisher(namespace: str | None, acting_as: str | None) -> tuple[Identity, s
     if acting_as is not None:
         check_storable(acting_as, "--as")
         where, _, actor = acting_as.rpartition("/")
-        if not where or not _ACTOR.fullmatch(actor):
+        if not where:
             raise InvalidRequest(f"--as {acting_as!r}: give NAMESPACE/ACTOR, e.g. acme/eng/dana")
+        try:
+            check_actor_name(actor)  # the rule of key actors: these writes are audited under it
+        except InvalidRequest as error:
+            raise InvalidRequest(f"--as {acting_as!r}: {error}") from error
         identity = Identity(validate_namespace(where), actor, "owner")
         return identity, validate_namespace(namespace or where)
     if namespace is None:

@@ -6,15 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
+from uuid import UUID
 
 import anyio.to_thread
 from litestar import Controller, Request, Response, get, post
 from litestar.exceptions import HTTPException
+from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
 from api.console.bridge import ApiRefused, call_api
 from api.console.diff import diff_memories
-from api.console.queues import QUEUES
+from api.console.queues import MEMORY_COLUMNS, QUEUES, ReviewQueue
 from api.console.session import (
     CONSOLE_ROLES,
     CsrfRefused,
@@ -143,6 +145,13 @@ def _http_error(_request: Req, error: Exception) -> Response[Any]:
     )
 
 
+def _queue(name: str) -> ReviewQueue:
+    found = QUEUES.get(name)
+    if found is None:
+        raise ApiRefused(404, "not_found", "no such review queue")
+    return found
+
+
 class ConsoleController(Controller):
     path = "/console"
     include_in_schema = False
@@ -225,7 +234,7 @@ class ConsoleController(Controller):
         return page("asof.html", key, asked=asked, answer=answer, changes=changes)
 
     @get("/memory/{memory_id:uuid}")
-    async def memory(self, request: Req, memory_id: Any) -> Template:
+    async def memory(self, request: Req, memory_id: FromPath[UUID]) -> Template:
         key = session_key(request)
         answer = await call_api(request, key, "POST", "/v1/mem/history", body={"id": str(memory_id)})
         return page(
@@ -239,26 +248,26 @@ class ConsoleController(Controller):
     # -- review queues -------------------------------------------------------------------------
 
     @get("/review/{queue:str}")
-    async def review(self, request: Req, queue: str) -> Template:
+    async def review(self, request: Req, queue: FromPath[str]) -> Template:
         key = session_key(request)
-        found = QUEUES.get(queue)
-        if found is None:
-            raise ApiRefused(404, "not_found", "no such review queue")
-        status = str(request.query_params.get("status") or "open")
+        found = _queue(queue)
+        status = str(request.query_params.get("status") or found.actionable)
         items = await call_api(request, key, "GET", found.list_path, params={"status": status})
-        return page("review.html", key, queue=found, items=items, status=status)
+        return page(
+            "review.html", key, queue=found, items=items, status=status, memory_columns=MEMORY_COLUMNS
+        )
 
     @post("/review/{queue:str}/{item_id:uuid}")
-    async def decide(self, request: Req, queue: str, item_id: Any) -> Response[Any]:
+    async def decide(self, request: Req, queue: FromPath[str], item_id: FromPath[UUID]) -> Response[Any]:
+        """One click on a queue item: its action's admin route, called with the session's key."""
         key, form = await posted(request)
-        found = QUEUES.get(queue)
-        if found is None:
-            raise ApiRefused(404, "not_found", "no such review queue")
-        decision = str(form.get("decision") or "")
-        body: dict[str, Any] = {"decision": decision}
-        if decision in found.with_content:
-            body["content"] = str(form.get("content") or "")
-        await call_api(request, key, "POST", found.decide_path.format(id=item_id), body=body)
+        found = _queue(queue)
+        action = found.action(str(form.get("decision") or ""))
+        if action is None:
+            raise ApiRefused(400, "invalid_request", f"the {found.name} queue has no such action")
+        typed = str(form.get(action.text) or "") if action.text else ""
+        path = action.path.format(id=item_id)
+        await call_api(request, key, "POST", path, body=action.body(typed))
         return Redirect(path=f"/console/review/{found.name}", status_code=303)
 
     # -- keys and policies ---------------------------------------------------------------------
@@ -313,7 +322,7 @@ class ConsoleController(Controller):
         return page("projections.html", key, status=status, report=None)
 
     @post("/projections/{name:str}/rebuild")
-    async def rebuild(self, request: Req, name: str) -> Template:
+    async def rebuild(self, request: Req, name: FromPath[str]) -> Template:
         key, _form = await posted(request)
         report = await call_api(
             request, key, "POST", f"/v1/ops/projections/{name}/rebuild", body={"verify": True}
@@ -338,6 +347,15 @@ class ConsoleController(Controller):
         key, _form = await posted(request)
         made = await call_api(request, key, "POST", "/v1/compliance/ledger/checkpoint")
         return page("ledger.html", key, verified=None, checkpoint=made)
+
+    @get("/checkpoints")
+    async def checkpoints(self, request: Req) -> Template:
+        key = session_key(request)
+        asked = filled(request.query_params, ("cursor",))
+        answer = await call_api(request, key, "GET", "/v1/compliance/checkpoints", params=asked)
+        return page(
+            "checkpoints.html", key, checkpoints=answer["checkpoints"], next_cursor=answer["next_cursor"]
+        )
 
     @get("/certificates")
     async def certificates(self, request: Req) -> Template:

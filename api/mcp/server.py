@@ -30,16 +30,39 @@ Authorization = Callable[[ServerRequestContext[Any, Any]], str]
 stdio server's key)."""
 
 
-def tool_error(code: str, detail: str, retry_after: str | None = None) -> types.CallToolResult:
+class ToolAnswer(msgspec.Struct, frozen=True):
+    """A tool call's outcome, before it is shaped for a wire: its text, structured content
+    and whether it is an error."""
+
+    text: str
+    structured: dict[str, Any]
+    is_error: bool
+
+    def result(self) -> types.CallToolResult:
+        """As the SDK's result type (the SDK's own path validates and serializes it)."""
+        return types.CallToolResult(
+            content=[types.TextContent(text=self.text)],
+            structured_content=self.structured,
+            is_error=self.is_error,
+        )
+
+    def wire(self) -> dict[str, Any]:
+        """As the result's JSON members (what the SDK puts on the wire for ``result()``)."""
+        return {
+            "content": [{"type": "text", "text": self.text}],
+            "structuredContent": self.structured,
+            "isError": self.is_error,
+        }
+
+
+def tool_error(code: str, detail: str, retry_after: str | None = None) -> ToolAnswer:
     error: dict[str, Any] = {"error": code, "detail": detail}
     if retry_after is not None:
         error["retry_after"] = retry_after
-    return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(error))], structured_content=error, is_error=True
-    )
+    return ToolAnswer(json.dumps(error), error, is_error=True)
 
 
-def tool_result(reply: Reply) -> types.CallToolResult:
+def tool_answer(reply: Reply) -> ToolAnswer:
     """The syscall's answer as a tool result: the JSON body as text and as structured content."""
     try:
         decoded = msgspec.json.decode(reply.body) if reply.body else {}
@@ -50,11 +73,7 @@ def tool_result(reply: Reply) -> types.CallToolResult:
             return tool_error(decoded["error"], str(decoded.get("detail", "")), reply.retry_after)
         return tool_error("unavailable", f"the API answered HTTP {reply.status}", reply.retry_after)
     structured = decoded if isinstance(decoded, dict) else {"result": decoded}
-    return types.CallToolResult(
-        content=[types.TextContent(text=reply.body.decode("utf-8", "replace"))],
-        structured_content=structured,
-        is_error=False,
-    )
+    return ToolAnswer(reply.body.decode("utf-8", "replace"), structured, is_error=False)
 
 
 def encode_arguments(arguments: dict[str, Any] | None) -> bytes | None:
@@ -67,26 +86,34 @@ def encode_arguments(arguments: dict[str, Any] | None) -> bytes | None:
         return None
 
 
+async def call_tool(
+    syscalls: Syscalls, name: str, arguments: dict[str, Any] | None, authorization: str
+) -> ToolAnswer:
+    """One tool call: its syscall, sent with the caller's ``Authorization``."""
+    tool = BY_NAME.get(name)
+    if tool is None:
+        return tool_error("invalid_request", f"no tool named {name[:64]!r}")
+    body = encode_arguments(arguments)
+    if body is None:
+        return tool_error("invalid_request", "the arguments are not a JSON object this API can read")
+    try:
+        reply = await syscalls.post(tool.path, body, authorization)
+    except httpx.HTTPError as error:
+        return tool_error("unavailable", f"the memwarden API cannot be reached ({type(error).__name__})")
+    return tool_answer(reply)
+
+
 def build_server(syscalls: Syscalls, authorization: Authorization) -> Server[Any]:
     async def list_tools(
         _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=list(listing()))
 
-    async def call_tool(
+    async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        tool = BY_NAME.get(params.name)
-        if tool is None:
-            return tool_error("invalid_request", f"no tool named {params.name[:64]!r}")
-        body = encode_arguments(params.arguments)
-        if body is None:
-            return tool_error("invalid_request", "the arguments are not a JSON object this API can read")
-        try:
-            reply = await syscalls.post(tool.path, body, authorization(ctx))
-        except httpx.HTTPError as error:
-            return tool_error("unavailable", f"the memwarden API cannot be reached ({type(error).__name__})")
-        return tool_result(reply)
+        answer = await call_tool(syscalls, params.name, params.arguments, authorization(ctx))
+        return answer.result()
 
     server: Server[Any] = Server(
         SERVER_NAME,
@@ -94,7 +121,7 @@ def build_server(syscalls: Syscalls, authorization: Authorization) -> Server[Any
         instructions=INSTRUCTIONS,
         get_tool_input_schema=no_header_parameters,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        on_call_tool=on_call_tool,
     )
     server.middleware = []  # the SDK's default OpenTelemetry span per message: nothing exports it here
     return server

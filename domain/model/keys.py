@@ -16,6 +16,7 @@ from domain.model.events import Event, KeyIssued, KeyRevoked
 from domain.model.identity import REVIEWER_ROLES, ROLE_LEVEL, ROLES, Identity, Role
 from domain.model.namespaces import is_within, validate_namespace
 from domain.model.storable import check_storable
+from domain.model.text import invisible_character
 
 KEY_PREFIX = "mw"
 _KEY = re.compile(r"mw_([0-9a-f]{32})_([A-Za-z0-9]{20,128})")
@@ -58,6 +59,16 @@ def format_key(key_id: str, secret: str) -> str:
     return f"{KEY_PREFIX}_{key_id}_{secret}"
 
 
+def check_actor_name(actor: str) -> None:
+    """An actor name is what audit records and reviewers see: 1-128 characters, no space,
+    and nothing invisible (``bot`` followed by U+200B would pass for ``bot``)."""
+    if not _ACTOR.fullmatch(actor):
+        raise InvalidRequest("actor must be 1-128 characters without spaces")
+    hidden = invisible_character(actor)
+    if hidden is not None:
+        raise InvalidRequest(f"actor contains an invisible character (U+{ord(hidden):04X})")
+
+
 def check_key_admin(caller: Identity) -> None:
     if caller.role not in REVIEWER_ROLES:
         raise Forbidden(f"role {caller.role!r} may not manage keys")
@@ -71,8 +82,7 @@ def decide_issue(caller: Identity, command: IssueKey, key_id: str, key_hash: str
     validate_namespace(command.target)
     if command.role not in ROLES:
         raise InvalidRequest(f"role must be one of {', '.join(ROLES)}")
-    if not _ACTOR.fullmatch(command.actor):
-        raise InvalidRequest("actor must be 1-128 characters without spaces")
+    check_actor_name(command.actor)
     if ROLE_LEVEL[command.role] > ROLE_LEVEL[caller.role]:
         raise Forbidden(f"a {caller.role} may not mint a key with role {command.role!r}")
     if not is_within(command.target, caller.namespace):

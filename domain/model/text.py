@@ -96,6 +96,16 @@ def _invisible(char: str) -> bool:
     return unicodedata.category(char) in _INVISIBLE and not char.isspace()
 
 
+def invisible_character(text: str) -> str | None:
+    """The first character of ``text`` that renders as nothing, or None: a control or format
+    character (zero-width space U+200B, BOM U+FEFF, soft hyphen, bidi controls) or a Hangul
+    filler; what ``normalize`` drops, so two texts that differ only by one look the same.
+    Whitespace is not counted (it is visible as a gap)."""
+    if text.isprintable() and _FILLERS.isdisjoint(text):  # every invisible one is either
+        return None
+    return next((c for c in text if _invisible(c)), None)
+
+
 def _strippable(text: str, index: int, start: int, end: int) -> bool:
     """Whether ``text[index]``, an edge of ``text[start:end]``, carries no meaning there."""
     char = text[index]

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
 
+from bootstrap.runtime import Runtime
 from domain.ledger.database import ConnectionParams
+from domain.settings import Settings
 from tests.conftest import url_of
-from tests.processes import serving
+from tests.e2e.review_seed import seed_review_queues
+from tests.processes import cli_key, cli_last_line, serving
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -28,21 +30,15 @@ SHOTS = REPO_ROOT / ".ci" / "artifacts" / "console"
 pytestmark = pytest.mark.skipif(shutil.which("chromedriver") is None, reason="chromium-driver not installed")
 
 
-def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return done.stdout.strip().splitlines()[-1]
+class Served(NamedTuple):
+    base: str
+    keys: dict[str, str]
+    """By role: owner (acme), member and agent (acme/eng)."""
+    env: dict[str, str]
 
 
 @pytest.fixture
-def served(database: ConnectionParams, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def served(database: ConnectionParams, tmp_path: Path) -> Iterator[Served]:
     env = {
         **os.environ,
         "DATABASE_URL": url_of(database),
@@ -50,7 +46,7 @@ def served(database: ConnectionParams, tmp_path: Path) -> Iterator[tuple[str, di
         "MEMWARDEN_EMBEDDER": "hash",
     }
     keys = {
-        role: _cli(env, "keys", "create", ns, actor, role)
+        role: cli_key(env, ns, actor, role)
         for ns, actor, role in (
             ("acme", "olga", "owner"),
             ("acme/eng", "mia", "member"),
@@ -58,7 +54,7 @@ def served(database: ConnectionParams, tmp_path: Path) -> Iterator[tuple[str, di
         )
     }
     with serving(env, host="localhost") as (_server, base):  # a Secure cookie is kept on localhost
-        yield base, keys
+        yield Served(base, keys, env)
 
 
 @pytest.fixture
@@ -83,6 +79,11 @@ def _shot(driver: WebDriver, name: str) -> None:
 
 def _wait_for(driver: WebDriver, text: str) -> None:
     WebDriverWait(driver, 30).until(lambda d: text in d.page_source)
+
+
+def _sign_in(driver: WebDriver, key: str) -> None:
+    driver.find_element(By.NAME, "key").send_keys(key)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
 
 
 def _seed(base: str, keys: dict[str, str]) -> str:
@@ -116,16 +117,14 @@ def _seed(base: str, keys: dict[str, str]) -> str:
     return str(contra["dispute_id"])
 
 
-def test_console_pages_in_headless_chromium(served: tuple[str, dict[str, str]], browser: WebDriver) -> None:
-    base, keys = served
+def test_console_pages_in_headless_chromium(served: Served, browser: WebDriver) -> None:
+    base, keys, _env = served
     dispute = _seed(base, keys)
     browser.get(f"{base}/console/login")
     _shot(browser, "login")
-    browser.find_element(By.NAME, "key").send_keys(keys["agent"])
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    _sign_in(browser, keys["agent"])
     _wait_for(browser, "may not use the console")
-    browser.find_element(By.NAME, "key").send_keys(keys["owner"])
-    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    _sign_in(browser, keys["owner"])
     WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/audit"))
     cookie = browser.get_cookie("memwarden_console")
     assert cookie is not None
@@ -178,3 +177,59 @@ def test_console_pages_in_headless_chromium(served: tuple[str, dict[str, str]], 
     browser.find_element(By.XPATH, "//button[text()='Log out']").click()
     WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/login"))
     assert browser.get_cookie("memwarden_console") is None
+
+
+def _click(driver: WebDriver, item: object, button: str) -> None:
+    """Press the named button of the queue row of ``item``."""
+    row = driver.find_element(By.XPATH, f"//tr[td[normalize-space()='{item}']]")
+    row.find_element(By.XPATH, f".//button[text()='{button}']").click()
+
+
+def test_review_queues_and_checkpoints_in_headless_chromium(served: Served, browser: WebDriver) -> None:
+    base, keys, env = served
+    with Runtime(Settings.from_env(env), follow=False) as runtime:  # the served database's services
+        seeded = seed_review_queues(runtime)
+    cli_last_line(env, "ledger", "checkpoint")  # the existing checkpoint command
+    browser.get(f"{base}/console/login")
+    _sign_in(browser, keys["owner"])
+    WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/audit"))
+
+    browser.get(f"{base}/console/review/findings")
+    assert str(seeded.finding) in browser.find_element(By.ID, "queue").text
+    _shot(browser, "review-findings")
+    _click(browser, seeded.finding, "keep_b")
+    _wait_for(browser, "Nothing to review")
+    browser.get(f"{base}/console/review/findings?status=resolved")
+    assert "keep_b" in browser.find_element(By.ID, "queue").text
+
+    browser.get(f"{base}/console/review/proposals")
+    row = browser.find_element(By.XPATH, f"//tr[td[normalize-space()='{seeded.proposal}']]")
+    row.find_element(By.NAME, "content").send_keys("Staging is rebuilt every Sunday night")
+    _shot(browser, "review-proposals")
+    _click(browser, seeded.proposal, "edit")
+    _wait_for(browser, "True")  # the edited column; the proposal waits for approval
+    _click(browser, seeded.proposal, "approve")
+    WebDriverWait(browser, 30).until(lambda d: str(seeded.proposal) not in d.page_source)
+    browser.get(f"{base}/console/review/proposals?status=approved")
+    assert str(seeded.proposal) in browser.find_element(By.ID, "queue").text
+
+    browser.get(f"{base}/console/review/decisions")
+    row = browser.find_element(By.XPATH, f"//tr[td[normalize-space()='{seeded.decision}']]")
+    row.find_element(By.NAME, "reason").send_keys("the backup moved to Monday")
+    _shot(browser, "review-decisions")
+    _click(browser, seeded.decision, "overturn")
+    _wait_for(browser, "Nothing to review")
+    browser.get(f"{base}/console/review/decisions?status=overturned")
+    assert str(seeded.decision) in browser.find_element(By.ID, "queue").text
+    browser.find_element(By.CSS_SELECTOR, f"a[href='/console/memory/{seeded.memories[2]}']").click()
+    assert "History of" in browser.page_source
+
+    browser.get(f"{base}/console/ledger")
+    browser.find_element(By.XPATH, "//button[text()='Make a checkpoint']").click()
+    assert browser.find_element(By.ID, "checkpoint").text
+    browser.get(f"{base}/console/checkpoints")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#checkpoints tr")
+    assert len(rows) == 3  # the header, the console's checkpoint and the CLI's
+    _shot(browser, "checkpoints")
+    browser.find_elements(By.XPATH, "//button[text()='Verify against it']")[-1].click()
+    assert "The chain holds" in browser.find_element(By.ID, "verdict").text

@@ -15,6 +15,7 @@ from api.http.app import create_app
 from bootstrap.runtime import Runtime
 from domain.settings import Settings
 from tests.e2e.api_helpers import Api
+from tests.e2e.review_seed import seed_review_queues
 
 BASE = "https://testserver"  # the session cookie is Secure
 
@@ -254,6 +255,115 @@ def test_review_queue_refuses_bad_decisions_and_unknown_queues(api: Api) -> None
     )
     assert api.client.get("/console/review/nothing").status_code == 404
     assert api.call(admin, "/v1/admin/disputes", method="GET").json()[0]["status"] == "open"
+
+
+def _decide(api: Api, csrf: str, queue: str, item: object, **form: str) -> Any:
+    return api.client.post(
+        f"/console/review/{queue}/{item}", data={"csrf": csrf, **form}, follow_redirects=False
+    )
+
+
+def test_findings_queue_resolves_in_one_click(api: Api) -> None:
+    seeded = seed_review_queues(api.runtime)
+    admin = api.key("acme", "boss", "admin")
+    csrf = login(api, admin)
+    page = api.client.get("/console/review/findings")
+    assert page.status_code == 200
+    assert str(seeded.finding) in page.text
+    for memory in seeded.memories[:2]:  # the pair, each a link to its history
+        assert f'href="/console/memory/{memory}"' in page.text
+    assert [
+        b for b in ("keep_a", "keep_b", "both_valid", "dismiss") if f">{b}</button>" not in page.text
+    ] == []
+    assert _decide(api, csrf, "findings", seeded.finding, decision="keep_old").status_code == 400
+    assert _decide(api, csrf, "findings", seeded.finding, decision="keep_b").status_code == 303
+    resolved = api.call(admin, "/v1/admin/findings?status=resolved", method="GET").json()
+    assert [(f["id"], f["decision"], f["reviewer"]) for f in resolved] == [
+        (str(seeded.finding), "keep_b", "boss")
+    ]
+    assert "Nothing to review" in api.client.get("/console/review/findings").text
+    assert "keep_b" in api.client.get("/console/review/findings?status=resolved").text
+    assert ("resolve_finding", "ok") in ops_of(api, "boss")
+
+
+@pytest.mark.parametrize("action", ["approve", "reject"])
+def test_proposals_queue_edits_then_approves_or_rejects(api: Api, action: str) -> None:
+    seeded = seed_review_queues(api.runtime)
+    admin = api.key("acme", "boss", "admin")
+    csrf = login(api, admin)
+    page = api.client.get("/console/review/proposals")
+    assert str(seeded.proposal) in page.text
+    assert 'name="content" placeholder="the text to publish" required' in page.text
+    edited = _decide(api, csrf, "proposals", seeded.proposal, decision="edit", content="Staging: Sundays")
+    assert edited.status_code == 303, edited.text
+    listed = api.call(admin, "/v1/admin/proposals", method="GET").json()
+    assert [(p["id"], p["edited"]) for p in listed if p["id"] == str(seeded.proposal)] == [
+        (str(seeded.proposal), True)
+    ]
+    assert _decide(api, csrf, "proposals", seeded.proposal, decision=action).status_code == 303
+    status = {"approve": "approved", "reject": "rejected"}[action]
+    closed = api.call(admin, f"/v1/admin/proposals?status={status}", method="GET").json()
+    assert [p["id"] for p in closed] == [str(seeded.proposal)]
+    assert str(seeded.proposal) not in api.client.get("/console/review/proposals").text
+    ops = ops_of(api, "boss")
+    assert ("edit_proposal", "ok") in ops
+    assert (f"{action}_proposal", "ok") in ops
+
+
+def test_decisions_queue_overturns_with_a_reason(api: Api) -> None:
+    seeded = seed_review_queues(api.runtime)
+    admin = api.key("acme", "boss", "admin")
+    csrf = login(api, admin)
+    page = api.client.get("/console/review/decisions")
+    assert str(seeded.decision) in page.text
+    done = _decide(api, csrf, "decisions", seeded.decision, decision="overturn", reason="Tuesday is right")
+    assert done.status_code == 303, done.text
+    overturned = api.call(admin, "/v1/admin/decisions?status=overturned", method="GET").json()
+    assert [(d["id"], d["overturn_reason"]) for d in overturned] == [
+        (str(seeded.decision), "Tuesday is right")
+    ]
+    assert "Nothing to review" in api.client.get("/console/review/decisions").text
+    again = _decide(api, csrf, "decisions", seeded.decision, decision="overturn")  # no reason: still a body
+    assert again.status_code in {400, 409}, again.text  # already overturned: the API's answer, as a page
+    assert "Refused" in again.text
+
+
+def test_queue_actions_need_the_csrf_token_and_an_admin(api: Api) -> None:
+    seeded = seed_review_queues(api.runtime)
+    admin = api.key("acme", "boss", "admin")
+    auditor = api.key("acme", "ann", "auditor")
+    login(api, admin)
+    items = (("findings", seeded.finding, "dismiss"), ("proposals", seeded.proposal, "approve"))
+    for queue, item, action in (*items, ("decisions", seeded.decision, "overturn")):
+        for token in ({}, {"csrf": "0" * 64}):
+            answer = api.client.post(f"/console/review/{queue}/{item}", data={"decision": action, **token})
+            assert answer.status_code == 403, (queue, token)
+    assert len(api.call(admin, "/v1/admin/findings", method="GET").json()) == 1
+    assert len(api.call(admin, "/v1/admin/decisions?status=settled", method="GET").json()) == 1
+    assert str(seeded.proposal) in api.client.get("/console/review/proposals").text
+    csrf = login(api, auditor)
+    for queue in ("findings", "proposals", "decisions"):
+        assert api.client.get(f"/console/review/{queue}").status_code == 403
+    assert _decide(api, csrf, "findings", seeded.finding, decision="dismiss").status_code == 403
+    assert len(api.call(admin, "/v1/admin/findings", method="GET").json()) == 1
+
+
+def test_checkpoints_page_lists_what_the_ledger_signed_and_verifies_against_one(api: Api) -> None:
+    auditor = api.key("acme", "ann", "auditor")
+    csrf = login(api, auditor)
+    assert "No checkpoints yet" in api.client.get("/console/checkpoints").text
+    made = [api.call(auditor, "/v1/compliance/ledger/checkpoint").json() for _ in range(3)]
+    page = api.client.get("/console/checkpoints")
+    assert page.status_code == 200
+    rows = re.findall(r"<tr><td>(\d+)</td><td>[^<]+</td><td>([0-9a-f]{64})</td>", page.text)
+    assert rows == [(str(c["position"]), c["hash"]) for c in reversed(made)]
+    hidden = re.findall(r"name=\"checkpoint\" value='([^']+)'", page.text)
+    assert len(hidden) == 3
+    pasted = hidden[0].replace("&#34;", '"')
+    assert json.loads(pasted) == made[-1]
+    against = api.client.post("/console/ledger/verify", data={"csrf": csrf, "checkpoint": pasted})
+    assert "The chain holds" in against.text, against.text
+    assert ("compliance.checkpoints", "ok") in ops_of(api, "ann")
 
 
 def test_policies_view_and_edit(api: Api) -> None:

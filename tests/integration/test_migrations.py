@@ -42,7 +42,9 @@ FIXTURES = Path(__file__).with_name("fixtures")
 OLD_DUMP = FIXTURES / "b8b96e5.sql"
 OLD_KEYS = json.loads((FIXTURES / "b8b96e5.keys.json").read_text())
 OLD_EVENTS = 19
-LABELS = ["0001_ledger", "0002_read_models", "0003_workers"]
+LABELS = ["0001_ledger", "0002_read_models", "0003_workers", "0004_checkpoints"]
+HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
+"""A migration after the last one (gaps are refused)."""
 AGENT = Identity("acme/eng", "agent-1", "agent")
 
 
@@ -236,20 +238,20 @@ def test_a_failing_migration_leaves_nothing_and_the_ones_before_stay(
 ) -> None:
     directory = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, directory)
-    (directory / "0004_half_done.sql").write_text(
+    (directory / f"{HALF_DONE}.sql").write_text(
         "CREATE TABLE memwarden.half_done (id int);\nSELECT 1 / 0;\n", encoding="utf-8"
     )
-    with pytest.raises(MigrationError, match="0004_half_done failed"):
+    with pytest.raises(MigrationError, match=f"{HALF_DONE} failed"):
         migrate(bare, directory)
-    assert [v for v, _ in recorded(bare)] == [1, 2, 3]
+    assert [v for v, _ in recorded(bare)] == list(range(1, len(LABELS) + 1))
     with psycopg.connect(bare.conninfo()) as conn:
         row = conn.execute("SELECT to_regclass('memwarden.half_done')").fetchone()
     assert row is not None
     assert row[0] is None, "the failed migration's table stayed"
-    (directory / "0004_half_done.sql").write_text(
+    (directory / f"{HALF_DONE}.sql").write_text(
         "CREATE TABLE memwarden.half_done (id int);\n", encoding="utf-8"
     )
-    assert migrate(bare, directory).applied == ["0004_half_done"]
+    assert migrate(bare, directory).applied == [HALF_DONE]
 
 
 def test_a_migration_changed_after_it_was_applied_is_refused(bare: ConnectionParams, tmp_path: Path) -> None:

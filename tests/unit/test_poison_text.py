@@ -6,6 +6,7 @@ way around the edge (CLI, import, a service called in-process) can append it."""
 from __future__ import annotations
 
 import argparse
+import re
 import unicodedata
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -26,6 +27,7 @@ from domain.model.policies import PolicyBody, decide_set_policy
 from domain.model.storable import check_storable, unstorable_field
 from domain.model.text import (
     escape_unprintable,
+    invisible_character,
     is_low_information,
     normalize,
     normalize_key,
@@ -382,3 +384,56 @@ def test_erasure_by_subject_finds_every_respelling() -> None:
         target = memory(subject=subject, attribute="city" if subject else None, tags=tags)
         assert names_subject(target, keys), (subject, tags)
     assert not names_subject(memory(subject="dana-leo", attribute="city"), keys)
+
+
+INVISIBLE_ACTORS = {
+    "zero-width space": ("bot\u200b", "U+200B"),
+    "byte order mark": ("\ufeffbot", "U+FEFF"),
+    "right-to-left override": ("bot\u202etxt", "U+202E"),
+    "left-to-right isolate": ("\u2066bot", "U+2066"),
+    "right-to-left mark": ("bot\u200f", "U+200F"),
+    "soft hyphen": ("b\u00adot", "U+00AD"),
+    "word joiner": ("b\u2060ot", "U+2060"),
+    "Hangul filler": ("bot\u3164", "U+3164"),
+    "delete": ("bot\x7f", "U+007F"),
+    "C1 control": ("bot\x9b", "U+009B"),
+}
+
+
+@pytest.mark.parametrize(("actor", "code"), INVISIBLE_ACTORS.values(), ids=INVISIBLE_ACTORS.keys())
+def test_the_key_decider_refuses_an_actor_with_an_invisible_character(actor: str, code: str) -> None:
+    command = IssueKey(target=ADMIN.namespace, actor=actor, role="agent")
+    with pytest.raises(InvalidRequest, match=re.escape(f"actor contains an invisible character ({code})")):
+        decide_issue(ADMIN, command, "k", "h", T0)
+
+
+@pytest.mark.parametrize(
+    ("actor", "problem"),
+    [
+        ("b\x00ot", r"^actor contains a NUL"),
+        ("b\ud800ot", r"^actor contains a lone surrogate \(U\+D800\)"),
+        ("b\udfffot", r"^actor contains a lone surrogate \(U\+DFFF\)"),
+        ("two words", r"^actor must be 1-128"),
+        ("", r"^actor must be 1-128"),
+        ("x" * 129, r"^actor must be 1-128"),
+    ],
+)
+def test_the_key_decider_refuses_unstorable_or_spaced_actors(actor: str, problem: str) -> None:
+    with pytest.raises(InvalidRequest, match=problem):
+        decide_issue(ADMIN, IssueKey(target=ADMIN.namespace, actor=actor, role="agent"), "k", "h", T0)
+
+
+@pytest.mark.parametrize("actor", ["bot", "dana@acme.example", "Ørjan", "李雷", "ci-bot_2", "🤖", "é" * 128])
+def test_visible_actor_names_are_accepted(actor: str) -> None:
+    issued = decide_issue(ADMIN, IssueKey(target=ADMIN.namespace, actor=actor, role="agent"), "k", "h", T0)
+    assert issued.actor == actor
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_invisible_character_finds_exactly_what_normalize_drops(text: str) -> None:
+    found = invisible_character(text)
+    if found is None:
+        assert all(c.isspace() or unicodedata.category(c) not in {"Cc", "Cf"} for c in text)
+    else:
+        assert found in text
+        assert normalize(f"a{found}b") == "ab"

@@ -1,0 +1,66 @@
+"""An item in each review queue the autopilot and consolidation fill, made by the real
+services on the test database: a finding (a contradiction the default dial leaves to a
+person), an automatic decision (a namespace whose dial is ``auto``) and a consolidation
+proposal (near-duplicates)."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import msgspec
+
+from bootstrap.runtime import Runtime
+from domain.model.commands import ProvenanceClaim, WriteMemory
+from domain.model.identity import Identity
+from domain.model.policies import PolicyBody
+
+TEAM = Identity(namespace="acme/eng", actor="bot", role="agent")
+OPS = Identity(namespace="acme/ops", actor="opsbot", role="agent")
+OPERATOR = Identity(namespace="acme", actor="operator@test", role="owner")
+HOLDER = "review-seed"
+DUPLICATE = "The staging cluster is rebuilt from the golden image every Sunday night"
+REORDERED = "Every Sunday night the staging cluster is rebuilt from the golden image"
+
+
+class Seeded(msgspec.Struct, frozen=True, kw_only=True):
+    finding: UUID
+    decision: UUID
+    proposal: UUID
+    memories: tuple[UUID, ...]
+    """Every memory written, in order."""
+
+
+def _write(rt: Runtime, who: Identity, content: str) -> tuple[UUID, int]:
+    command = WriteMemory(content=content, provenance=ProvenanceClaim(source="conversation"))
+    result = rt.memory.write(who, command)
+    assert result.outcome == "stored", result
+    assert result.id is not None
+    return result.id, result.position
+
+
+def _judged(rt: Runtime, who: Identity, contents: tuple[str, str]) -> list[UUID]:
+    """Write two contradicting facts and run the autopilot's pass over the newer."""
+    first, _ = _write(rt, who, contents[0])
+    second, position = _write(rt, who, contents[1])
+    rt.autopilot.judge_memory(second, position, HOLDER)
+    return [first, second]
+
+
+def seed_review_queues(rt: Runtime) -> Seeded:
+    rt.core.governance.set_policy(OPERATOR, OPS.namespace, PolicyBody(conflict_review="auto"))
+    team = _judged(rt, TEAM, ("Payroll runs on Friday", "Payroll runs on Thursday"))
+    ops = _judged(rt, OPS, ("The backup job runs on Monday", "The backup job runs on Tuesday"))
+    duplicates = [_write(rt, TEAM, text) for text in (DUPLICATE, REORDERED)]
+    drafted = rt.consolidation.consolidate(TEAM.namespace, duplicates[-1][1], HOLDER).drafted
+    rt.reads.wait_for(rt.ledger.head_position())
+    findings = rt.reads.findings(OPERATOR, "open")
+    decisions = rt.reads.decisions(OPERATOR, "settled")
+    assert [(f.memory_a, f.memory_b) for f in findings] == [tuple(team)], findings
+    assert [(d.winner, d.loser) for d in decisions] == [(ops[1], ops[0])], decisions
+    assert drafted, "no proposal drafted"
+    return Seeded(
+        finding=findings[0].id,
+        decision=decisions[0].id,
+        proposal=drafted[0],
+        memories=(*team, *ops, *(m for m, _ in duplicates)),
+    )
