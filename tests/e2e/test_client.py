@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import anyio
 import pytest
@@ -25,100 +25,114 @@ def test_every_syscall_and_route_sync(served: Served, env: dict[str, str]) -> No
     _server, base, agent_key = served
     owner_key = cli_key(env, "acme", "ops", "owner")
     with Client(base, owner_key) as owner, Client(base, agent_key) as agent:
-        # admin routes: keys and policies
-        member_key = owner.call(q.CreateKey(target="acme/eng", actor="dana", role="member")).key
-        auditor = owner.call(q.CreateKey(target="acme", actor="audrey", role="auditor"))
-        assert {k.actor for k in owner.call(q.ListKeys())} >= {"bot", "dana", "audrey", "ops"}
-        policy = owner.call(
-            q.PutNamespacePolicy(namespace="acme", directives=(q.DirectiveSpec(id="tone", text="Be brief."),))
-        )
-        assert policy.version >= 1
-        assert owner.call(q.GetNamespacePolicy(namespace="acme")).directives[0].id == "tone"
+        member_key, auditor_key = _admin_routes(owner)
+        stored_id = _syscalls(base, owner, agent, member_key)
+        _compliance_routes(base, auditor_key, owner, agent, stored_id)
+        _ops_routes(base, owner, member_key)
 
-        # syscalls
-        stored = agent.call(q.Write(content="The on-call rotation changes every Monday at 09:00"))
-        assert stored.outcome == "stored"
-        assert stored.id is not None
-        again = agent.call(q.Write(content="The on-call rotation changes every Monday at 09:00"))
-        assert again.outcome == "deduplicated"
-        batch = agent.call(
-            q.WriteBatch(items=[q.WriteItem(content="Staging lives in eu-west-1"), q.WriteItem(content="")])
-        )
-        assert [r.outcome for r in batch.results] == ["stored", "rejected"]
-        ticket = agent.call(q.WriteAsync(content="Release notes go to #releases")).ticket
-        deadline = time.monotonic() + 30
-        while (status := agent.call(q.WriteStatus(ticket=ticket))).state in {"pending", "running"}:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        assert status.state == "done"
-        memory = agent.call(q.Read(id=stored.id))
-        assert memory.content == "The on-call rotation changes every Monday at 09:00"
-        assert memory.namespace == "acme/eng"
-        found = agent.call(q.Search(query="on-call rotation", k=3))
-        assert found.results[0].id == stored.id
-        capsule = agent.call(q.Assemble(budget_tokens=300, task_hint="on-call"))
-        assert capsule.receipt.merkle_root
-        assert any("on-call" in b.content for b in capsule.blocks)
-        fault = agent.call(q.Fault(question="When does the on-call rotation change?"))
-        assert fault.hit is True
-        assert agent.call(q.GetHistory(id=stored.id)).versions[0].id == stored.id
-        assert agent.call(q.Pin(id=stored.id)).pinned is True
-        assert agent.call(q.Unpin(id=stored.id)).pinned is False
-        stats = agent.call(q.GetStats())
-        assert stats.namespace == "acme/eng"
-        assert stats.current == 3
-        directives = agent.call(q.GetPolicy()).directives
-        assert [(d.id, d.acknowledged) for d in directives] == [("tone", False)]
-        assert agent.call(q.AckPolicy(directive_id="tone")).acknowledged is True
-        with Client(base, member_key) as member:
-            assert member.call(q.Verify(id=stored.id, supports=True)).trust_tier == "verified"
-        share = owner.call(q.Share(id=stored.id, with_namespace="acme/sales"))
-        assert share.share_id
 
-        # compliance
-        with Client(base, auditor.key) as compliance:
-            checkpoint = compliance.call(q.MakeCheckpoint())
-            check = compliance.call(q.VerifyLedger(checkpoint=checkpoint))
-            assert check.ok is True
-            assert check.checked >= checkpoint.position
-            second = compliance.call(q.MakeCheckpoint())
-            kept = list(compliance.iterate(q.Checkpoints(limit=1)))  # one per page
-            assert kept.index(second) < kept.index(checkpoint)  # newest first
-            assert compliance.call(q.Checkpoints()).checkpoints == kept
-            records = list(compliance.iterate(q.Audit(limit=3)))
-            assert len(records) > 6  # several pages
-            assert [r.position for r in records] == sorted({r.position for r in records})
-            assert {"write", "search", "assemble"} <= {r.op for r in records}
-            writes = list(compliance.iterate(q.Audit(op="write", outcome="ok", limit=2)))
-            assert {r.actor for r in writes} == {"bot"}
-            believed = list(
-                compliance.iterate(
-                    q.AsOf(as_of=datetime.now(UTC) + timedelta(seconds=1), target="acme/eng", limit=1)
-                )
+def _admin_routes(owner: Client) -> tuple[str, str]:
+    """Keys and policies; returns a member's and an auditor's key."""
+    member_key = owner.call(q.CreateKey(target="acme/eng", actor="dana", role="member")).key
+    auditor = owner.call(q.CreateKey(target="acme", actor="audrey", role="auditor"))
+    assert {k.actor for k in owner.call(q.ListKeys())} >= {"bot", "dana", "audrey", "ops"}
+    policy = owner.call(
+        q.PutNamespacePolicy(namespace="acme", directives=(q.DirectiveSpec(id="tone", text="Be brief."),))
+    )
+    assert policy.version >= 1
+    assert owner.call(q.GetNamespacePolicy(namespace="acme")).directives[0].id == "tone"
+    return member_key, auditor.key
+
+
+def _syscalls(base: str, owner: Client, agent: Client, member_key: str) -> UUID:
+    """Every agent syscall; returns the id of the first memory written."""
+    stored = agent.call(q.Write(content="The on-call rotation changes every Monday at 09:00"))
+    assert stored.outcome == "stored"
+    assert stored.id is not None
+    again = agent.call(q.Write(content="The on-call rotation changes every Monday at 09:00"))
+    assert again.outcome == "deduplicated"
+    batch = agent.call(
+        q.WriteBatch(items=[q.WriteItem(content="Staging lives in eu-west-1"), q.WriteItem(content="")])
+    )
+    assert [r.outcome for r in batch.results] == ["stored", "rejected"]
+    ticket = agent.call(q.WriteAsync(content="Release notes go to #releases")).ticket
+    deadline = time.monotonic() + 30
+    while (status := agent.call(q.WriteStatus(ticket=ticket))).state in {"pending", "running"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert status.state == "done"
+    memory = agent.call(q.Read(id=stored.id))
+    assert memory.content == "The on-call rotation changes every Monday at 09:00"
+    assert memory.namespace == "acme/eng"
+    found = agent.call(q.Search(query="on-call rotation", k=3))
+    assert found.results[0].id == stored.id
+    capsule = agent.call(q.Assemble(budget_tokens=300, task_hint="on-call"))
+    assert capsule.receipt.merkle_root
+    assert any("on-call" in b.content for b in capsule.blocks)
+    fault = agent.call(q.Fault(question="When does the on-call rotation change?"))
+    assert fault.hit is True
+    assert agent.call(q.GetHistory(id=stored.id)).versions[0].id == stored.id
+    assert agent.call(q.Pin(id=stored.id)).pinned is True
+    assert agent.call(q.Unpin(id=stored.id)).pinned is False
+    stats = agent.call(q.GetStats())
+    assert stats.namespace == "acme/eng"
+    assert stats.current == 3
+    directives = agent.call(q.GetPolicy()).directives
+    assert [(d.id, d.acknowledged) for d in directives] == [("tone", False)]
+    assert agent.call(q.AckPolicy(directive_id="tone")).acknowledged is True
+    with Client(base, member_key) as member:
+        assert member.call(q.Verify(id=stored.id, supports=True)).trust_tier == "verified"
+    share = owner.call(q.Share(id=stored.id, with_namespace="acme/sales"))
+    assert share.share_id
+    return stored.id
+
+
+def _compliance_routes(base: str, auditor_key: str, owner: Client, agent: Client, stored_id: UUID) -> None:
+    with Client(base, auditor_key) as compliance:
+        checkpoint = compliance.call(q.MakeCheckpoint())
+        check = compliance.call(q.VerifyLedger(checkpoint=checkpoint))
+        assert check.ok is True
+        assert check.checked >= checkpoint.position
+        second = compliance.call(q.MakeCheckpoint())
+        kept = list(compliance.iterate(q.Checkpoints(limit=1)))  # one per page
+        assert kept.index(second) < kept.index(checkpoint)  # newest first
+        assert compliance.call(q.Checkpoints()).checkpoints == kept
+        records = list(compliance.iterate(q.Audit(limit=3)))
+        assert len(records) > 6  # several pages
+        assert [r.position for r in records] == sorted({r.position for r in records})
+        assert {"write", "search", "assemble"} <= {r.op for r in records}
+        writes = list(compliance.iterate(q.Audit(op="write", outcome="ok", limit=2)))
+        assert {r.actor for r in writes} == {"bot"}
+        believed = list(
+            compliance.iterate(
+                q.AsOf(as_of=datetime.now(UTC) + timedelta(seconds=1), target="acme/eng", limit=1)
             )
-            assert {m.content for m in believed} >= {"Staging lives in eu-west-1"}
+        )
+        assert {m.content for m in believed} >= {"Staging lives in eu-west-1"}
 
-            forgotten = owner.call(q.Forget(ids=(stored.id,), reason="test erasure"))
-            assert forgotten.erased == 1
-            certificate = compliance.call(q.GetCertificate(certificate_id=forgotten.certificate.id))
-            assert certificate == forgotten.certificate
-            assert compliance.call(q.VerifyCertificate(certificate=certificate)).valid is True
-            forged = q.VerifyCertificate(certificate=msgspec_replace(certificate, count=7))
-            assert compliance.call(forged).valid is False
-        assert agent.call(q.Read(id=stored.id)).content is None
+        forgotten = owner.call(q.Forget(ids=(stored_id,), reason="test erasure"))
+        assert forgotten.erased == 1
+        certificate = compliance.call(q.GetCertificate(certificate_id=forgotten.certificate.id))
+        assert certificate == forgotten.certificate
+        assert compliance.call(q.VerifyCertificate(certificate=certificate)).valid is True
+        forged = q.VerifyCertificate(certificate=msgspec_replace(certificate, count=7))
+        assert compliance.call(forged).valid is False
+    assert agent.call(q.Read(id=stored_id)).content is None
 
-        # ops and disputes
-        projections = owner.call(q.ListProjections())
-        assert projections.projections
-        name = projections.projections[0].name
-        rebuilt = owner.call(q.RebuildProjection(name=name, verify=True))
-        assert rebuilt.name == name
-        assert owner.call(q.ListDisputes()) == []
-        with pytest.raises(e.NotFound):
-            owner.call(q.ResolveDispute(dispute_id=uuid4(), decision="keep_old"))
-        assert owner.call(q.RevokeKey(key_id=member_key.split("_")[1])).revoked is True
-        with pytest.raises(e.Unauthenticated), Client(base, member_key, retry=ONCE) as revoked:
-            revoked.call(q.GetStats())
+
+def _ops_routes(base: str, owner: Client, member_key: str) -> None:
+    """Projections, disputes and key revocation."""
+    projections = owner.call(q.ListProjections())
+    assert projections.projections
+    name = projections.projections[0].name
+    rebuilt = owner.call(q.RebuildProjection(name=name, verify=True))
+    assert rebuilt.name == name
+    assert owner.call(q.ListDisputes()) == []
+    with pytest.raises(e.NotFound):
+        owner.call(q.ResolveDispute(dispute_id=uuid4(), decision="keep_old"))
+    assert owner.call(q.RevokeKey(key_id=member_key.split("_")[1])).revoked is True
+    with pytest.raises(e.Unauthenticated), Client(base, member_key, retry=ONCE) as revoked:
+        revoked.call(q.GetStats())
 
 
 def msgspec_replace(struct: q.r.Certificate, **changes: object) -> q.r.Certificate:

@@ -9,6 +9,7 @@ once per test and shared by all examples.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -169,109 +170,165 @@ def test_the_chain_is_the_documented_formula(built: tuple[Core, list[Row]]) -> N
 
 # -- tampering ---------------------------------------------------------------------------
 
-KINDS = (
-    "flip_state_byte",
-    "change_topic",
-    "change_version",
-    "change_originator",
-    "delete_event",
-    "insert_event",
-    "insert_event_and_link",
-    "insert_link",
-    "swap_positions",
-    "change_hash",
-    "delete_link",
-)
+
+Tamper = Callable[[psycopg.Cursor[Any], list[Row], int, st.DataObject], tuple[int, str]]
+"""One kind of change: (cursor, rows, drawn row index, data) -> (first bad position, problem)."""
+
+
+def _update_event(cur: psycopg.Cursor[Any], column: str, value: object, position: int) -> None:
+    cur.execute(
+        SQL("UPDATE {} SET {} = %s WHERE notification_id = %s").format(EVENTS, Identifier(column)),
+        (value, position),
+    )
+
+
+def flip_state_byte(
+    cur: psycopg.Cursor[Any], rows: list[Row], index: int, data: st.DataObject
+) -> tuple[int, str]:
+    row = rows[index]
+    at = data.draw(st.integers(0, len(row.state) - 1), label="byte")
+    mask = data.draw(st.integers(1, 255), label="mask")
+    state = bytearray(row.state)
+    state[at] ^= mask
+    _update_event(cur, "state", bytes(state), row.position)
+    return row.position, "hash mismatch"
+
+
+def change_topic(
+    cur: psycopg.Cursor[Any], rows: list[Row], index: int, data: st.DataObject
+) -> tuple[int, str]:
+    row = rows[index]
+    topic = data.draw(
+        st.sampled_from(sorted(set(EVENT_TYPES) - {row.topic})) | st.text(STORABLE, max_size=12),
+        label="topic",
+    )
+    if topic == row.topic:
+        topic += "X"
+    _update_event(cur, "topic", topic, row.position)
+    return row.position, "hash mismatch"
+
+
+def change_version(
+    cur: psycopg.Cursor[Any], rows: list[Row], index: int, data: st.DataObject
+) -> tuple[int, str]:
+    row = rows[index]
+    taken = {r.version for r in rows if r.originator_id == row.originator_id}
+    version = data.draw(st.integers(-(2**40), 2**40).filter(lambda v: v not in taken), label="version")
+    _update_event(cur, "originator_version", version, row.position)
+    return row.position, "hash mismatch"
+
+
+def change_originator(
+    cur: psycopg.Cursor[Any], rows: list[Row], index: int, data: st.DataObject
+) -> tuple[int, str]:
+    """Another existing stream (where that version is free), or a new one."""
+    row = rows[index]
+    others = sorted(
+        {r.originator_id for r in rows} - {r.originator_id for r in rows if r.version == row.version}
+    )
+    choices = st.uuids() | (st.sampled_from(others) if others else st.nothing())
+    new_id = data.draw(choices.filter(lambda u: u != row.originator_id), label="originator")
+    _update_event(cur, "originator_id", new_id, row.position)
+    return row.position, "hash mismatch"
+
+
+def delete_event(
+    cur: psycopg.Cursor[Any], rows: list[Row], index: int, _data: st.DataObject
+) -> tuple[int, str]:
+    cur.execute(SQL("DELETE FROM {} WHERE notification_id = %s").format(EVENTS), (rows[index].position,))
+    return rows[index].position, "event row missing"
+
+
+def _insert_event(cur: psycopg.Cursor[Any], rows: list[Row], data: st.DataObject) -> int:
+    head = len(rows)
+    state = data.draw(st.binary(max_size=64), label="state")
+    cur.execute(
+        SQL(
+            "INSERT INTO {} (notification_id, originator_id, originator_version, topic, state)"
+            " VALUES (%s, %s, 1, %s, %s)"
+        ).format(EVENTS),
+        (head + 1, uuid4(), data.draw(st.sampled_from(sorted(EVENT_TYPES)), label="topic"), state),
+    )
+    return head + 1
+
+
+def insert_event(
+    cur: psycopg.Cursor[Any], rows: list[Row], _index: int, data: st.DataObject
+) -> tuple[int, str]:
+    return _insert_event(cur, rows, data), "chain link missing"
+
+
+def insert_event_and_link(
+    cur: psycopg.Cursor[Any], rows: list[Row], _index: int, data: st.DataObject
+) -> tuple[int, str]:
+    position = _insert_event(cur, rows, data)
+    forged = data.draw(st.binary(min_size=32, max_size=32), label="forged hash")
+    cur.execute(SQL("INSERT INTO {} (position, hash) VALUES (%s, %s)").format(CHAIN), (position, forged))
+    return position, "hash mismatch"
+
+
+def insert_link(
+    cur: psycopg.Cursor[Any], rows: list[Row], _index: int, _data: st.DataObject
+) -> tuple[int, str]:
+    cur.execute(
+        SQL("INSERT INTO {} (position, hash) VALUES (%s, %s)").format(CHAIN), (len(rows) + 1, bytes(32))
+    )
+    return len(rows) + 1, "event row missing"
+
+
+def swap_positions(
+    cur: psycopg.Cursor[Any], rows: list[Row], index: int, data: st.DataObject
+) -> tuple[int, str]:
+    drawn = data.draw(st.integers(0, len(rows) - 2), label="other index")
+    other = drawn if drawn < index else drawn + 1
+    p, q = rows[index].position, rows[other].position
+    for old, new in ((p, -1), (q, p), (-1, q)):
+        _update_event(cur, "notification_id", new, old)
+    return min(p, q), "hash mismatch"
+
+
+def change_hash(
+    cur: psycopg.Cursor[Any], rows: list[Row], index: int, data: st.DataObject
+) -> tuple[int, str]:
+    at = data.draw(st.integers(0, 31), label="hash byte")
+    mask = data.draw(st.integers(1, 255), label="hash mask")
+    cur.execute(
+        SQL(
+            "UPDATE {} SET hash = set_byte(hash, %s::int, get_byte(hash, %s::int) # %s::int) WHERE position = %s"
+        ).format(CHAIN),
+        (at, at, mask, rows[index].position),
+    )
+    return rows[index].position, "hash mismatch"
+
+
+def delete_link(
+    cur: psycopg.Cursor[Any], rows: list[Row], index: int, _data: st.DataObject
+) -> tuple[int, str]:
+    cur.execute(SQL("DELETE FROM {} WHERE position = %s").format(CHAIN), (rows[index].position,))
+    return rows[index].position, "chain link missing"
+
+
+TAMPERS: dict[str, Tamper] = {
+    "flip_state_byte": flip_state_byte,
+    "change_topic": change_topic,
+    "change_version": change_version,
+    "change_originator": change_originator,
+    "delete_event": delete_event,
+    "insert_event": insert_event,
+    "insert_event_and_link": insert_event_and_link,
+    "insert_link": insert_link,
+    "swap_positions": swap_positions,
+    "change_hash": change_hash,
+    "delete_link": delete_link,
+}
+
+KINDS = tuple(TAMPERS)
 
 
 def tamper(cur: psycopg.Cursor[Any], rows: list[Row], kind: str, data: st.DataObject) -> tuple[int, str]:
     """Make one change in the open transaction; return (expected first bad position, problem)."""
-    head = len(rows)
-    index = data.draw(st.integers(0, head - 1), label="row index")
-    row = rows[index]
-    p = row.position
-    if kind == "flip_state_byte":
-        at = data.draw(st.integers(0, len(row.state) - 1), label="byte")
-        mask = data.draw(st.integers(1, 255), label="mask")
-        state = bytearray(row.state)
-        state[at] ^= mask
-        cur.execute(
-            SQL("UPDATE {} SET state = %s WHERE notification_id = %s").format(EVENTS), (bytes(state), p)
-        )
-        return p, "hash mismatch"
-    if kind == "change_topic":
-        topic = data.draw(
-            st.sampled_from(sorted(set(EVENT_TYPES) - {row.topic})) | st.text(STORABLE, max_size=12),
-            label="topic",
-        )
-        if topic == row.topic:
-            topic += "X"
-        cur.execute(SQL("UPDATE {} SET topic = %s WHERE notification_id = %s").format(EVENTS), (topic, p))
-        return p, "hash mismatch"
-    if kind == "change_version":
-        taken = {r.version for r in rows if r.originator_id == row.originator_id}
-        version = data.draw(st.integers(-(2**40), 2**40).filter(lambda v: v not in taken), label="version")
-        cur.execute(
-            SQL("UPDATE {} SET originator_version = %s WHERE notification_id = %s").format(EVENTS),
-            (version, p),
-        )
-        return p, "hash mismatch"
-    if kind == "change_originator":
-        # another existing stream (where that version is free), or a new one
-        others = sorted(
-            {r.originator_id for r in rows} - {r.originator_id for r in rows if r.version == row.version}
-        )
-        choices = st.uuids() | (st.sampled_from(others) if others else st.nothing())
-        new_id = data.draw(choices.filter(lambda u: u != row.originator_id), label="originator")
-        cur.execute(
-            SQL("UPDATE {} SET originator_id = %s WHERE notification_id = %s").format(EVENTS), (new_id, p)
-        )
-        return p, "hash mismatch"
-    if kind == "delete_event":
-        cur.execute(SQL("DELETE FROM {} WHERE notification_id = %s").format(EVENTS), (p,))
-        return p, "event row missing"
-    if kind in ("insert_event", "insert_event_and_link"):
-        state = data.draw(st.binary(max_size=64), label="state")
-        cur.execute(
-            SQL(
-                "INSERT INTO {} (notification_id, originator_id, originator_version, topic, state)"
-                " VALUES (%s, %s, 1, %s, %s)"
-            ).format(EVENTS),
-            (head + 1, uuid4(), data.draw(st.sampled_from(sorted(EVENT_TYPES)), label="topic"), state),
-        )
-        if kind == "insert_event":
-            return head + 1, "chain link missing"
-        forged = data.draw(st.binary(min_size=32, max_size=32), label="forged hash")
-        cur.execute(SQL("INSERT INTO {} (position, hash) VALUES (%s, %s)").format(CHAIN), (head + 1, forged))
-        return head + 1, "hash mismatch"
-    if kind == "insert_link":
-        cur.execute(
-            SQL("INSERT INTO {} (position, hash) VALUES (%s, %s)").format(CHAIN), (head + 1, bytes(32))
-        )
-        return head + 1, "event row missing"
-    if kind == "swap_positions":
-        drawn = data.draw(st.integers(0, head - 2), label="other index")
-        other = drawn if drawn < index else drawn + 1
-        q = rows[other].position
-        for old, new in ((p, -1), (q, p), (-1, q)):
-            cur.execute(
-                SQL("UPDATE {} SET notification_id = %s WHERE notification_id = %s").format(EVENTS),
-                (new, old),
-            )
-        return min(p, q), "hash mismatch"
-    if kind == "change_hash":
-        at = data.draw(st.integers(0, 31), label="hash byte")
-        mask = data.draw(st.integers(1, 255), label="hash mask")
-        cur.execute(
-            SQL(
-                "UPDATE {} SET hash = set_byte(hash, %s::int, get_byte(hash, %s::int) # %s::int) WHERE position = %s"
-            ).format(CHAIN),
-            (at, at, mask, p),
-        )
-        return p, "hash mismatch"
-    assert kind == "delete_link"
-    cur.execute(SQL("DELETE FROM {} WHERE position = %s").format(CHAIN), (p,))
-    return p, "chain link missing"
+    index = data.draw(st.integers(0, len(rows) - 1), label="row index")
+    return TAMPERS[kind](cur, rows, index, data)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
