@@ -8,6 +8,7 @@ from types import TracebackType
 from domain.judging import judge_from_settings
 from domain.ledger.app import Ledger
 from domain.services.autopilot import AutopilotService
+from domain.services.checkpoints import CheckpointService
 from domain.services.consolidation import ConsolidationService
 from domain.services.core import Core
 from domain.services.knowledge import KnowledgeService
@@ -59,6 +60,13 @@ class Runtime:
                 self.autopilot.neighbours,
                 self.reads.namespace_memories,
                 KnowledgeService(self.core.ledger, self.core.embedder, governance.write_policy),
+            )
+            self.checkpoints = CheckpointService(
+                self.core.ledger,
+                self.autopilot.leases,
+                lambda: memory.clock(),  # noqa: PLW0108
+                self.settings.checkpoint_every_events,
+                self.settings.checkpoint_every_seconds,
             )
             if follow:
                 self.reads.runner.start()

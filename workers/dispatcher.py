@@ -36,7 +36,28 @@ Send = Callable[[UUID, int], None]
 """Hand one memory (its id, its ledger position) to the autopilot; raises when it cannot."""
 
 
-class Dispatcher:
+class Background:
+    """A daemon thread that runs ``_run`` until ``stop``; ``_stop`` is set on the way out."""
+
+    def __init__(self, name: str) -> None:
+        self.thread_name = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Dispatcher(Background):
     def __init__(
         self,
         ledger: Ledger,
@@ -46,11 +67,10 @@ class Dispatcher:
     ) -> None:
         self.ledger = ledger
         self.max_batch_seconds = max_batch_seconds
+        super().__init__(f"dispatcher-{name}")
         self.send = send
         self.name = name
         self._table = SQL("{}.{}").format(Identifier(ledger.schema), Identifier(TRACKING_TABLE))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.sent = 0
 
     def create_table(self) -> None:
@@ -124,15 +144,6 @@ class Dispatcher:
             total += moved
         return total
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"dispatcher-{self.name}", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -143,6 +154,23 @@ class Dispatcher:
                 continue
             if not moved:
                 self._stop.wait(IDLE_SECONDS)
+
+
+class Ticker(Background):
+    """Calls ``work`` every ``every`` seconds in a thread of its own until stopped; a
+    failure is logged and the next tick tries again."""
+
+    def __init__(self, name: str, every: float, work: Callable[[], object]) -> None:
+        super().__init__(name)
+        self.every = every
+        self.work = work
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.work()
+            except Exception:
+                log.exception("%s failed; trying again in %s s", self.thread_name, self.every)
 
 
 SWEEP_SECONDS = 60.0
@@ -165,8 +193,7 @@ class Sweeper:
         self.send = send
         self.clock = clock
         self.every = every
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("autopilot-sweeper", every, self.sweep_once)
 
     def sweep_once(self) -> int:
         """Send what has waited longer than ``every``; return how many."""
@@ -176,17 +203,7 @@ class Sweeper:
         return len(found)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="autopilot-sweeper", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            try:
-                self.sweep_once()
-            except Exception:
-                log.exception("autopilot sweep failed; trying again later")
+        self._ticker.stop()
