@@ -60,6 +60,7 @@ class Runtime:
                 self.autopilot.neighbours,
                 self.reads.namespace_memories,
                 KnowledgeService(self.core.ledger, self.core.embedder, governance.write_policy),
+                self.reads.namespace_faults,
             )
             self.checkpoints = CheckpointService(
                 self.core.ledger,

@@ -18,6 +18,7 @@ from domain.model.identity import Identity
 from domain.model.leases import LeaseBusy, LeaseLost
 from domain.services.checkpoints import RecordedCheckpoint
 from domain.settings import Settings
+from tests.processes import eventually
 from workers.actors import run_checkpoint
 from workers.main import InProcessAutopilot, WorkerProcess
 
@@ -127,14 +128,12 @@ def test_pages_run_newest_first_with_a_cursor(runtime: Runtime) -> None:
     assert replayed[0].event.position == made[0].checkpoint.position  # type: ignore[attr-defined]
 
 
-def eventually_listed(runtime: Runtime, count: int, timeout: float = 30.0) -> list[RecordedCheckpoint]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        listed = runtime.checkpoints.page(10)
-        if len(listed) >= count:
-            return listed
-        time.sleep(0.1)
-    raise AssertionError(f"fewer than {count} checkpoints in time")
+def eventually_listed(runtime: Runtime, count: int) -> list[RecordedCheckpoint]:
+    def listed() -> list[RecordedCheckpoint] | None:
+        found = runtime.checkpoints.page(10)
+        return found if len(found) >= count else None
+
+    return eventually(listed)
 
 
 def quick(settings: Settings) -> Settings:
