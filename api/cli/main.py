@@ -77,7 +77,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 def cmd_ledger_checkpoint(_args: argparse.Namespace) -> int:
     with Runtime(follow=False) as runtime:
-        checkpoint = runtime.checkpoints.record("cli").checkpoint
+        checkpoint = runtime.ledger.checkpoint()
     sys.stdout.write(msgspec.json.encode(checkpoint).decode() + "\n")
     return 0
 

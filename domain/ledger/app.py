@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, cast
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -191,15 +190,6 @@ class Ledger(Application[UUID]):
             found.setdefault(recorded.originator_id, []).append(recorded)
         return found
 
-    def stream_page(self, stream_id: UUID, limit: int, before: int | None = None) -> list[Recorded]:
-        """A stream's latest events, newest first: ``limit`` of them below version ``before``."""
-        query = SQL(
-            "SELECT originator_id, originator_version, topic, state, notification_id"
-            " FROM {}.{} WHERE originator_id = %s AND originator_version < %s"
-            " ORDER BY originator_version DESC LIMIT %s"
-        ).format(Identifier(self.schema), Identifier(EVENTS_TABLE))
-        return self._select(query, (stream_id, before if before is not None else 2**62, limit))
-
     def read(self, after: int, limit: int, stop: int | None = None) -> list[Recorded]:
         """Events after a position, in ledger order (the notification log)."""
         query = SQL(
@@ -244,9 +234,9 @@ class Ledger(Application[UUID]):
         verify_checkpoint_signature(checkpoint, self.checkpoints.public_keys())
         return self.recorder.verify_chain(anchor=(checkpoint.position, checkpoint.hash))
 
-    def checkpoint(self, now: datetime | None = None) -> Checkpoint:
+    def checkpoint(self) -> Checkpoint:
         position, head_hash = self.recorder.head()
-        return self.checkpoints.sign(position, head_hash, now)
+        return self.checkpoints.sign(position, head_hash)
 
     # -- erasure --------------------------------------------------------------------------
 

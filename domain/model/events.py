@@ -593,26 +593,6 @@ class ProposalRejected(Event, frozen=True, kw_only=True):
         return self.proposal_id
 
 
-class CheckpointRecorded(Event, frozen=True, kw_only=True):
-    """A signed checkpoint of the chain head (``position``, its ``hash``, ``signed_at``),
-    kept on the ledger itself so the list of checkpoints is rebuilt with everything else.
-    One stream (``checkpoint_id``) holds them all, version after version. ``by`` is
-    ``periodic`` (the worker pass, fenced by ``token``) or the actor who asked."""
-
-    checkpoint_id: UUID
-    position: int
-    hash: str
-    signed_at: datetime
-    key_id: str
-    signature: str
-    by: str
-    token: int = 0
-
-    @property
-    def stream_id(self) -> UUID:
-        return self.checkpoint_id
-
-
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -649,6 +629,5 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ProposalEdited,
         ProposalApproved,
         ProposalRejected,
-        CheckpointRecorded,
     )
 }

@@ -95,9 +95,7 @@ class ComplianceController(Controller):
     def checkpoint(self, request: Req) -> Checkpoint:
         state = api_state(request)
         return query(
-            request,
-            lambda c: state.runtime.checkpoints.record(c.identity.actor).checkpoint,
-            lambda c: f"position {c.position}",
+            request, lambda _c: state.runtime.ledger.checkpoint(), lambda c: f"position {c.position}"
         )
 
     @get(
