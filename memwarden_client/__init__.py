@@ -13,7 +13,7 @@ the type of its answer (``memwarden_client.results``)::
 
 Errors are one exception class per error code of the API (``memwarden_client.errors``);
 429 and 503 are retried with backoff, honouring ``Retry-After``; ``iterate`` follows the
-cursors of the paged routes (audit, as-of). It needs only httpx and msgspec: nothing of
+cursors of the paged routes (audit, as-of, checkpoints). It needs only httpx and msgspec: nothing of
 the server is imported.
 """
 

@@ -294,6 +294,18 @@ class MakeCheckpoint(Request[r.Checkpoint], frozen=True, kw_only=True, omit_defa
     result = r.Checkpoint
 
 
+class Checkpoints(
+    PagedRequest[r.CheckpointPage, r.Checkpoint], frozen=True, kw_only=True, omit_defaults=True
+):
+    """The checkpoints the ledger signed, newest first."""
+
+    method = "GET"
+    path = "/v1/compliance/checkpoints"
+    result = r.CheckpointPage
+    items = "checkpoints"
+    limit: int | None = None
+
+
 class GetCertificate(Request[r.Certificate], frozen=True, kw_only=True, omit_defaults=True):
     method = "GET"
     path = "/v1/compliance/certificates/{certificate_id}"

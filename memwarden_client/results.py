@@ -367,6 +367,11 @@ class Checkpoint(Result, frozen=True, kw_only=True):
     signature: str
 
 
+class CheckpointPage(Result, frozen=True, kw_only=True):
+    checkpoints: list[Checkpoint]
+    next_cursor: str | None
+
+
 class CertificateCheck(Result, frozen=True, kw_only=True):
     valid: bool
     problem: str | None = None

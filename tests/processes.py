@@ -43,10 +43,10 @@ def alive(pid: int) -> bool:
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli_key(env: dict[str, str], namespace: str, actor: str, role: str) -> str:
-    """A key made by ``memwarden keys create`` (the key is alone on its last line)."""
-    created = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", "keys", "create", namespace, actor, role],
+def cli_last_line(env: dict[str, str], *args: str) -> str:
+    """The last line a ``memwarden`` command printed (it must exit 0)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "api.cli.main", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -54,7 +54,12 @@ def cli_key(env: dict[str, str], namespace: str, actor: str, role: str) -> str:
         check=True,
         timeout=120,
     )
-    return created.stdout.strip().splitlines()[-1]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def cli_key(env: dict[str, str], namespace: str, actor: str, role: str) -> str:
+    """A key made by ``memwarden keys create`` (the key is alone on its last line)."""
+    return cli_last_line(env, "keys", "create", namespace, actor, role)
 
 
 def free_port() -> int:

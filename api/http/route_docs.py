@@ -175,6 +175,12 @@ ROUTES: dict[str, tuple[str, str]] = {
         "Sign a checkpoint",
         "The ledger head (position, hash, time) signed with ed25519, verifiable offline.",
     ),
+    "compliance.checkpoints": (
+        "The signed checkpoints",
+        "The checkpoints the ledger has signed (periodically and on demand), newest first; paged by "
+        "`cursor`. Each is `{position, hash, time, key_id, signature}` as `ledger/checkpoint` made "
+        "it, and can be given to `ledger/verify` to prove the chain still reaches that head.",
+    ),
     "compliance.certificates.get": ("A deletion certificate", "The signed certificate of an erasure, by id."),
     "compliance.certificates.verify": (
         "Verify a deletion certificate",

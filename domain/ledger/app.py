@@ -16,7 +16,12 @@ from psycopg.sql import SQL, Identifier
 
 from domain.ledger.certificates import CertificateCheck, check_certificate_signature, sign_certificate
 from domain.ledger.chain import ChainReport
-from domain.ledger.checkpoints import Checkpoint, CheckpointSigner, verify_checkpoint_signature
+from domain.ledger.checkpoints import (
+    Checkpoint,
+    CheckpointLog,
+    CheckpointSigner,
+    verify_checkpoint_signature,
+)
 from domain.ledger.database import ConnectionParams, unavailable
 from domain.ledger.group_commit import GroupCommitter
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
@@ -95,6 +100,7 @@ class Ledger(Application[UUID]):
         )
         self.checkpoints = CheckpointSigner(self.datastore, self.schema, signing_key)
         self.checkpoints.register_public_key()
+        self.checkpoint_log = CheckpointLog(self.datastore, self.schema)
 
     def construct_mapper(self) -> Mapper[UUID]:
         self.data_keys = DataKeys(self.kek, self._load_wrapped_keys)
@@ -235,8 +241,11 @@ class Ledger(Application[UUID]):
         return self.recorder.verify_chain(anchor=(checkpoint.position, checkpoint.hash))
 
     def checkpoint(self) -> Checkpoint:
+        """Sign the head and keep the checkpoint (GET compliance/checkpoints lists it)."""
         position, head_hash = self.recorder.head()
-        return self.checkpoints.sign(position, head_hash)
+        checkpoint = self.checkpoints.sign(position, head_hash)
+        self.checkpoint_log.keep(checkpoint)
+        return checkpoint
 
     # -- erasure --------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """Signed checkpoints of the chain head: (position, hash, time), ed25519.
 
 Public keys are kept by id in ``signing_keys`` so a checkpoint (or certificate)
-signed before a key rotation still verifies.
+signed before a key rotation still verifies. Every checkpoint the ledger signs is kept in
+``checkpoints`` (beside the chain, not on it: keeping one appends no event), so compliance
+staff can list them and anyone holding one can check it against the chain later.
 """
 
 from __future__ import annotations
@@ -95,3 +97,55 @@ class CheckpointSigner:
             key_id=self.key.key_id,
             signature=base64.b64encode(signature).decode(),
         )
+
+
+class KeptCheckpoint(msgspec.Struct, frozen=True):
+    """A checkpoint as the ledger keeps it: ``seq`` orders them (newest highest)."""
+
+    seq: int
+    checkpoint: Checkpoint
+
+
+class CheckpointLog:
+    """The checkpoints this ledger signed, kept in ``checkpoints``."""
+
+    def __init__(self, datastore: PostgresDatastore, schema: str) -> None:
+        self.datastore = datastore
+        self.table = SQL("{}.checkpoints").format(Identifier(schema))
+
+    def keep(self, checkpoint: Checkpoint) -> None:
+        with self.datastore.get_connection() as conn:
+            conn.execute(
+                SQL(
+                    "INSERT INTO {} (position, hash, time, key_id, signature) VALUES (%s, %s, %s, %s, %s)"
+                ).format(self.table),
+                (
+                    checkpoint.position,
+                    checkpoint.hash,
+                    checkpoint.time,
+                    checkpoint.key_id,
+                    checkpoint.signature,
+                ),
+            )
+
+    def newest(self, limit: int, before: int | None = None) -> list[KeptCheckpoint]:
+        """Up to ``limit`` checkpoints, newest first; with ``before``, those kept before that seq."""
+        query = SQL(
+            "SELECT id, position, hash, time, key_id, signature FROM {}"
+            " WHERE %(before)s::bigint IS NULL OR id < %(before)s ORDER BY id DESC LIMIT %(limit)s"
+        ).format(self.table)
+        with self.datastore.get_connection() as conn:
+            rows = conn.execute(query, {"before": before, "limit": limit}).fetchall()
+        return [
+            KeptCheckpoint(
+                seq=row["id"],
+                checkpoint=Checkpoint(
+                    position=row["position"],
+                    hash=row["hash"],
+                    time=row["time"].astimezone(UTC),
+                    key_id=row["key_id"],
+                    signature=row["signature"],
+                ),
+            )
+            for row in rows
+        ]

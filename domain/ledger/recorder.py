@@ -63,6 +63,11 @@ def ledger_sql(schema: str, channel: str) -> list[Composed]:
             " created_at timestamptz NOT NULL DEFAULT now())"
         ).format(s=s),
         SQL(
+            "CREATE TABLE IF NOT EXISTS {s}.checkpoints ("
+            " id bigserial PRIMARY KEY, position bigint NOT NULL, hash text NOT NULL,"
+            " time timestamptz NOT NULL, key_id text NOT NULL, signature text NOT NULL)"
+        ).format(s=s),
+        SQL(
             "CREATE TABLE IF NOT EXISTS {s}.secrets ("
             " name text PRIMARY KEY, kek_id text NOT NULL, wrapped bytea NOT NULL)"
         ).format(s=s),

@@ -81,6 +81,10 @@ def test_every_syscall_and_route_sync(served: Served, env: dict[str, str]) -> No
             check = compliance.call(q.VerifyLedger(checkpoint=checkpoint))
             assert check.ok is True
             assert check.checked >= checkpoint.position
+            second = compliance.call(q.MakeCheckpoint())
+            kept = list(compliance.iterate(q.Checkpoints(limit=1)))  # one per page
+            assert kept.index(second) < kept.index(checkpoint)  # newest first
+            assert compliance.call(q.Checkpoints()).checkpoints == kept
             records = list(compliance.iterate(q.Audit(limit=3)))
             assert len(records) > 6  # several pages
             assert [r.position for r in records] == sorted({r.position for r in records})

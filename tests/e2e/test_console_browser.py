@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
-from tests.processes import serving
+from tests.processes import cli_key, serving
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -28,19 +26,6 @@ SHOTS = REPO_ROOT / ".ci" / "artifacts" / "console"
 pytestmark = pytest.mark.skipif(shutil.which("chromedriver") is None, reason="chromium-driver not installed")
 
 
-def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return done.stdout.strip().splitlines()[-1]
-
-
 @pytest.fixture
 def served(database: ConnectionParams, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     env = {
@@ -50,7 +35,7 @@ def served(database: ConnectionParams, tmp_path: Path) -> Iterator[tuple[str, di
         "MEMWARDEN_EMBEDDER": "hash",
     }
     keys = {
-        role: _cli(env, "keys", "create", ns, actor, role)
+        role: cli_key(env, ns, actor, role)
         for ns, actor, role in (
             ("acme", "olga", "owner"),
             ("acme/eng", "mia", "member"),

@@ -1,9 +1,10 @@
-"""Compliance routes (auditor, admin, owner): the ledger proofs and the audit trail."""
+"""Compliance routes (auditor, admin, owner): the ledger proofs, its checkpoints and the audit
+trail."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import Controller, Request, get, post
@@ -25,7 +26,7 @@ from domain.model.text import quote_text
 from projections.governance.views import AuditFilter
 
 Req = Request[Any, Any, Any]
-MAX_AUDIT_LIMIT = 1000
+MAX_PAGE_LIMIT = 1000
 
 
 def compliance(op: str, body: type | None, **extra: Any) -> dict[str, Any]:
@@ -40,6 +41,31 @@ class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     outcome: str | None = None
     limit: int = 100
     cursor: str | None = None
+
+
+class CheckpointsQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    limit: int = 100
+    cursor: str | None = None
+
+
+Paged = TypeVar("Paged", AuditQuery, CheckpointsQuery)
+
+
+def paged_query(params: dict[str, str], shape: type[Paged]) -> Paged:
+    """The query string of a paged route, its ``limit`` within bounds, or InvalidRequest."""
+    try:
+        asked = msgspec.convert(params, shape, strict=False)
+    except msgspec.ValidationError as error:
+        raise InvalidRequest(str(error)) from error
+    if not 1 <= asked.limit <= MAX_PAGE_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE_LIMIT}")
+    return asked
+
+
+class CheckpointsResponse(msgspec.Struct, frozen=True, kw_only=True):
+    checkpoints: list[Checkpoint]
+    """Newest first."""
+    next_cursor: str | None
 
 
 def audit_cursor(cursor: str | None, head: Callable[[], int]) -> tuple[int, int]:
@@ -99,6 +125,26 @@ class ComplianceController(Controller):
         )
 
     @get(
+        "/checkpoints",
+        opt=compliance("compliance.checkpoints", None, query=frozenset(CheckpointsQuery.__struct_fields__)),
+        sync_to_thread=True,
+    )
+    def checkpoints(self, request: Req) -> CheckpointsResponse:
+        state = api_state(request)
+        params = dict(request.query_params.items())
+
+        def run(_c: Call) -> CheckpointsResponse:
+            asked = paged_query(params, CheckpointsQuery)
+            if asked.cursor is not None and not _position(asked.cursor):
+                raise InvalidRequest("malformed cursor")
+            before = int(asked.cursor) if asked.cursor is not None else None
+            kept = state.runtime.ledger.checkpoint_log.newest(asked.limit, before)
+            cursor = str(kept[-1].seq) if len(kept) == asked.limit else None
+            return CheckpointsResponse(checkpoints=[k.checkpoint for k in kept], next_cursor=cursor)
+
+        return query(request, run, lambda r: f"{len(r.checkpoints)} checkpoints")
+
+    @get(
         "/audit",
         opt=compliance(
             "compliance.audit",
@@ -113,12 +159,7 @@ class ComplianceController(Controller):
         params = dict(request.query_params.items())
 
         def run(c: Call) -> AuditResponse:
-            try:
-                asked = msgspec.convert(params, AuditQuery, strict=False)
-            except msgspec.ValidationError as error:
-                raise InvalidRequest(str(error)) from error
-            if not 1 <= asked.limit <= MAX_AUDIT_LIMIT:
-                raise InvalidRequest(f"limit must be between 1 and {MAX_AUDIT_LIMIT}")
+            asked = paged_query(params, AuditQuery)
             after, upto = audit_cursor(asked.cursor, state.runtime.ledger.head_position)
             where = AuditFilter(
                 since=compliance_time("since", asked.since),
