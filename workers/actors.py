@@ -22,11 +22,12 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from domain.ledger.checkpoints import Checkpoint
 from domain.model.errors import DomainError
 from domain.model.leases import LeaseBusy, LeaseLost
 from domain.model.namespaces import validate_namespace
 from domain.services.autopilot import AutopilotService, PassResult
-from domain.services.checkpoints import CheckpointService, RecordedCheckpoint
+from domain.services.checkpoints import CheckpointService
 from domain.services.consolidation import ConsolidationResult, ConsolidationService
 from domain.settings import Settings, deployment_key
 
@@ -126,7 +127,7 @@ def declare_consolidation(
     return _declared(broker, CONSOLIDATION_ACTOR, consolidate_namespace)
 
 
-def run_checkpoint(checkpoints: CheckpointService, holder: str) -> RecordedCheckpoint | None:
+def run_checkpoint(checkpoints: CheckpointService, holder: str) -> Checkpoint | None:
     """The checkpoint pass: one when due. Another pass holding (or taking over) its lease
     is making it: nothing to retry, the next tick looks again."""
     try:

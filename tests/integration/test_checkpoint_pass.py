@@ -1,6 +1,6 @@
 """The periodic checkpoint pass: a signed checkpoint once N events or M seconds (with
-something appended) passed, kept on the ledger, under a lease, made once; by the Dramatiq
-actor of `memwarden worker` and by the in-process loop of `memwarden serve`."""
+something else appended) passed, kept by the ledger, under a lease, made once; by the
+Dramatiq actor of `memwarden worker` and by the in-process loop of `memwarden serve`."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import msgspec
 import pytest
 
 from bootstrap.runtime import Runtime
+from domain.ledger.checkpoints import Checkpoint
 from domain.model.checkpoints import CHECKPOINTS, LEDGER_SCOPE
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.model.leases import LeaseBusy, LeaseLost
-from domain.services.checkpoints import RecordedCheckpoint
 from domain.settings import Settings
 from tests.processes import eventually
 from workers.actors import run_checkpoint
@@ -43,18 +43,21 @@ def at(runtime: Runtime, now: datetime) -> None:
     runtime.memory.clock = lambda: now
 
 
+def kept(runtime: Runtime) -> list[Checkpoint]:
+    return [k.checkpoint for k in runtime.ledger.checkpoint_log.newest(100)]
+
+
 def test_the_first_checkpoint_verifies_and_is_not_made_again(runtime: Runtime) -> None:
     write(runtime, 2)
     made = runtime.checkpoints.periodic("worker-1")
     assert made is not None
-    assert made.by == "periodic"
-    assert made.checkpoint.position < runtime.ledger.head_position()
-    assert runtime.ledger.verify(made.checkpoint).ok
+    assert made.position < runtime.ledger.head_position()  # its lease's release followed
+    assert runtime.ledger.verify(made).ok
     head = runtime.ledger.head_position()
     assert runtime.checkpoints.periodic("worker-1") is None  # a redelivery: nothing more
     assert runtime.checkpoints.periodic("worker-2") is None
     assert runtime.ledger.head_position() == head  # not even a lease was taken
-    assert [c.checkpoint for c in runtime.checkpoints.page(10)] == [made.checkpoint]
+    assert kept(runtime) == [made]
 
 
 def test_every_n_events_brings_the_next_one(runtime: Runtime) -> None:
@@ -64,27 +67,25 @@ def test_every_n_events_brings_the_next_one(runtime: Runtime) -> None:
     write(runtime, 2)  # a few events: fewer than 20
     assert runtime.checkpoints.periodic("worker-1") is None
     write(runtime, 8)
-    assert runtime.ledger.head_position() - first.checkpoint.position >= 20
+    assert runtime.ledger.head_position() - first.position >= 20
     second = runtime.checkpoints.periodic("worker-1")
     assert second is not None
-    assert second.checkpoint.position > first.checkpoint.position
-    assert runtime.ledger.verify(second.checkpoint).ok
-    assert runtime.ledger.verify(first.checkpoint).ok
+    assert second.position > first.position
+    assert runtime.ledger.verify(second).ok
+    assert runtime.ledger.verify(first).ok
+    assert kept(runtime) == [second, first]
 
 
 def test_after_m_seconds_only_when_something_else_was_appended(runtime: Runtime) -> None:
-    start = datetime.now(UTC)
-    at(runtime, start)
     write(runtime, 1)
     first = runtime.checkpoints.periodic("worker-1")
     assert first is not None
-    at(runtime, start + timedelta(seconds=301))
-    assert runtime.checkpoints.periodic("worker-1") is None  # idle: only its own events since
+    at(runtime, datetime.now(UTC) + timedelta(seconds=301))
+    assert runtime.checkpoints.periodic("worker-1") is None  # idle: only its own lease since
     write(runtime, 1, "later")
     second = runtime.checkpoints.periodic("worker-1")
     assert second is not None
-    assert second.checkpoint.time == start + timedelta(seconds=301)
-    assert [c.sequence for c in runtime.checkpoints.page(10)] == [2, 1]
+    assert kept(runtime) == [second, first]
 
 
 def test_a_held_lease_makes_the_pass_step_aside(runtime: Runtime) -> None:
@@ -93,10 +94,10 @@ def test_a_held_lease_makes_the_pass_step_aside(runtime: Runtime) -> None:
     with pytest.raises(LeaseBusy):
         runtime.checkpoints.periodic("worker-1")
     assert run_checkpoint(runtime.checkpoints, "worker-1") is None
-    assert runtime.checkpoints.page(10) == []
+    assert kept(runtime) == []
 
 
-def test_a_stale_holder_cannot_record_after_a_takeover(runtime: Runtime) -> None:
+def test_a_stale_holder_signs_nothing_after_a_takeover(runtime: Runtime) -> None:
     write(runtime, 1)
     start = datetime.now(UTC)
     at(runtime, start)
@@ -107,30 +108,18 @@ def test_a_stale_holder_cannot_record_after_a_takeover(runtime: Runtime) -> None
     assert fresh.token == stale.token + 1
     at(runtime, start)  # the stale holder still thinks its lease is live
     with pytest.raises(LeaseLost):
-        runtime.checkpoints.record("periodic", stale)
-    assert runtime.checkpoints.page(10) == []
+        runtime.checkpoints.make(stale)
+    assert kept(runtime) == []
     at(runtime, start + leases.ttl + timedelta(seconds=2))
-    made = runtime.checkpoints.record("periodic", fresh)
-    assert [c.checkpoint for c in runtime.checkpoints.page(10)] == [made.checkpoint]
+    made = runtime.checkpoints.make(fresh)
+    assert made is not None
+    assert kept(runtime) == [made]
+    assert runtime.checkpoints.make(leases.acquire(CHECKPOINTS, LEDGER_SCOPE, "worker-3")) is None  # not due
 
 
-def test_pages_run_newest_first_with_a_cursor(runtime: Runtime) -> None:
-    made: list[RecordedCheckpoint] = []
-    for i in range(5):
-        write(runtime, 1, f"page {i}")
-        made.append(runtime.checkpoints.record("dana"))
-    first = runtime.checkpoints.page(2)
-    assert [c.sequence for c in first] == [5, 4]
-    rest = runtime.checkpoints.page(10, before=first[-1].sequence)
-    assert [c.checkpoint for c in first + rest] == [m.checkpoint for m in reversed(made)]
-    assert all(c.by == "dana" for c in rest)
-    replayed = runtime.ledger.read(made[0].recorded_position - 1, 1)
-    assert replayed[0].event.position == made[0].checkpoint.position  # type: ignore[attr-defined]
-
-
-def eventually_listed(runtime: Runtime, count: int) -> list[RecordedCheckpoint]:
-    def listed() -> list[RecordedCheckpoint] | None:
-        found = runtime.checkpoints.page(10)
+def eventually_kept(runtime: Runtime, count: int) -> list[Checkpoint]:
+    def listed() -> list[Checkpoint] | None:
+        found = kept(runtime)
         return found if len(found) >= count else None
 
     return eventually(listed)
@@ -147,13 +136,14 @@ def test_the_worker_process_makes_them_through_its_actor(settings: Settings) -> 
     try:
         runtime = process.runtime
         write(runtime, 1)
-        first = eventually_listed(runtime, 1)[0]
-        assert first.by == "periodic"
+        eventually_kept(runtime, 1)
         write(runtime, 1, "second")
-        listed = eventually_listed(runtime, 2)
-        assert runtime.ledger.verify(listed[0].checkpoint).ok
-        time.sleep(1.5)  # idle now: no more checkpoints
-        assert len(runtime.checkpoints.page(10)) == 2
+        listed = eventually_kept(runtime, 2)
+        assert runtime.ledger.verify(listed[0]).ok
+        time.sleep(2)  # the passes over the second write append too: one more checkpoint, say
+        settled = len(kept(runtime))
+        time.sleep(2)  # idle now: no more checkpoints
+        assert len(kept(runtime)) == settled
     finally:
         process.stop()
 
@@ -164,7 +154,7 @@ def test_serve_without_redis_makes_them_in_process(settings: Settings) -> None:
         loop.start()
         try:
             write(runtime, 1)
-            listed = eventually_listed(runtime, 1)
-            assert runtime.ledger.verify(listed[0].checkpoint).ok
+            listed = eventually_kept(runtime, 1)
+            assert runtime.ledger.verify(listed[0]).ok
         finally:
             loop.stop()
