@@ -8,6 +8,7 @@ from types import TracebackType
 from domain.judging import judge_from_settings
 from domain.ledger.app import Ledger
 from domain.services.autopilot import AutopilotService
+from domain.services.band import SynchronousBand
 from domain.services.checkpoints import CheckpointService
 from domain.services.consolidation import ConsolidationService
 from domain.services.core import Core
@@ -43,6 +44,10 @@ class Runtime:
                 new_id=lambda: memory.new_id(),  # noqa: PLW0108
             )
             governance = self.core.governance
+            neighbours, judge = (
+                SearchNeighbours(self.reads.search, self.reads.wait_for),
+                judge_from_settings(self.settings),
+            )
             self.autopilot = AutopilotService(
                 memory,
                 Leases(
@@ -50,10 +55,12 @@ class Runtime:
                     lambda: memory.clock(),  # noqa: PLW0108
                     timedelta(seconds=self.settings.lease_seconds),
                 ),
-                SearchNeighbours(self.reads.search, self.reads.wait_for),
-                judge_from_settings(self.settings),
+                neighbours,
+                judge,
                 lambda namespace: governance.effective_policy(namespace).conflict_review,
             )
+            if judge is not None and self.core.embedder is not None:
+                memory.band = SynchronousBand(neighbours, judge, self.core.embedder, memory.streams)
             self.consolidation = ConsolidationService(
                 memory,
                 self.autopilot.leases,

@@ -23,6 +23,7 @@ NS = "acme/eng/platform"
 
 @pytest.fixture
 def worker(settings: Settings, api: Api) -> Iterator[WorkerProcess]:
+    api.runtime.memory.band = None  # the autopilot's pairs, not settled inside the write
     process = WorkerProcess(settings, threads=2)
     process.broker.flush_all()  # this database's queue only (its own key prefix)
     process.start()
