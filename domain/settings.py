@@ -85,6 +85,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     judge_api_key: str | None = None
     lease_seconds: float = 30.0
     """How long a worker pass's lease lasts without an append (each append renews it)."""
+    autopilot_sweep_seconds: float = 60.0
+    """How often, and after how long, a dispatching worker hands the autopilot again the
+    current memories no pass has judged (a judge that was away, messages lost with Redis)."""
     checkpoint_every_events: int = 1_000
     checkpoint_every_seconds: float = 600.0
     """The periodic checkpoint pass signs the head once this many events followed the last
@@ -120,6 +123,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             judge_api_key=values.get("MEMWARDEN_JUDGE_API_KEY") or None,
             lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
             worker_heartbeat_seconds=positive_number(values, "MEMWARDEN_WORKER_HEARTBEAT_SECONDS", float)
+            or 60.0,
+            autopilot_sweep_seconds=positive_number(values, "MEMWARDEN_AUTOPILOT_SWEEP_SECONDS", float)
             or 60.0,
             checkpoint_every_events=int(
                 positive_number(values, "MEMWARDEN_CHECKPOINT_EVERY_EVENTS", int) or 1_000

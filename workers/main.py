@@ -69,7 +69,12 @@ class WorkerProcess:
         memory, due = self.runtime.memory, self.runtime.checkpoints.due
         return [
             consolidation_dispatcher(self.runtime, self.consolidation.send),
-            Sweeper(self.runtime.reads.unjudged_memories, self._send, lambda: memory.clock()),  # noqa: PLW0108
+            Sweeper(
+                self.runtime.reads.unjudged_memories,
+                self._send,
+                lambda: memory.clock(),  # noqa: PLW0108
+                self.runtime.settings.autopilot_sweep_seconds,
+            ),
             checkpoint_ticker(self.runtime.settings, lambda: due() and self.checkpoints.send()),
         ]
 
