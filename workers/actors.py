@@ -51,13 +51,14 @@ def holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def redis_broker(settings: Settings) -> RedisBroker:
+def redis_broker(settings: Settings, client: redis.Redis | None = None) -> RedisBroker:
     """The deployment's broker: its keys live under the deployment's prefix, so deployments
     (and test databases) sharing a Redis never take each other's messages. The messages of
     a worker that died (``kill -9``) go back to the queue once its heartbeat is missed and
     a maintenance run (``MAINTENANCE_CHANCE``) finds it."""
     return RedisBroker(  # type: ignore[no-untyped-call]
-        url=settings.redis_url,
+        url=None if client is not None else settings.redis_url,
+        client=client,
         namespace=f"{deployment_key(settings)}:dramatiq",
         heartbeat_timeout=int(settings.worker_heartbeat_seconds * 1000),
         maintenance_chance=MAINTENANCE_CHANCE,

@@ -107,6 +107,8 @@ class Dispatcher(Background, Generic[K]):
         self.name = name
         self._table = SQL("{}.{}").format(Identifier(ledger.schema), Identifier(TRACKING_TABLE))
         self.sent = 0
+        self.backlog = 0
+        """Triggers of the batch in hand not yet sent: in-process, the queue of passes."""
 
     def create_table(self) -> None:
         with self.ledger.datastore.transaction(commit=True) as curs:
@@ -158,14 +160,19 @@ class Dispatcher(Background, Generic[K]):
         before the first failed send, or the last sent once ``max_batch_seconds`` passed)
         and that failure."""
         began = time.monotonic()
-        for key, position in self.select(events):
-            try:
-                self.send(key, position)
-            except Exception as error:  # noqa: BLE001 - any failure to send stops the batch here
-                return max(start, position - 1), error
-            self.sent += 1
-            if time.monotonic() - began > self.max_batch_seconds:
-                return position, None
+        triggers = self.select(events)
+        try:
+            for done, (key, position) in enumerate(triggers):
+                self.backlog = len(triggers) - done
+                try:
+                    self.send(key, position)
+                except Exception as error:  # noqa: BLE001 - any failure to send stops the batch here
+                    return max(start, position - 1), error
+                self.sent += 1
+                if time.monotonic() - began > self.max_batch_seconds:
+                    return position, None
+        finally:
+            self.backlog = 0
         return (int(events[-1].position or start) if events else start), None
 
     def catch_up(self) -> int:

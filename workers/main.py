@@ -30,6 +30,7 @@ from workers.dispatcher import (
     Ticker,
     new_material,
 )
+from workers.metrics import count_in_process, uncount
 
 log = logging.getLogger(__name__)
 CHECKPOINT_CHECK_SECONDS = 5.0
@@ -129,8 +130,12 @@ class InProcessAutopilot:
     def start(self) -> None:
         for loop in self.loops:
             loop.start()
+        count_in_process(self.dispatcher)
+        count_in_process(self.consolidation)
 
     def stop(self) -> None:
+        uncount(self.dispatcher)
+        uncount(self.consolidation)
         for loop in reversed(self.loops):
             loop.stop()
 
