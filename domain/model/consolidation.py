@@ -237,7 +237,7 @@ def proposal_content(state: ProposalState, canonical: MemoryState | None) -> str
     """The statement to publish: the reviewer's edit, else the chosen memory's text (None
     once that memory is erased)."""
     if state.edited_content is not None:
-        return state.edited_content
+        return state.edited_content or None  # empty: shredded with an erased source
     return canonical.content if canonical is not None and canonical.status != "erased" else None
 
 
@@ -246,6 +246,8 @@ def _pending(reviewer: Identity, state: ProposalState | None) -> ProposalState:
     assert state is not None
     if state.status != "pending_review":
         raise InvalidState(f"proposal already {state.status}")
+    if state.edited_content == "":  # an edit is never blank: its key was destroyed
+        raise InvalidState("the proposal's edit was erased with one of its sources")
     return state
 
 
