@@ -59,8 +59,8 @@ class Runtime:
                 judge,
                 lambda namespace: governance.effective_policy(namespace).conflict_review,
             )
-            if judge is not None and self.core.embedder is not None:
-                memory.band = SynchronousBand(neighbours, judge, self.core.embedder, memory.streams)
+            if judge is not None:
+                memory.band = SynchronousBand(neighbours, judge, memory.streams)
             self.consolidation = ConsolidationService(
                 memory,
                 self.autopilot.leases,

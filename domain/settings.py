@@ -88,6 +88,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     autopilot_sweep_seconds: float = 60.0
     """How often, and after how long, a dispatching worker hands the autopilot again the
     current memories no pass has judged (a judge that was away, messages lost with Redis)."""
+    consolidation_pause_seconds: float = 30.0
+    """Consolidation's dispatcher sends at most one batch of namespaces this often: a pass
+    looks at a namespace's newest 500 memories, so a busy namespace gets one per pause."""
     checkpoint_every_events: int = 1_000
     checkpoint_every_seconds: float = 600.0
     """The periodic checkpoint pass signs the head once this many events followed the last
@@ -126,6 +129,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             or 60.0,
             autopilot_sweep_seconds=positive_number(values, "MEMWARDEN_AUTOPILOT_SWEEP_SECONDS", float)
             or 60.0,
+            consolidation_pause_seconds=positive_number(
+                values, "MEMWARDEN_CONSOLIDATION_PAUSE_SECONDS", float
+            )
+            or 30.0,
             checkpoint_every_events=int(
                 positive_number(values, "MEMWARDEN_CHECKPOINT_EVERY_EVENTS", int) or 1_000
             ),

@@ -33,9 +33,6 @@ MAX_BATCH_SECONDS = 2.0
 is a whole pass, and the record's transaction must not sit idle for long (the pool's
 connections end an idle transaction after 30 s)."""
 RETRY_SECONDS = 1.0
-CONSOLIDATION_PAUSE_SECONDS = 5.0
-"""Consolidation's dispatcher sends at most one batch this often: a namespace written to
-all the time gets one pass per pause, not one per write."""
 
 K = TypeVar("K")
 Send = Callable[[UUID, int], None]

@@ -23,7 +23,6 @@ from workers.actors import (
     run_checkpoint,
 )
 from workers.dispatcher import (
-    CONSOLIDATION_PAUSE_SECONDS,
     Background,
     Dispatcher,
     Sweeper,
@@ -101,7 +100,7 @@ def consolidation_dispatcher(runtime: Runtime, send: Callable[[str, int], object
         send,
         name="consolidation",
         select=new_material,
-        pause=CONSOLIDATION_PAUSE_SECONDS,
+        pause=runtime.settings.consolidation_pause_seconds,
     )
 
 

@@ -44,19 +44,19 @@ class Banded:
 
 
 class SynchronousBand:
-    def __init__(self, similar: Similar, judge: Judge, embedder: Embedder, streams: Streams) -> None:
+    def __init__(self, similar: Similar, judge: Judge, streams: Streams) -> None:
         self.similar = similar
         self.judge = judge
-        self.embedder = embedder
         self.streams = streams
 
-    def contradicted(self, namespace: str, command: WriteMemory) -> Banded:
+    def contradicted(self, namespace: str, command: WriteMemory, embedder: Embedder | None) -> Banded:
         """The fact's own-namespace neighbours the judge says it contradicts (none for a
-        slotted fact: its slot settles it)."""
-        if command.subject is not None:
+        slotted fact: its slot settles it), found by its vector from the write's
+        ``embedder`` (none without one)."""
+        if command.subject is not None or embedder is None:
             return Banded()
         try:
-            vector = vector_to_bytes(embed_one(self.embedder, command.content))
+            vector = vector_to_bytes(embed_one(embedder, command.content))
         except EmbedderUnavailable:
             return Banded()
         found = self.similar.similar(namespace, vector, NEIGHBOURS_K, SUPERSEDE_MIN_COSINE)

@@ -338,7 +338,7 @@ class MemoryService:
         """One fact and its claims; with the synchronous band (``band``), also the text
         claims of the neighbours it contradicts, so each decision sees them as they are."""
         wanted = self._write_claims(namespace, fact, split)
-        banded = self.band.contradicted(namespace, fact) if self.band is not None else Banded()
+        banded = self.band.contradicted(namespace, fact, self.embedder) if self.band is not None else Banded()
         for neighbour in banded.contradicted:
             assert neighbour.content is not None
             wanted.append((self.claim_ids.text(namespace, neighbour.content), "text", namespace))

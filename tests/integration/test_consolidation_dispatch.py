@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import msgspec
 import pytest
 
 from bootstrap.runtime import Runtime
@@ -142,7 +143,7 @@ DUPLICATES = (
 
 
 def test_the_worker_process_sends_new_material_to_the_consolidation_actor(settings: Settings) -> None:
-    process = WorkerProcess(settings, threads=2)
+    process = WorkerProcess(msgspec.structs.replace(settings, consolidation_pause_seconds=0.5), threads=2)
     process.broker.flush_all()
     process.start()
     try:
@@ -155,6 +156,7 @@ def test_the_worker_process_sends_new_material_to_the_consolidation_actor(settin
 
 
 def test_serve_without_redis_consolidates_in_process(runtime: Runtime) -> None:
+    runtime.settings = msgspec.structs.replace(runtime.settings, consolidation_pause_seconds=0.5)
     loop = InProcessAutopilot(runtime)
     loop.start()
     try:
