@@ -138,13 +138,11 @@ def run_demo(runtime: Runtime, say: Say = print) -> dict[str, Any]:
     )
 
     facts = _prove(runtime, say, (agent, agent2, hr), newer, resolved.position)
-    finding = _autopilot(runtime, say, (agent, agent2), reviewer)
-    proposal = _consolidate(runtime, say, (agent, agent2))
     return {
         "outcomes": [first.outcome, dup.outcome, newer.outcome, contra.outcome],
         **facts,
-        "finding": finding,
-        "proposal": proposal,
+        "finding": _autopilot(runtime, say, (agent, agent2), reviewer),
+        "proposal": _consolidate(runtime, say, (agent, agent2)),
     }
 
 
