@@ -10,6 +10,8 @@ from bootstrap.migrate import prepare_database
 from domain.judging import judge_from_settings
 from domain.ledger.app import Ledger
 from domain.services.autopilot import AutopilotService
+from domain.services.band import SynchronousBand
+from domain.services.checkpoints import CheckpointService
 from domain.services.consolidation import ConsolidationService
 from domain.services.core import Core
 from domain.services.knowledge import KnowledgeService
@@ -43,6 +45,10 @@ class Runtime:
                 self.core.governance.effective_policy,
             )
             governance = self.core.governance
+            neighbours, judge = (
+                SearchNeighbours(self.reads.search, self.reads.wait_for),
+                judge_from_settings(self.settings),
+            )
             self.autopilot = AutopilotService(
                 memory,
                 Leases(
@@ -50,16 +56,27 @@ class Runtime:
                     lambda: memory.clock(),  # noqa: PLW0108
                     timedelta(seconds=self.settings.lease_seconds),
                 ),
-                SearchNeighbours(self.reads.search, self.reads.wait_for),
-                judge_from_settings(self.settings),
+                neighbours,
+                judge,
                 lambda namespace: governance.effective_policy(namespace).conflict_review,
             )
+            if judge is not None:
+                memory.band = SynchronousBand(neighbours, judge, memory.streams)
             self.consolidation = ConsolidationService(
                 memory,
                 self.autopilot.leases,
                 self.autopilot.neighbours,
                 self.reads.namespace_memories,
                 KnowledgeService(self.core.ledger, self.core.embedder, governance.write_policy),
+                self.reads.namespace_faults,
+            )
+            self.checkpoints = CheckpointService(
+                self.core.ledger,
+                memory.runner,
+                self.autopilot.leases,
+                lambda: memory.clock(),  # noqa: PLW0108
+                self.settings.checkpoint_every_events,
+                self.settings.checkpoint_every_seconds,
             )
             if follow:
                 self.reads.runner.start()

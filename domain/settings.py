@@ -85,6 +85,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     judge_api_key: str | None = None
     lease_seconds: float = 30.0
     """How long a worker pass's lease lasts without an append (each append renews it)."""
+    autopilot_sweep_seconds: float = 60.0
+    """How often, and after how long, a dispatching worker hands the autopilot again the
+    current memories no pass has judged (a judge that was away, messages lost with Redis)."""
+    consolidation_pause_seconds: float = 30.0
+    """Consolidation's dispatcher sends at most one batch of namespaces this often: a pass
+    looks at a namespace's newest 500 memories, so a busy namespace gets one per pause."""
+    checkpoint_every_events: int = 1_000
+    checkpoint_every_seconds: float = 600.0
+    """The periodic checkpoint pass signs the head once this many events followed the last
+    checkpoint, or this many seconds passed and anything was appended meanwhile."""
     worker_heartbeat_seconds: float = 60.0
     """After this long without a heartbeat a worker process counts as dead, and the
     messages it had taken go back to the queue."""
@@ -117,6 +127,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
             worker_heartbeat_seconds=positive_number(values, "MEMWARDEN_WORKER_HEARTBEAT_SECONDS", float)
             or 60.0,
+            autopilot_sweep_seconds=positive_number(values, "MEMWARDEN_AUTOPILOT_SWEEP_SECONDS", float)
+            or 60.0,
+            consolidation_pause_seconds=positive_number(
+                values, "MEMWARDEN_CONSOLIDATION_PAUSE_SECONDS", float
+            )
+            or 30.0,
+            checkpoint_every_events=int(
+                positive_number(values, "MEMWARDEN_CHECKPOINT_EVERY_EVENTS", int) or 1_000
+            ),
+            checkpoint_every_seconds=positive_number(values, "MEMWARDEN_CHECKPOINT_EVERY_SECONDS", float)
+            or 600.0,
         )
 
     @property

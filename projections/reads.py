@@ -24,6 +24,7 @@ from projections.autopilot.views import (
     list_decisions,
     list_findings,
     list_proposals,
+    namespace_faults,
     namespace_memories,
     unjudged_memories,
     worker_gauges,
@@ -176,6 +177,11 @@ class ReadModels:
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             return namespace_memories(conn, self.ledger.schema, namespace, limit)
+
+    def namespace_faults(self, namespace: str, limit: int, after: int | None = None) -> list[UUID]:
+        self.wait_for(after)
+        with self.ledger.datastore.get_connection() as conn:
+            return namespace_faults(conn, self.ledger.schema, namespace, limit)
 
     def autopilot_counts(self, identity: Identity, after: int | None = None) -> AutopilotCounts:
         self.wait_for(after)

@@ -9,17 +9,26 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
+T = TypeVar("T")
+
+
+def eventually(probe: Callable[[], T | None], timeout: float = 30.0) -> T:
+    """The probe's first truthy answer, asked every 0.1 s until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError("not reached in time")
+
 
 def wait_until(condition: Callable[[], bool], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out")
+    eventually(lambda: condition() or None, seconds)
 
 
 def alive(pid: int) -> bool:

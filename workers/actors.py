@@ -22,10 +22,12 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from domain.ledger.checkpoints import Checkpoint
 from domain.model.errors import DomainError
 from domain.model.leases import LeaseBusy, LeaseLost
 from domain.model.namespaces import validate_namespace
 from domain.services.autopilot import AutopilotService, PassResult
+from domain.services.checkpoints import CheckpointService
 from domain.services.consolidation import ConsolidationResult, ConsolidationService
 from domain.settings import Settings, deployment_key
 
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 AUTOPILOT_QUEUE = "autopilot"
 AUTOPILOT_ACTOR = "autopilot_memory"
 CONSOLIDATION_ACTOR = "consolidate_namespace"
+CHECKPOINT_ACTOR = "checkpoint_ledger"
 MAX_RETRIES = 50
 MIN_BACKOFF_MS = 100
 MAX_BACKOFF_MS = 2_000
@@ -48,13 +51,14 @@ def holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def redis_broker(settings: Settings) -> RedisBroker:
+def redis_broker(settings: Settings, client: redis.Redis | None = None) -> RedisBroker:
     """The deployment's broker: its keys live under the deployment's prefix, so deployments
     (and test databases) sharing a Redis never take each other's messages. The messages of
     a worker that died (``kill -9``) go back to the queue once its heartbeat is missed and
     a maintenance run (``MAINTENANCE_CHANCE``) finds it."""
     return RedisBroker(  # type: ignore[no-untyped-call]
-        url=settings.redis_url,
+        url=None if client is not None else settings.redis_url,
+        client=client,
         namespace=f"{deployment_key(settings)}:dramatiq",
         heartbeat_timeout=int(settings.worker_heartbeat_seconds * 1000),
         maintenance_chance=MAINTENANCE_CHANCE,
@@ -124,6 +128,28 @@ def declare_consolidation(
     return _declared(broker, CONSOLIDATION_ACTOR, consolidate_namespace)
 
 
+def run_checkpoint(checkpoints: CheckpointService, holder: str) -> Checkpoint | None:
+    """The checkpoint pass: one when due. Another pass holding (or taking over) its lease
+    is making it: nothing to retry, the next tick looks again."""
+    try:
+        return checkpoints.periodic(holder)
+    except (LeaseBusy, LeaseLost) as error:
+        log.info("checkpoints: %s", error)
+        return None
+
+
+def declare_checkpoints(
+    broker: RedisBroker, checkpoints: Callable[[], CheckpointService], holder: str
+) -> dramatiq.Actor[Any, Any]:
+    """The checkpoint actor on ``broker`` (no arguments): idempotent, as a checkpoint that
+    is no longer due is not made again."""
+
+    def checkpoint_ledger() -> None:
+        run_checkpoint(checkpoints(), holder)
+
+    return _declared(broker, CHECKPOINT_ACTOR, checkpoint_ledger)
+
+
 def _soon_again_when_leased(work: Callable[[], object]) -> None:
     try:
         work()
@@ -134,7 +160,7 @@ def _soon_again_when_leased(work: Callable[[], object]) -> None:
         ) from error
 
 
-def _declared(broker: RedisBroker, name: str, fn: Callable[[str, int], None]) -> dramatiq.Actor[Any, Any]:
+def _declared(broker: RedisBroker, name: str, fn: Callable[..., None]) -> dramatiq.Actor[Any, Any]:
     declare = dramatiq.actor(
         broker=broker,
         actor_name=name,

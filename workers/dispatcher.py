@@ -1,5 +1,6 @@
-"""The dispatcher: follows the ledger's notification log with its own tracking record and
-hands each new active memory to the autopilot (DESIGN.md section 4, step 9).
+"""The dispatchers: each follows the ledger's notification log with its own tracking record
+and hands each new active memory to the autopilot (DESIGN.md section 4, step 9), or each
+namespace with new material (memories, faults) to consolidation (section 6).
 
 No trigger is lost between a commit and the queue: the tracking record only advances past
 an event once its message was sent, in the same transaction that holds the dispatcher's
@@ -12,15 +13,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Generic, TypeVar, cast
 from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
 
 from domain.ledger.app import Ledger
 from domain.ledger.mapper import Recorded
-from domain.model.events import MemoryWritten
+from domain.model.events import ContextFaulted, MemoryWritten
 from projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRACKING_TABLE
 
 log = logging.getLogger(__name__)
@@ -32,26 +34,78 @@ is a whole pass, and the record's transaction must not sit idle for long (the po
 connections end an idle transaction after 30 s)."""
 RETRY_SECONDS = 1.0
 
+K = TypeVar("K")
 Send = Callable[[UUID, int], None]
 """Hand one memory (its id, its ledger position) to the autopilot; raises when it cannot."""
 
 
-class Dispatcher:
+class Background:
+    """A daemon thread that runs ``_run`` until ``stop``; ``_stop`` is set on the way out."""
+
+    def __init__(self, name: str) -> None:
+        self.thread_name = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+def new_memories(events: Sequence[Recorded]) -> list[tuple[UUID, int]]:
+    """The autopilot's triggers: each new active memory, at its position."""
+    return [
+        (r.event.memory_id, int(r.position or 0))
+        for r in events
+        if isinstance(r.event, MemoryWritten) and r.event.status == "active"
+    ]
+
+
+def new_material(events: Sequence[Recorded]) -> list[tuple[str, int]]:
+    """Consolidation's triggers: each namespace with a new active memory or a fault (a
+    near-miss, or facts answering together), once per batch at its last such position (a
+    pass at that position covers the earlier ones)."""
+    latest: dict[str, int] = {}
+    for r in events:
+        e = r.event
+        if (isinstance(e, MemoryWritten) and e.status == "active") or isinstance(e, ContextFaulted):
+            latest.pop(e.namespace, None)
+            latest[e.namespace] = int(r.position or 0)
+    return list(latest.items())
+
+
+class Dispatcher(Background, Generic[K]):
+    """Follows the ledger and sends what ``select`` picks from each batch (keys and
+    positions, in ledger order; by default each new active memory)."""
+
     def __init__(
         self,
         ledger: Ledger,
-        send: Send,
+        send: Callable[[K, int], object],
         name: str = "autopilot",
         max_batch_seconds: float = MAX_BATCH_SECONDS,
+        select: Callable[[Sequence[Recorded]], list[tuple[K, int]]] | None = None,
+        pause: float = 0.0,
     ) -> None:
+        self.pause = pause
+        self.select = select or cast(Callable[[Sequence[Recorded]], list[tuple[K, int]]], new_memories)
         self.ledger = ledger
         self.max_batch_seconds = max_batch_seconds
+        super().__init__(f"dispatcher-{name}")
         self.send = send
         self.name = name
         self._table = SQL("{}.{}").format(Identifier(ledger.schema), Identifier(TRACKING_TABLE))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.sent = 0
+        self.backlog = 0
+        """Triggers of the batch in hand not yet sent: in-process, the queue of passes."""
 
     def register(self) -> None:
         """Give this dispatcher its tracking record (at position 0) unless it has one; the
@@ -95,23 +149,24 @@ class Dispatcher:
         return reached - start
 
     def _send_all(self, events: list[Recorded], start: int) -> tuple[int, Exception | None]:
-        """Send each new active memory in order; return the position reached (the event
+        """Send the batch's triggers in order; return the position reached (the event
         before the first failed send, or the last sent once ``max_batch_seconds`` passed)
         and that failure."""
-        reached = start
         began = time.monotonic()
-        for recorded in events:
-            event = recorded.event
-            if isinstance(event, MemoryWritten) and event.status == "active":
+        triggers = self.select(events)
+        try:
+            for done, (key, position) in enumerate(triggers):
+                self.backlog = len(triggers) - done
                 try:
-                    self.send(event.memory_id, int(recorded.position or 0))
+                    self.send(key, position)
                 except Exception as error:  # noqa: BLE001 - any failure to send stops the batch here
-                    return reached, error
+                    return max(start, position - 1), error
                 self.sent += 1
-            reached = int(recorded.position or reached)
-            if time.monotonic() - began > self.max_batch_seconds:
-                break
-        return reached, None
+                if time.monotonic() - began > self.max_batch_seconds:
+                    return position, None
+        finally:
+            self.backlog = 0
+        return (int(events[-1].position or start) if events else start), None
 
     def catch_up(self) -> int:
         moved = total = self.dispatch_once()
@@ -119,15 +174,6 @@ class Dispatcher:
             moved = self.dispatch_once()
             total += moved
         return total
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"dispatcher-{self.name}", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -137,15 +183,31 @@ class Dispatcher:
                 log.exception("dispatcher %s: a batch failed; retrying", self.name)
                 self._stop.wait(RETRY_SECONDS)
                 continue
-            if not moved:
-                self._stop.wait(IDLE_SECONDS)
+            self._stop.wait(self.pause if moved else max(self.pause, IDLE_SECONDS))
+
+
+class Ticker(Background):
+    """Calls ``work`` every ``every`` seconds in a thread of its own until stopped; a
+    failure is logged and the next tick tries again."""
+
+    def __init__(self, name: str, every: float, work: Callable[[], object]) -> None:
+        super().__init__(name)
+        self.every = every
+        self.work = work
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.work()
+            except Exception:
+                log.exception("%s failed; trying again in %s s", self.thread_name, self.every)
 
 
 SWEEP_SECONDS = 60.0
 """How often, and how old a memory must be, before a sweep hands an unjudged one back."""
 
 
-class Sweeper:
+class Sweeper(Ticker):
     """Hands the autopilot every current memory no pass has judged for a while: one left
     ``judge_unavailable`` (the judge is back now?), ``unembedded``, or a message lost with a
     worker's Redis. The pass is idempotent, so a memory judged meanwhile costs nothing."""
@@ -157,12 +219,10 @@ class Sweeper:
         clock: Callable[[], datetime],
         every: float = SWEEP_SECONDS,
     ) -> None:
+        super().__init__("autopilot-sweeper", every, self.sweep_once)
         self.unjudged = unjudged
         self.send = send
         self.clock = clock
-        self.every = every
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def sweep_once(self) -> int:
         """Send what has waited longer than ``every``; return how many."""
@@ -170,19 +230,3 @@ class Sweeper:
         for memory_id, position in found:
             self.send(memory_id, position)
         return len(found)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="autopilot-sweeper", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            try:
-                self.sweep_once()
-            except Exception:
-                log.exception("autopilot sweep failed; trying again later")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from uuid import UUID
 
 import dramatiq
@@ -12,66 +13,130 @@ import dramatiq
 from bootstrap.runtime import Runtime
 from domain.services.autopilot import PassResult
 from domain.settings import Settings
-from workers.actors import AUTOPILOT_QUEUE, declare_autopilot, holder_id, redis_broker
-from workers.dispatcher import Dispatcher, Sweeper
+from workers.actors import (
+    AUTOPILOT_QUEUE,
+    declare_autopilot,
+    declare_checkpoints,
+    declare_consolidation,
+    holder_id,
+    redis_broker,
+    run_checkpoint,
+)
+from workers.dispatcher import (
+    Background,
+    Dispatcher,
+    Sweeper,
+    Ticker,
+    new_material,
+)
+from workers.metrics import count_in_process, uncount
 
 log = logging.getLogger(__name__)
+CHECKPOINT_CHECK_SECONDS = 5.0
+"""How often a dispatching process looks whether the ledger head is due for a checkpoint."""
+
+
+def checkpoint_ticker(settings: Settings, work: Callable[[], object]) -> Ticker:
+    every = min(CHECKPOINT_CHECK_SECONDS, settings.checkpoint_every_seconds)
+    return Ticker("checkpoints", every, work)
 
 
 class WorkerProcess:
-    """A runtime, the autopilot actor consuming its queue, and the dispatcher feeding it."""
+    """A runtime, the actors consuming the queue, and (``dispatch``) the dispatchers and
+    tickers feeding it."""
 
     def __init__(self, settings: Settings, threads: int = 2, *, dispatch: bool = True) -> None:
         self.runtime = Runtime(settings)
         self.holder = holder_id()
         self.broker = redis_broker(settings)
         self.actor = declare_autopilot(self.broker, lambda: self.runtime.autopilot, self.holder)
-        self.dispatcher: Dispatcher | None = None
-        self.sweeper: Sweeper | None = None
+        self.consolidation = declare_consolidation(
+            self.broker, lambda: self.runtime.consolidation, self.holder
+        )
+        self.checkpoints = declare_checkpoints(self.broker, lambda: self.runtime.checkpoints, self.holder)
+        self.dispatcher: Dispatcher[UUID] | None = None
+        self.loops: list[Background] = []
         if dispatch:
             self.dispatcher = Dispatcher(self.runtime.ledger, self._send)
-            self.dispatcher.register()
-            memory = self.runtime.memory
-            self.sweeper = Sweeper(self.runtime.reads.unjudged_memories, self._send, lambda: memory.clock())  # noqa: PLW0108
+            self.loops = [self.dispatcher, *self._feeders()]
+            for loop in self.loops:
+                if isinstance(loop, Dispatcher):
+                    loop.register()
         self.worker = dramatiq.Worker(self.broker, queues={AUTOPILOT_QUEUE}, worker_threads=threads)
+
+    def _feeders(self) -> list[Background]:
+        """Consolidation's dispatcher, the autopilot's sweep, the checkpoint ticker."""
+        memory, due = self.runtime.memory, self.runtime.checkpoints.due
+        return [
+            consolidation_dispatcher(self.runtime, self.consolidation.send),
+            Sweeper(
+                self.runtime.reads.unjudged_memories,
+                self._send,
+                lambda: memory.clock(),  # noqa: PLW0108
+                self.runtime.settings.autopilot_sweep_seconds,
+            ),
+            checkpoint_ticker(self.runtime.settings, lambda: due() and self.checkpoints.send()),
+        ]
 
     def _send(self, memory_id: UUID, position: int) -> None:
         self.actor.send(str(memory_id), position)
 
     def start(self) -> None:
         self.worker.start()
-        if self.dispatcher is not None:
-            self.dispatcher.start()
-        if self.sweeper is not None:
-            self.sweeper.start()
+        for loop in self.loops:
+            loop.start()
 
     def stop(self) -> None:
-        if self.sweeper is not None:
-            self.sweeper.stop()
-        if self.dispatcher is not None:
-            self.dispatcher.stop()
+        for loop in reversed(self.loops):
+            loop.stop()
         self.worker.stop()
         self.broker.close()
         self.runtime.close()
 
 
+def consolidation_dispatcher(runtime: Runtime, send: Callable[[str, int], object]) -> Dispatcher[str]:
+    return Dispatcher(
+        runtime.ledger,
+        send,
+        name="consolidation",
+        select=new_material,
+        pause=runtime.settings.consolidation_pause_seconds,
+    )
+
+
 class InProcessAutopilot:
-    """No Redis: the dispatcher runs each pass itself, in a thread of the API process."""
+    """No Redis: the dispatchers run each pass themselves, in threads of the API process
+    (the autopilot, consolidation), and so does the checkpoint ticker."""
 
     def __init__(self, runtime: Runtime) -> None:
         holder = holder_id()
-        autopilot = runtime.autopilot
-        self.dispatcher = Dispatcher(
+        autopilot, consolidation, checkpoints = runtime.autopilot, runtime.consolidation, runtime.checkpoints
+        self.dispatcher: Dispatcher[UUID] = Dispatcher(
             runtime.ledger,
             lambda memory_id, position: _judged(autopilot.judge_memory(memory_id, position, holder)),
         )
+        self.consolidation = consolidation_dispatcher(
+            runtime, lambda namespace, position: consolidation.consolidate(namespace, position, holder)
+        )
+        self.loops: list[Background] = [
+            self.dispatcher,
+            self.consolidation,
+            checkpoint_ticker(runtime.settings, lambda: run_checkpoint(checkpoints, holder)),
+        ]
         self.dispatcher.register()
+        self.consolidation.register()
 
     def start(self) -> None:
-        self.dispatcher.start()
+        for loop in self.loops:
+            loop.start()
+        count_in_process(self.dispatcher)
+        count_in_process(self.consolidation)
 
     def stop(self) -> None:
-        self.dispatcher.stop()
+        uncount(self.dispatcher)
+        uncount(self.consolidation)
+        for loop in reversed(self.loops):
+            loop.stop()
 
 
 def _judged(result: PassResult) -> None:

@@ -138,28 +138,52 @@ def run_demo(runtime: Runtime, say: Say = print) -> dict[str, Any]:
     )
 
     facts = _prove(runtime, say, (agent, agent2, hr), newer, resolved.position)
-    finding = _autopilot(runtime, say, (agent, agent2), reviewer)
     return {
         "outcomes": [first.outcome, dup.outcome, newer.outcome, contra.outcome],
         **facts,
-        "finding": finding,
+        "finding": _autopilot(runtime, say, (agent, agent2), reviewer),
+        "proposal": _consolidate(runtime, say, (agent, agent2)),
     }
 
 
 def _autopilot(
     runtime: Runtime, say: Say, agents: tuple[Identity, Identity], reviewer: Identity
 ) -> str | None:
-    """Step 11: an unslotted contradiction, found after the commit by the conflict autopilot
-    (run here in-process; `memwarden worker` runs it on Redis)."""
-    _step(say, 11, "Two agents contradict each other without a slot: the conflict autopilot finds it.")
-    runtime.memory.write(agents[0], WriteMemory(content="The team standup is at 9:30"))
-    second = runtime.memory.write(agents[1], WriteMemory(content="The team standup is at 10:00"))
+    """Step 11: an unslotted contradiction with a fact of the organization, which a team's
+    write never settles: found after the commit by the conflict autopilot (run here
+    in-process; `memwarden worker` runs it on Redis), a finding for a reviewer."""
+    _step(say, 11, "A team agent contradicts the organization's fact without a slot: the autopilot finds it.")
+    org = Identity(reviewer.namespace, "agent-orla", "agent")
+    runtime.memory.write(org, WriteMemory(content="The all-hands standup is at 9:30"))
+    second = runtime.memory.write(agents[1], WriteMemory(content="The all-hands standup is at 10:00"))
     assert second.id is not None
     result = runtime.autopilot.judge_memory(second.id, second.position, "demo")
     found = runtime.reads.findings(reviewer, after=result.position)
     for f in found:
-        say(f"   -> finding for a reviewer (equal trust, lower_trust dial): rule {f.rule}, {f.explanation}")
+        say(f"   -> finding for a reviewer (another namespace's fact): rule {f.rule}, {f.explanation}")
     return found[0].rule if found else None
+
+
+def _consolidate(runtime: Runtime, say: Say, agents: tuple[Identity, Identity]) -> str | None:
+    """Step 12: two agents say one thing twice; consolidation drafts a proposal for a
+    reviewer (nothing is published unattended)."""
+    _step(say, 12, "Two agents write the same fact in other words: consolidation proposes one statement.")
+    runtime.memory.write(
+        agents[0],
+        WriteMemory(content="The staging cluster is rebuilt from the golden image every Sunday night"),
+    )
+    second = runtime.memory.write(
+        agents[1],
+        WriteMemory(content="Every Sunday night the staging cluster is rebuilt from the golden image"),
+    )
+    result = runtime.consolidation.consolidate(agents[0].namespace, second.position, "demo")
+    proposals = [p for p in map(runtime.consolidation.proposal, result.drafted) if p is not None]
+    for p in proposals:
+        say(
+            f"   -> proposal ({p.kind}, {len(p.sources)} sources, {p.status}):"
+            f" {runtime.consolidation.content(p)!r}"
+        )
+    return proposals[0].kind if proposals else None
 
 
 def _prove(

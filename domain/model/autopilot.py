@@ -50,6 +50,9 @@ AUTOPILOT = "autopilot"
 """The pass's name (its leases) and the supersedence reason of its settlements."""
 NEIGHBOURS_K = 8
 MIN_COSINE = 0.6
+SUPERSEDE_MIN_COSINE = 0.75
+"""The synchronous band of a write (section 4, step 7): own-namespace neighbours this
+similar are judged inside the write."""
 
 
 def judgement_stream(memory_id: UUID) -> UUID:

@@ -2,17 +2,23 @@
 proposals drafted from them, and a reviewer's answer to each. Pure: memory states, their
 near-duplicate pairs, ``now`` and the lease token in; events out.
 
-A cluster is a set of memories of one namespace that say one thing: near-duplicates
-(cosine >= ``DUPLICATE_COSINE``, joined transitively) or a slot's history (every version of
-one ``subject``/``attribute``). Its proposal's id is derived from its kind and members, so a
-cluster is proposed once however often the pass runs; a cluster that grows is a new one.
-The built-in drafter is extractive: the member of highest trust, then the newest.
+A cluster is a set of memories of one namespace that say one thing, or are needed
+together: near-duplicates (cosine >= ``DUPLICATE_COSINE``, joined transitively), a slot's
+history (every version of one ``subject``/``attribute``), facts faulted together (returned
+together by at least ``MIN_FAULTED_TOGETHER`` faults), and fault near-misses (a memory that
+nearly answered a fault, the best L2 candidate of a fault answered by L3 or missed, with its
+neighbours at cosine >= ``NEAR_MISS_COSINE``: split statements that one would answer). Its
+proposal's id is derived from its kind and members, so a cluster is proposed once however
+often the pass runs; a cluster that grows is a new one. The built-in drafter is
+extractive: the member of highest trust, then the newest.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from itertools import combinations
 from typing import Literal
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -22,6 +28,7 @@ from msgspec.structs import replace
 from domain.model.autopilot import check_reviewer
 from domain.model.errors import InvalidRequest, InvalidState
 from domain.model.events import (
+    ContextFaulted,
     Event,
     ProposalApproved,
     ProposalDrafted,
@@ -37,6 +44,8 @@ CONSOLIDATION = "consolidation"
 """The pass's name (its leases) and the provenance of what approval publishes."""
 EXTRACTIVE = "extractive"
 DUPLICATE_COSINE = 0.9
+NEAR_MISS_COSINE = 0.75
+MIN_FAULTED_TOGETHER = 2
 NEIGHBOURS_K = 8
 MAX_PROPOSAL_CHARS = 8_000
 
@@ -54,13 +63,27 @@ def proposal_stream(namespace: str, cluster: Cluster) -> UUID:
     return uuid5(NAMESPACE_URL, f"memwarden:proposal:{namespace}:{cluster.kind}:{members}")
 
 
+class Links(msgspec.Struct, frozen=True, kw_only=True):
+    """The pairs a pass found between memories, by what links them (each joined
+    transitively into clusters of its kind)."""
+
+    duplicates: tuple[tuple[UUID, UUID], ...] = ()
+    together: tuple[tuple[UUID, UUID], ...] = ()
+    near_misses: tuple[tuple[UUID, UUID], ...] = ()
+
+
 def find_clusters(
-    memories: Sequence[MemoryState], duplicates: Iterable[tuple[UUID, UUID]], now: datetime
+    namespace: str, memories: Sequence[MemoryState], links: Links, now: datetime
 ) -> list[Cluster]:
-    """The clusters among ``memories`` (one namespace, erased ones aside): slots with two or
-    more versions, and groups of current near-duplicates (``duplicates``: pairs found by
-    similarity, joined transitively; pairs naming a memory not in ``memories`` are ignored)."""
-    known = {m.id: m for m in memories if m.status != "erased" and m.content is not None}
+    """The clusters among ``memories`` of ``namespace`` (erased ones, and those of other
+    namespaces, aside): slots with two or more versions, and groups of current memories
+    linked as near-duplicates, as faulted together, or by a near-miss (pairs naming a
+    memory not among them are ignored)."""
+    known = {
+        m.id: m
+        for m in memories
+        if m.namespace == namespace and m.status != "erased" and m.content is not None
+    }
     slots: dict[tuple[str, str], list[UUID]] = {}
     for m in known.values():
         if m.subject is not None and m.attribute is not None:
@@ -71,9 +94,33 @@ def find_clusters(
         if len(ids) > 1
     ]
     current = {i for i, m in known.items() if m.is_current(now)}
-    groups = _joined((a, b) for a, b in duplicates if a in current and b in current and a != b)
-    clusters.extend(Cluster(kind="near_duplicate", members=g) for g in groups)
+    kinds: tuple[tuple[ProposalKind, tuple[tuple[UUID, UUID], ...]], ...] = (
+        ("near_duplicate", links.duplicates),
+        ("faulted_together", links.together),
+        ("fault_near_miss", links.near_misses),
+    )
+    for kind, pairs in kinds:
+        groups = _joined((a, b) for a, b in pairs if a in current and b in current and a != b)
+        clusters.extend(Cluster(kind=kind, members=g) for g in groups)
     return sorted(clusters, key=lambda c: (c.kind, [str(m) for m in c.members]))
+
+
+def faulted_together(faults: Iterable[ContextFaulted]) -> tuple[tuple[UUID, UUID], ...]:
+    """Pairs of memories answering the same fault (an L2 answer) at least
+    ``MIN_FAULTED_TOGETHER`` times."""
+    counts: Counter[tuple[UUID, UUID]] = Counter()
+    for fault in faults:
+        if fault.tier == "L2":
+            refs = sorted(set(fault.refs), key=str)
+            counts.update(combinations(refs, 2))
+    return tuple(sorted((p for p, n in counts.items() if n >= MIN_FAULTED_TOGETHER), key=str))
+
+
+def near_missed(faults: Iterable[ContextFaulted]) -> list[UUID]:
+    """The memories that nearly answered a fault: the best L2 candidate of a fault that L2
+    did not answer."""
+    found = [f.best_candidate for f in faults if f.tier != "L2" and f.best_candidate is not None]
+    return list(dict.fromkeys(found))
 
 
 def _joined(pairs: Iterable[tuple[UUID, UUID]]) -> list[tuple[UUID, ...]]:
@@ -190,7 +237,7 @@ def proposal_content(state: ProposalState, canonical: MemoryState | None) -> str
     """The statement to publish: the reviewer's edit, else the chosen memory's text (None
     once that memory is erased)."""
     if state.edited_content is not None:
-        return state.edited_content
+        return state.edited_content or None  # empty: shredded with an erased source
     return canonical.content if canonical is not None and canonical.status != "erased" else None
 
 
@@ -199,6 +246,8 @@ def _pending(reviewer: Identity, state: ProposalState | None) -> ProposalState:
     assert state is not None
     if state.status != "pending_review":
         raise InvalidState(f"proposal already {state.status}")
+    if state.edited_content == "":  # an edit is never blank: its key was destroyed
+        raise InvalidState("the proposal's edit was erased with one of its sources")
     return state
 
 

@@ -12,7 +12,7 @@ owner): a document is nobody's own write. A ``subject`` erasure leaves documents
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -46,6 +46,18 @@ class Forget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     reason: str
 
 
+class Derived(msgspec.Struct, frozen=True, kw_only=True):
+    """A consolidation proposal, the memories whose text it may hold (``sources``: every
+    source once a reviewer edited it, else the one its extractive draft chose), and the L3
+    document its approval published, if any. Erasing one of those memories erases what was
+    drafted from it: the proposal's edit (sealed with the proposal's key, destroyed) and
+    the document."""
+
+    proposal_id: UUID
+    sources: frozenset[UUID]
+    document: KnowledgeState | None = None
+
+
 class ForgetState(msgspec.Struct, frozen=True, kw_only=True):
     """``targets``: the ids asked for (``ids``) or found by the lookup (subject, subtree);
     ``memories``: the authoritative state of every target and every version its history
@@ -55,6 +67,8 @@ class ForgetState(msgspec.Struct, frozen=True, kw_only=True):
     targets: tuple[UUID, ...]
     memories: Mapping[UUID, MemoryState]
     documents: Mapping[UUID, KnowledgeState] = msgspec.field(default_factory=dict)
+    derived: tuple[Derived, ...] = ()
+    """The consolidation proposals drafted from any of ``memories``."""
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -68,6 +82,8 @@ class ForgetDecision(msgspec.Struct, frozen=True, kw_only=True):
     certificate: DeletionCertificate
     erased_documents: tuple[KnowledgeState, ...] = ()
     document_events: tuple[KnowledgeErased, ...] = ()
+    shredded_proposals: tuple[UUID, ...] = ()
+    """Proposals drafted from an erased memory: their data keys (their edits) are destroyed."""
 
 
 def target_kind(command: Forget) -> TargetKind:
@@ -312,6 +328,7 @@ def decide_forget(
     chosen, root, target = _chosen(command, kind, caller, state, own_only)
     documents = _chosen_documents(command, kind, caller, state, own_only, root)
     erased = _whole_chains(chosen, kind, caller, state, own_only)
+    documents, shredded = _with_derived(state.derived, {m.id for m in erased}, documents)
     events = tuple(
         MemoryErased(
             memory_id=m.id, namespace=m.namespace, certificate_id=certificate_id, by=caller.actor, at=now
@@ -353,4 +370,19 @@ def decide_forget(
         certificate=certificate,
         erased_documents=tuple(documents),
         document_events=document_events,
+        shredded_proposals=shredded,
     )
+
+
+def _with_derived(
+    derived: Sequence[Derived], erased: set[UUID], documents: list[KnowledgeState]
+) -> tuple[list[KnowledgeState], tuple[UUID, ...]]:
+    """The documents to erase, with those published from a proposal drafted from an erased
+    memory; and those proposals."""
+    hit = [d for d in derived if d.sources & erased]
+    chosen = {d.document_id: d for d in documents}
+    for d in hit:
+        if d.document is not None and not d.document.erased:
+            chosen.setdefault(d.document.document_id, d.document)
+    shredded = tuple(sorted({d.proposal_id for d in hit}, key=str))
+    return sorted(chosen.values(), key=lambda d: str(d.document_id)), shredded

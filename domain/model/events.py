@@ -535,7 +535,7 @@ class SettlementOverturned(Event, frozen=True, kw_only=True):
         return self.decision_id
 
 
-ProposalKind = Literal["near_duplicate", "slot_history"]
+ProposalKind = Literal["near_duplicate", "slot_history", "faulted_together", "fault_near_miss"]
 
 
 class ProposalDrafted(Event, frozen=True, kw_only=True):

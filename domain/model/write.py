@@ -45,6 +45,9 @@ class WriteState(msgspec.Struct, frozen=True, kw_only=True):
     slot_claim: Claim | None = None
     source_ref_claim: Claim | None = None
     holders: dict[UUID, MemoryState] = msgspec.field(default_factory=dict)
+    judged: tuple[MemoryState, ...] = ()
+    """Own-namespace neighbours the judge found the (unslotted) write contradicts, in the
+    synchronous band: settled as a slot's incumbents are."""
 
 
 class WriteDecision(msgspec.Struct, frozen=True, kw_only=True):
@@ -172,6 +175,9 @@ def decide_write(
     contradicted = {m.id: (m, "slot") for m in slot_holders if m.slot_value != new_value}
     for m in current_holders(state.source_ref_claim, state, now):
         contradicted.setdefault(m.id, (m, "source_ref"))
+    for m in state.judged:
+        if m.is_current(now) and m.namespace == identity.namespace:
+            contradicted.setdefault(m.id, (m, "judged"))
 
     new_rank = source_rank(provenance.source)
     incumbents = [m for m, _ in contradicted.values()]

@@ -3,8 +3,9 @@ lease drafts proposals; reviewers approve (publishing L3 knowledge with ``consol
 provenance), edit or reject them, audited.
 
 The actor and the in-process fallback call ``ConsolidationService.consolidate``; it needs
-nothing of a broker. From the read side it needs the namespace's memory ids (``Members``)
-and near-duplicates (the autopilot's ``Neighbours`` port).
+nothing of a broker. From the read side it needs the namespace's memory ids (``Members``),
+its fault ids (``Faults``; the faults themselves are read from the ledger) and
+near-duplicates (the autopilot's ``Neighbours`` port).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import msgspec
 from domain.model.consolidation import (
     CONSOLIDATION,
     DUPLICATE_COSINE,
+    NEAR_MISS_COSINE,
     NEIGHBOURS_K,
+    Links,
     ProposalState,
     check_approvable,
     decide_approved,
@@ -26,15 +29,18 @@ from domain.model.consolidation import (
     decide_edit,
     decide_reject,
     evolve_proposal,
+    faulted_together,
     find_clusters,
     knowledge_document,
+    near_missed,
     proposal_content,
     proposal_stream,
 )
 from domain.model.errors import InvalidState
-from domain.model.events import Event, ProposalDrafted
+from domain.model.events import ContextFaulted, Event, ProposalDrafted
 from domain.model.identity import Identity
 from domain.model.leases import Lease
+from domain.model.memory import MemoryState
 from domain.services.commands import Decided, Note, Retry
 from domain.services.knowledge import KnowledgeService
 from domain.services.leases import Leases
@@ -45,6 +51,11 @@ from domain.services.streams import fold
 MAX_MEMBERS = 500
 """A pass looks at a namespace's newest memories, at most this many."""
 PROPOSAL_RETRY = Retry("the proposal kept changing; retry")
+MAX_FAULTS = 200
+"""And at its newest faults, at most this many."""
+
+
+Faults = Members
 
 
 class ConsolidationResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,12 +79,14 @@ class ConsolidationService:
         neighbours: Neighbours,
         members: Members,
         knowledge: KnowledgeService,
+        faults: Faults,
     ) -> None:
         self.memory = memory
         self.leases = leases
         self.neighbours = neighbours
         self.members = members
         self.knowledge = knowledge
+        self.faults = faults
 
     # -- the pass ----------------------------------------------------------------------------
 
@@ -99,19 +112,44 @@ class ConsolidationService:
         return self.leases.run_fenced(self.memory.runner, lease, decide, contended)
 
     def _drafts(self, namespace: str, position: int, lease: Lease) -> tuple[list[ProposalDrafted], int]:
-        ids = self.members(namespace, MAX_MEMBERS, after=position)
-        states = self.memory.streams.memories(ids)
         now = self.memory.clock()
-        duplicates: list[tuple[UUID, UUID]] = []
-        for m in states.values():
-            if m.is_current(now):
-                found = self.neighbours.nearest(m.id, NEIGHBOURS_K, DUPLICATE_COSINE, position) or []
-                duplicates.extend((m.id, n) for n, _ in found)
-        clusters = find_clusters(list(states.values()), duplicates, now)
+        faults = self._faults(namespace, position)
+        missed, together = near_missed(faults), faulted_together(faults)
+        wanted = {*self.members(namespace, MAX_MEMBERS, after=position), *missed}
+        wanted.update(m for pair in together for m in pair)
+        states = self.memory.streams.memories(wanted)
+        near_misses = self._similar(
+            [states[m] for m in missed if m in states], NEAR_MISS_COSINE, position, now
+        )
+        states.update(self.memory.streams.memories({n for _, n in near_misses} - set(states)))
+        links = Links(
+            duplicates=self._similar(list(states.values()), DUPLICATE_COSINE, position, now),
+            together=together,
+            near_misses=near_misses,
+        )
+        clusters = find_clusters(namespace, list(states.values()), links, now)
         streams = [proposal_stream(namespace, c) for c in clusters]
         proposed = set(self.memory.ledger.stream_heads(streams))
         drafts = decide_drafts(namespace, clusters, states, proposed, lease.token, now)
         return drafts, len(clusters)
+
+    def _faults(self, namespace: str, position: int) -> list[ContextFaulted]:
+        """The namespace's latest faults, as the ledger holds them (their refs and best
+        candidates: the read model keeps neither)."""
+        ids = self.faults(namespace, MAX_FAULTS, after=position)
+        found = self.memory.ledger.streams(ids)
+        return [r.event for rs in found.values() for r in rs if isinstance(r.event, ContextFaulted)]
+
+    def _similar(
+        self, memories: list[MemoryState], min_cosine: float, position: int, now: datetime
+    ) -> tuple[tuple[UUID, UUID], ...]:
+        """Each current memory paired with its nearest neighbours at ``min_cosine`` or more."""
+        pairs: list[tuple[UUID, UUID]] = []
+        for m in memories:
+            if m.is_current(now):
+                found = self.neighbours.nearest(m.id, NEIGHBOURS_K, min_cosine, position) or []
+                pairs.extend((m.id, n) for n, _ in found)
+        return tuple(pairs)
 
     # -- reviewers -----------------------------------------------------------------------------
 

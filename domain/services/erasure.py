@@ -15,7 +15,9 @@ from domain.ledger.app import Ledger
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.certificates import DeletionCertificate
+from domain.model.consolidation import evolve_proposal
 from domain.model.erasure import (
+    Derived,
     Forget,
     ForgetDecision,
     ForgetState,
@@ -35,7 +37,7 @@ from domain.model.memory import MemoryState
 from domain.services.commands import CommandRunner, Decided, Note, Retry
 from domain.services.memory import utcnow
 from domain.services.ports import ErasureLookup
-from domain.services.streams import Streams
+from domain.services.streams import Streams, fold
 
 MAX_ATTEMPTS = 8
 
@@ -85,7 +87,7 @@ class ErasureService:
 
         def decide(at: datetime) -> Decided[ForgetResult]:
             position, head_hash = self.ledger.recorder.head()
-            state = self._state(identity, command, kind, position, own_only)
+            state = self._with_derived(self._state(identity, command, kind, position, own_only), position)
             decision = decide_forget(
                 command,
                 identity,
@@ -110,6 +112,7 @@ class ErasureService:
                 destroy_keys=[
                     *(m.id for m in decision.erased),
                     *(d.document_id for d in decision.erased_documents),
+                    *decision.shredded_proposals,
                 ],
             )
 
@@ -139,6 +142,24 @@ class ErasureService:
             documents = self._current_documents(lookup.documents_in_subtree(root, position))
         memories = self._load_chains(self.streams.memories(targets), position)
         return ForgetState(targets=targets, memories=memories, documents=documents)
+
+    def _with_derived(self, state: ForgetState, position: int) -> ForgetState:
+        """``state`` with the proposals drafted from its memories, from the ledger, and the
+        documents their approvals published."""
+        ids = self._lookup().proposals_drafted_from(list(state.memories), position) if state.memories else []
+        proposals = [fold(rs, evolve_proposal) for rs in self.ledger.streams(ids).values()]
+        published = self._current_documents([p.document_id for p in proposals if p and p.document_id])
+        derived = tuple(
+            Derived(
+                proposal_id=p.id,
+                # an edit may hold any source's text; an extractive draft, its chosen one's
+                sources=frozenset(p.sources if p.edited_content is not None else (p.canonical,)),
+                document=published.get(p.document_id) if p.document_id else None,
+            )
+            for p in proposals
+            if p is not None
+        )
+        return msgspec.structs.replace(state, derived=derived)
 
     def _lookup(self) -> ErasureLookup:
         """Every erasure needs the lookup: even one by ids finds the memories rejected in

@@ -58,6 +58,7 @@ from domain.model.write import (
     check_write_allowed,
     decide_write,
 )
+from domain.services.band import Banded, SynchronousBand
 from domain.services.commands import CommandRunner, Decided, Note, Retry
 from domain.services.streams import Streams
 
@@ -198,6 +199,8 @@ class MemoryService:
         self.policy_for = policy_for or (lambda _namespace: WritePolicy())
         self.clock = clock
         self.new_id = new_id
+        self.band: SynchronousBand | None = None
+        """The synchronous band (set by the composition root, which has the read models)."""
         # late-bound: a caller may swap the clock or id source after construction
         self.runner = CommandRunner(ledger, self.streams, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
 
@@ -298,7 +301,7 @@ class MemoryService:
         policy = self.policy_for(identity.namespace)
         absent = _Absent(frozenset(item.text_claim_id for w in writes for item in w.items))
         new_keys: dict[UUID, NewMemoryKey] = {}
-        vectors: dict[str, bytes | None] = {}  # embedded once, whatever the retries
+        vectors = _band_vectors(writes)  # embedded once, whatever the retries
 
         def decide(at: datetime) -> Decided[int]:
             versions = self._decide_writes(identity, writes, policy, at, absent, strict=strict)
@@ -347,10 +350,17 @@ class MemoryService:
                 absent.ids |= {item.text_claim_id for item in w.items}
 
     def _items(self, namespace: str, split: Split) -> list[_Item]:
-        return [
-            _Item(fact, self.new_id(), self.new_id(), self._write_claims(namespace, fact, split))
-            for fact in split.commands
-        ]
+        return [self._item(namespace, fact, split) for fact in split.commands]
+
+    def _item(self, namespace: str, fact: WriteMemory, split: Split) -> _Item:
+        """One fact and its claims; with the synchronous band (``band``), also the text
+        claims of the neighbours it contradicts, so each decision sees them as they are."""
+        wanted = self._write_claims(namespace, fact, split)
+        banded = self.band.contradicted(namespace, fact, self.embedder) if self.band is not None else Banded()
+        for neighbour in banded.contradicted:
+            assert neighbour.content is not None
+            wanted.append((self.claim_ids.text(namespace, neighbour.content), "text", namespace))
+        return _Item(fact, self.new_id(), self.new_id(), wanted, banded)
 
     def _split(self, command: WriteMemory, verbatim: bool) -> Split:
         """The write's facts, or the command itself with the reason it stays verbatim."""
@@ -656,11 +666,13 @@ class _Item:
         memory_id: UUID,
         dispute_id: UUID,
         wanted: list[tuple[UUID, ClaimKind, str]],
+        banded: Banded | None = None,
     ) -> None:
         self.command = command
         self.memory_id = memory_id
         self.dispute_id = dispute_id
         self.wanted = wanted
+        self.banded = banded or Banded()
 
     @property
     def text_claim_id(self) -> UUID:
@@ -682,6 +694,7 @@ class _Item:
             slot_claim=claim("slot"),
             source_ref_claim=claim("source_ref"),
             holders=holders,
+            judged=tuple(holders[m.id] for m in self.banded.contradicted if m.id in holders),
         )
         return decide_write(self.command, identity, state, policy, now, self.memory_id, self.dispute_id)
 
@@ -716,6 +729,16 @@ def _write_result(decisions: Sequence[WriteDecision], split: Split, position: in
         verbatim_reason=split.verbatim_reason,
         facts=facts if split.extracted else (),
     )
+
+
+def _band_vectors(writes: Sequence[_Write]) -> dict[str, bytes | None]:
+    """The vectors the synchronous band already computed, by text: sealed as they are."""
+    return {
+        item.command.content: item.banded.vector
+        for w in writes
+        for item in w.items
+        if item.banded.vector is not None
+    }
 
 
 def _versions(*groups: Iterable[Claim | MemoryState | DisputeState]) -> dict[UUID, int]:

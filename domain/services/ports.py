@@ -28,7 +28,8 @@ class Neighbours(Protocol):
 
 
 class Members(Protocol):
-    """A namespace's memory ids (the newest ``limit``), once the read model reached ``after``."""
+    """The ids of a namespace's newest memories (``Members``), or of its newest faults
+    (``Faults`` in domain/services/consolidation.py), once the read models reached ``after``."""
 
     def __call__(self, namespace: str, limit: int, after: int | None = None) -> list[UUID]: ...
 
@@ -48,6 +49,10 @@ class ErasureLookup(Protocol):
     def rejected_in_favour_of(self, memory_ids: Collection[UUID], position: int) -> list[UUID]:
         """The memories a review rejected (``keep_old``) in favour of one of ``memory_ids``:
         the one link of a history that the kept memory's own stream does not name."""
+        ...
+
+    def proposals_drafted_from(self, memory_ids: Collection[UUID], position: int) -> list[UUID]:
+        """The consolidation proposals (ids) with one of ``memory_ids`` among their sources."""
         ...
 
 

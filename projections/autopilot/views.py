@@ -232,3 +232,16 @@ def namespace_memories(conn: Connection[Any], schema: str, namespace: str, limit
         (namespace, limit),
     ).fetchall()
     return [row["id"] for row in rows]
+
+
+def namespace_faults(conn: Connection[Any], schema: str, namespace: str, limit: int) -> list[UUID]:
+    """The ids of a namespace's newest faults: what a consolidation pass reads (from the
+    ledger) for facts faulted together and near-misses."""
+    rows = conn.execute(
+        SQL(
+            "SELECT f.fault_id FROM {s}.context_faults f WHERE f.namespace = %s"
+            " ORDER BY f.position DESC LIMIT %s"
+        ).format(s=Identifier(schema)),
+        (namespace, limit),
+    ).fetchall()
+    return [row["fault_id"] for row in rows]

@@ -65,3 +65,9 @@ class ProjectionErasureLookup:
         with self.reads.ledger.datastore.get_connection() as conn:
             rows = conn.execute(statement, params).fetchall()
         return [row["id"] for row in rows]
+
+    def proposals_drafted_from(self, memory_ids: Collection[UUID], position: int) -> list[UUID]:
+        """The consolidation proposals with one of ``memory_ids`` among their sources."""
+        return self._ids(
+            "SELECT id FROM {s}.proposals WHERE sources && %s::uuid[]", (list(memory_ids),), position
+        )

@@ -1,4 +1,5 @@
-"""The autopilot's ``Neighbours`` port (domain/services/ports.py), on the search index.
+"""The autopilot's ``Neighbours`` port and the write's ``Similar`` (domain/services/ports.py,
+domain/services/band.py), on the search index.
 
 A memory's neighbours are found with the vector lane of the same scoped view a search
 uses, with the memory's own stored embedding as the query (never re-embedded), in the
@@ -15,6 +16,7 @@ from uuid import UUID
 import numpy as np
 from psycopg.sql import SQL, Identifier
 
+from domain.embedding.base import vector_from_bytes
 from domain.model.identity import Identity
 from projections.search.service import SearchQuery, SearchService
 
@@ -55,3 +57,15 @@ class SearchNeighbours:
         with self.search.view(writer, SearchQuery(query="", k=k), lambda: vector) as (view, *_):
             hits = view.vector_lane(k + 1)
         return [(h.ref, h.score) for h in hits if h.ref != memory_id and h.score >= min_cosine][:k]
+
+    def similar(self, namespace: str, vector: bytes, k: int, min_cosine: float) -> list[tuple[UUID, float]]:
+        """The synchronous band's neighbours: nearest to a new fact's vector among the
+        current memories its writer can see (twice ``k``: the band keeps those of
+        ``namespace`` itself)."""
+        if self.search.vector_model is None:
+            return []
+        query = vector_from_bytes(vector)
+        writer = Identity(namespace=namespace, actor="autopilot", role="agent")
+        with self.search.view(writer, SearchQuery(query="", k=k), lambda: query) as (view, *_):
+            hits = view.vector_lane(2 * k)
+        return [(h.ref, h.score) for h in hits if h.score >= min_cosine]

@@ -5,24 +5,25 @@ answering over HTTP. Plus the dispatcher's promise: a broker outage delays, neve
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 from uuid import UUID
 
 import pytest
 
 from domain.settings import Settings
 from tests.e2e.api_helpers import Api
+from tests.processes import eventually
 from workers.actors import redis_broker
 from workers.dispatcher import Dispatcher
 from workers.main import WorkerProcess
 
-T = TypeVar("T")
 NS = "acme/eng/platform"
 
 
 @pytest.fixture
 def worker(settings: Settings, api: Api) -> Iterator[WorkerProcess]:
+    api.runtime.memory.band = None  # the autopilot's pairs, not settled inside the write
     process = WorkerProcess(settings, threads=2)
     process.broker.flush_all()  # this database's queue only (its own key prefix)
     process.start()
@@ -30,16 +31,6 @@ def worker(settings: Settings, api: Api) -> Iterator[WorkerProcess]:
         yield process
     finally:
         process.stop()
-
-
-def eventually(probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError("not reached in time")
 
 
 def write(api: Api, key: str, content: str) -> str:

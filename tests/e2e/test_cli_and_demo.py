@@ -41,8 +41,11 @@ def test_demo_tells_the_whole_story(settings: Settings) -> None:
     assert not facts["tampered"].ok
     assert facts["tampered"].first_bad_position == facts["tampered_position"]
     assert facts["finding"] == "frame"  # the unslotted contradiction, found by the autopilot
+    assert facts["proposal"] == "near_duplicate"  # drafted by consolidation, pending review
     text = "\n".join(lines)
     assert "not found (quarantined)" in text
+    assert "-> finding for a reviewer" in text
+    assert "-> proposal (near_duplicate, 2 sources, pending_review)" in text
     assert f"chain BROKEN at position {facts['tampered_position']}" in text
 
 

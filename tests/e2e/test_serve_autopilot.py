@@ -24,6 +24,7 @@ def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_p
         "REDIS_URL": "redis://127.0.0.1:1/0",  # nothing listens there
     }
     agent = cli_key(env, "acme/eng", "bot", "agent")
+    org = cli_key(env, "acme", "lead", "agent")  # an ancestor's fact: never settled by a write
     admin = cli_key(env, "acme", "boss", "admin")
     port = free_port()
     server = subprocess.Popen(
@@ -42,11 +43,11 @@ def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_p
     try:
         wait_until(lambda: ready(base), 120)
         ids = []
-        for content in ("Payroll runs on Friday", "Payroll runs on Thursday"):
+        for key, content in ((org, "Payroll runs on Friday"), (agent, "Payroll runs on Thursday")):
             response = httpx.post(
                 f"{base}/v1/mem/write",
                 json={"content": content},
-                headers={"Authorization": f"Bearer {agent}"},
+                headers={"Authorization": f"Bearer {key}"},
             )
             assert response.status_code == 200, response.text
             ids.append(response.json()["id"])

@@ -12,17 +12,20 @@ from msgspec.structs import replace
 from domain.model.classification import Classification
 from domain.model.consolidation import (
     Cluster,
+    Links,
     decide_drafts,
     decide_edit,
     decide_reject,
     evolve_proposal,
     extractive_choice,
+    faulted_together,
     find_clusters,
+    near_missed,
     proposal_content,
     proposal_stream,
 )
 from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import MemoryWritten, Provenance
+from domain.model.events import ContextFaulted, MemoryWritten, Provenance
 from domain.model.identity import Identity
 from domain.model.memory import MemoryState, evolve_memory
 
@@ -53,7 +56,9 @@ def memory(content: str, source: str = "conversation", minutes: int = 0, **slot:
 def test_near_duplicates_join_transitively_and_only_current_ones() -> None:
     a, b, c, d = (memory(t, minutes=i) for i, t in enumerate("abcd"))
     retired = replace(d, status="retired", retired_at=NOW - timedelta(minutes=1))
-    clusters = find_clusters([a, b, c, retired], [(a.id, b.id), (b.id, c.id), (c.id, retired.id)], NOW)
+    clusters = find_clusters(
+        NS, [a, b, c, retired], Links(duplicates=((a.id, b.id), (b.id, c.id), (c.id, retired.id))), NOW
+    )
     assert clusters == [Cluster(kind="near_duplicate", members=tuple(sorted((a.id, b.id, c.id), key=str)))]
 
 
@@ -61,7 +66,7 @@ def test_a_slot_with_two_versions_is_a_cluster_and_one_alone_is_not() -> None:
     one = memory("x", subject="pager", attribute="rotation")
     two = memory("y", minutes=1, subject="pager", attribute="rotation")
     alone = memory("z", subject="pager", attribute="owner")
-    assert [c.kind for c in find_clusters([one, two, alone], [], NOW)] == ["slot_history"]
+    assert [c.kind for c in find_clusters(NS, [one, two, alone], Links(), NOW)] == ["slot_history"]
 
 
 def test_the_extractive_drafter_takes_the_highest_trust_then_the_newest() -> None:
@@ -74,7 +79,7 @@ def test_the_extractive_drafter_takes_the_highest_trust_then_the_newest() -> Non
 
 def test_a_cluster_is_drafted_once() -> None:
     a, b = memory("a"), memory("b", minutes=1)
-    cluster = find_clusters([a, b], [(a.id, b.id)], NOW)
+    cluster = find_clusters(NS, [a, b], Links(duplicates=((a.id, b.id),)), NOW)
     states = {a.id: a, b.id: b}
     drafts = decide_drafts(NS, cluster, states, set(), 3, NOW)
     assert [(d.canonical, d.token, d.proposal_id) for d in drafts] == [
@@ -85,7 +90,14 @@ def test_a_cluster_is_drafted_once() -> None:
 
 def test_reviewers_edit_within_their_subtree_and_a_rejection_is_final() -> None:
     a, b = memory("a"), memory("b", minutes=1)
-    drafted = decide_drafts(NS, find_clusters([a, b], [(a.id, b.id)], NOW), {a.id: a, b.id: b}, set(), 1, NOW)
+    drafted = decide_drafts(
+        NS,
+        find_clusters(NS, [a, b], Links(duplicates=((a.id, b.id),)), NOW),
+        {a.id: a, b.id: b},
+        set(),
+        1,
+        NOW,
+    )
     state = evolve_proposal(None, drafted[0])
     assert proposal_content(state, b) == "b"
     assert proposal_content(state, replace(b, status="erased", content=None)) is None
@@ -103,3 +115,39 @@ def test_reviewers_edit_within_their_subtree_and_a_rejection_is_final() -> None:
     with pytest.raises(InvalidState):
         decide_reject(REVIEWER, rejected, NOW)
     assert isinstance(rejected.id, UUID)
+
+
+def fault(tier: str, refs: tuple[UUID, ...] = (), best: UUID | None = None) -> ContextFaulted:
+    return ContextFaulted(
+        fault_id=uuid4(),
+        namespace=NS,
+        actor="bot",
+        tier=tier,  # type: ignore[arg-type]
+        score=0.5,
+        best_candidate=best,
+        refs=refs,
+        at=NOW,
+    )
+
+
+def test_facts_answering_two_faults_together_are_a_cluster_and_one_fault_is_not() -> None:
+    a, b, c = (memory(t, minutes=i) for i, t in enumerate("abc"))
+    twice = faulted_together([fault("L2", (a.id, b.id, c.id)), fault("L2", (b.id, a.id))])
+    assert twice == (tuple(sorted((a.id, b.id), key=str)),)
+    assert faulted_together([fault("L2", (a.id, b.id)), fault("L3", (a.id, b.id))]) == ()
+    clusters = find_clusters(NS, [a, b, c], Links(together=twice), NOW)
+    assert clusters == [Cluster(kind="faulted_together", members=tuple(sorted((a.id, b.id), key=str)))]
+
+
+def test_a_near_miss_is_the_best_candidate_of_a_fault_l2_did_not_answer() -> None:
+    a, b, c = uuid4(), uuid4(), uuid4()
+    faults = [fault("miss", best=a), fault("L3", best=b), fault("L2", (c,), best=c), fault("miss", best=a)]
+    assert near_missed(faults) == [a, b]
+
+
+def test_memories_of_another_namespace_join_no_cluster() -> None:
+    a, b = memory("a"), memory("b", minutes=1)
+    ancestor = replace(b, namespace="acme")
+    assert find_clusters(NS, [a, ancestor], Links(near_misses=((a.id, ancestor.id),)), NOW) == []
+    pair = Links(near_misses=((a.id, b.id),))
+    assert [c.kind for c in find_clusters(NS, [a, b], pair, NOW)] == ["fault_near_miss"]

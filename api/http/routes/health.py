@@ -10,6 +10,7 @@ from litestar import Request, Response, get, head
 from api.http.gate import api_state
 from api.http.metrics import Gauge, Labels
 from projections.autopilot.views import WorkerGauges
+from workers.metrics import queue_depth
 
 Req = Request[Any, Any, Any]
 READY_MAX_LAG = 10_000
@@ -83,6 +84,10 @@ def metrics(request: Req) -> str:
         lags: list[tuple[Labels, float]] = [((("projection", s.name),), float(s.lag)) for s in statuses]
         gauges.append(Gauge("projection_lag", "Events a projection is behind the ledger head", lags))
         gauges.extend(_worker_gauges(head, workers))
+    depth = queue_depth(state.runtime.settings).rows()
+    gauges.append(
+        Gauge("worker_queue_depth", "Messages queued for the workers (Redis), or unsent in-process", depth)
+    )
     gauges.append(Gauge("ledger_reachable", "1 when the ledger answered this scrape", [((), reachable)]))
     rendered: str = state.metrics.render(gauges)
     return rendered

@@ -1,0 +1,66 @@
+"""Queue depth for ``/metrics``: the messages on the deployment's Dramatiq queue in Redis
+(waiting, delayed for a retry, or taken by a worker and not yet done), or, when the passes
+run inside ``memwarden serve`` for want of a Redis, what its dispatchers hold unsent."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from typing import Any
+
+import redis
+from dramatiq.brokers.redis import RedisBroker
+
+from domain.settings import Settings
+from workers.actors import AUTOPILOT_QUEUE, redis_broker
+from workers.dispatcher import Dispatcher
+
+CONNECT_SECONDS = 0.5
+"""A scrape waits at most this long for a Redis that does not answer."""
+
+_in_process: weakref.WeakSet[Dispatcher[Any]] = weakref.WeakSet()
+
+
+def count_in_process(dispatcher: Dispatcher[Any]) -> None:
+    """Report ``dispatcher``'s unsent triggers as this process's queue (``serve`` without
+    Redis), until ``uncount``."""
+    _in_process.add(dispatcher)
+
+
+def uncount(dispatcher: Dispatcher[Any]) -> None:
+    _in_process.discard(dispatcher)
+
+
+@functools.cache
+def queue_depth(settings: Settings) -> QueueDepth:
+    """The process's gauge for one deployment (its broker kept between scrapes)."""
+    return QueueDepth(settings)
+
+
+class QueueDepth:
+    """One scrape's queue gauge: ``(labels, depth)`` rows; none when no queue answers."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._broker: RedisBroker | None = None
+        self._lock = threading.Lock()
+
+    def rows(self) -> list[tuple[tuple[tuple[str, str], ...], float]]:
+        local = sorted(_in_process, key=lambda d: d.name)
+        if local:
+            return [((("queue", d.name), ("broker", "in-process")), float(d.backlog)) for d in local]
+        try:
+            depth = self._redis().do_qsize(AUTOPILOT_QUEUE)
+        except (redis.RedisError, OSError):  # no Redis: no queue to count
+            return []
+        return [((("queue", AUTOPILOT_QUEUE), ("broker", "redis")), float(depth))]
+
+    def _redis(self) -> RedisBroker:
+        with self._lock:
+            if self._broker is None:
+                client = redis.Redis.from_url(
+                    self.settings.redis_url, socket_connect_timeout=CONNECT_SECONDS, socket_timeout=1.0
+                )
+                self._broker = redis_broker(self.settings, client)
+            return self._broker
