@@ -63,7 +63,7 @@ def test_an_in_process_backlog_shows_while_a_pass_runs(api: Api) -> None:
         release.wait(10)
 
     dispatcher: Dispatcher[UUID] = Dispatcher(api.runtime.ledger, slow, name="held")
-    dispatcher.create_table()
+    dispatcher.register()
     count_in_process(dispatcher)
     worker = threading.Thread(target=dispatcher.dispatch_once)
     worker.start()

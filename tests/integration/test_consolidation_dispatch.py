@@ -63,7 +63,7 @@ def test_one_trigger_per_namespace_and_batch_at_its_last_material(runtime: Runti
     dispatcher = Dispatcher(
         runtime.ledger, lambda ns, at: sent.append((ns, at)), name="t", select=new_material
     )
-    dispatcher.create_table()
+    dispatcher.register()
     assert dispatcher.catch_up() > 0
     assert sorted(sent) == [(NS, positions(runtime, NS)[-1]), (SALES.namespace, sales[-1])]
     assert dispatcher.catch_up() == 0  # nothing new: nothing sent again
@@ -82,7 +82,7 @@ def test_a_failed_send_stops_the_batch_and_is_sent_again(runtime: Runtime) -> No
         sent.append((namespace, position))
 
     dispatcher = Dispatcher(runtime.ledger, send, name="t", select=new_material)
-    dispatcher.create_table()
+    dispatcher.register()
     with pytest.raises(ConnectionError):
         dispatcher.dispatch_once()
     assert dispatcher.position() == positions(runtime, NS)[-1] - 1
