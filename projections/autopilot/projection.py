@@ -4,6 +4,7 @@ and each memory's latest judgement outcome (what ``stats`` counts as unjudged)."
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
@@ -23,6 +24,7 @@ from domain.model.events import (
     ProposalRejected,
     SettlementOverturned,
 )
+from projections.base import HandlerMap
 from projections.sanitize import sanitized
 
 _TABLES = """
@@ -108,131 +110,160 @@ class AutopilotProjection:
             curs.execute(SQL(statement.strip()).format(s=Identifier(schema)))
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
-        kinds = (
-            ConflictsJudged,
-            FindingOpened,
-            FindingResolved,
-            ConflictSettled,
-            SettlementOverturned,
-            MemoryErased,
-            ProposalDrafted,
-            ProposalEdited,
-            ProposalApproved,
-            ProposalRejected,
-        )
-        events = sanitized(events, kinds)
+        events = sanitized(events, _SANITIZED)
         s = Identifier(schema)
-        erased = [r.event.memory_id for r in events if isinstance(r.event, MemoryErased)]
         for r in events:
-            e = r.event
-            if isinstance(e, LeaseTaken):  # from a holder that never released it: a takeover
-                curs.execute(
-                    SQL(
-                        "INSERT INTO {s}.autopilot_leases (id, pass_name, namespace, holder, token, released,"
-                        " takeovers) VALUES (%(id)s, %(pass)s, %(ns)s, %(holder)s, %(token)s, false, 0)"
-                        " ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token,"
-                        " released = false, takeovers = {s}.autopilot_leases.takeovers"
-                        " + (NOT {s}.autopilot_leases.released)::int"
-                    ).format(s=s),
-                    {
-                        "id": e.lease_id,
-                        "pass": e.pass_name,
-                        "ns": e.namespace,
-                        "holder": e.holder,
-                        "token": e.token,
-                    },
-                )
-            elif isinstance(e, LeaseReleased):
-                curs.execute(
-                    SQL(
-                        "UPDATE {s}.autopilot_leases SET released = true WHERE id = %s AND token = %s"
-                    ).format(s=s),
-                    (e.lease_id, e.token),
-                )
-            elif isinstance(e, ConflictsJudged):
-                curs.execute(
-                    SQL(
-                        "INSERT INTO {s}.autopilot_judged (memory_id, namespace, outcome, judge, pairs,"
-                        " contradictions, position) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                        " ON CONFLICT (memory_id) DO UPDATE SET outcome = EXCLUDED.outcome,"
-                        " judge = EXCLUDED.judge, pairs = EXCLUDED.pairs,"
-                        " contradictions = EXCLUDED.contradictions, position = EXCLUDED.position"
-                    ).format(s=s),
-                    (e.memory_id, e.namespace, e.outcome, e.judge, e.pairs, e.contradictions, r.position),
-                )
-            elif isinstance(e, ProposalDrafted | ProposalEdited | ProposalApproved | ProposalRejected):
-                _proposal(curs, s, r)
-            elif isinstance(e, FindingOpened):
-                curs.execute(
-                    SQL(
-                        "INSERT INTO {s}.findings (id, namespace, memory_a, memory_b, judge, rule, explanation,"
-                        " cosine, status, opened_at, position) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-                        " 'open', %s, %s) ON CONFLICT (id) DO NOTHING"
-                    ).format(s=s),
-                    (
-                        e.finding_id,
-                        e.namespace,
-                        e.memory_a,
-                        e.memory_b,
-                        e.judge,
-                        e.rule,
-                        e.explanation,
-                        e.cosine,
-                        e.at,
-                        r.position,
-                    ),
-                )
-            elif isinstance(e, FindingResolved):
-                curs.execute(
-                    SQL(
-                        "UPDATE {s}.findings SET status = 'resolved', decision = %s, reviewer = %s,"
-                        " resolution_reason = %s, resolved_at = %s, position = %s WHERE id = %s"
-                    ).format(s=s),
-                    (e.decision, e.reviewer, e.reason, e.at, r.position, e.finding_id),
-                )
-            elif isinstance(e, ConflictSettled):
-                curs.execute(
-                    SQL(
-                        "INSERT INTO {s}.autopilot_decisions (id, namespace, winner, loser, judge, rule,"
-                        " explanation, dial, status, settled_at, position) VALUES (%s, %s, %s, %s, %s, %s,"
-                        " %s, %s, 'settled', %s, %s) ON CONFLICT (id) DO NOTHING"
-                    ).format(s=s),
-                    (
-                        e.decision_id,
-                        e.namespace,
-                        e.winner,
-                        e.loser,
-                        e.judge,
-                        e.rule,
-                        e.explanation,
-                        e.dial,
-                        e.at,
-                        r.position,
-                    ),
-                )
-            elif isinstance(e, SettlementOverturned):
-                curs.execute(
-                    SQL(
-                        "UPDATE {s}.autopilot_decisions SET status = 'overturned', reviewer = %s,"
-                        " overturn_reason = %s, restored = %s, overturned_at = %s, position = %s WHERE id = %s"
-                    ).format(s=s),
-                    (e.reviewer, e.reason, e.restored, e.at, r.position, e.decision_id),
-                )
-        if erased:  # a reviewer's free text about an erased memory goes with it
-            curs.execute(
-                SQL(
-                    "UPDATE {s}.findings SET resolution_reason = NULL WHERE resolution_reason IS NOT NULL"
-                    " AND (memory_a = ANY(%(ids)s) OR memory_b = ANY(%(ids)s))"
-                ).format(s=s),
-                {"ids": erased},
-            )
-            curs.execute(
-                SQL(
-                    "UPDATE {s}.autopilot_decisions SET overturn_reason = NULL WHERE overturn_reason IS NOT NULL"
-                    " AND (winner = ANY(%(ids)s) OR loser = ANY(%(ids)s) OR restored = ANY(%(ids)s))"
-                ).format(s=s),
-                {"ids": erased},
-            )
+            handler = _HANDLERS.get(type(r.event))
+            if handler is not None:
+                handler(curs, s, r)
+        erased = [r.event.memory_id for r in events if isinstance(r.event, MemoryErased)]
+        if erased:
+            _forget_reviewer_text(curs, s, erased)
+
+
+_SANITIZED = (
+    ConflictsJudged,
+    FindingOpened,
+    FindingResolved,
+    ConflictSettled,
+    SettlementOverturned,
+    MemoryErased,
+    ProposalDrafted,
+    ProposalEdited,
+    ProposalApproved,
+    ProposalRejected,
+)
+"""The events whose caller text is made safe before it reaches a table."""
+
+
+def _lease_taken(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    """A take from a holder that never released the lease counts as a takeover."""
+    e = r.event
+    assert isinstance(e, LeaseTaken)
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.autopilot_leases (id, pass_name, namespace, holder, token, released,"
+            " takeovers) VALUES (%(id)s, %(pass)s, %(ns)s, %(holder)s, %(token)s, false, 0)"
+            " ON CONFLICT (id) DO UPDATE SET holder = EXCLUDED.holder, token = EXCLUDED.token,"
+            " released = false, takeovers = {s}.autopilot_leases.takeovers"
+            " + (NOT {s}.autopilot_leases.released)::int"
+        ).format(s=s),
+        {"id": e.lease_id, "pass": e.pass_name, "ns": e.namespace, "holder": e.holder, "token": e.token},
+    )
+
+
+def _lease_released(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, LeaseReleased)
+    curs.execute(
+        SQL("UPDATE {s}.autopilot_leases SET released = true WHERE id = %s AND token = %s").format(s=s),
+        (e.lease_id, e.token),
+    )
+
+
+def _conflicts_judged(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, ConflictsJudged)
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.autopilot_judged (memory_id, namespace, outcome, judge, pairs,"
+            " contradictions, position) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (memory_id) DO UPDATE SET outcome = EXCLUDED.outcome,"
+            " judge = EXCLUDED.judge, pairs = EXCLUDED.pairs,"
+            " contradictions = EXCLUDED.contradictions, position = EXCLUDED.position"
+        ).format(s=s),
+        (e.memory_id, e.namespace, e.outcome, e.judge, e.pairs, e.contradictions, r.position),
+    )
+
+
+def _finding_opened(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, FindingOpened)
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.findings (id, namespace, memory_a, memory_b, judge, rule, explanation,"
+            " cosine, status, opened_at, position) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+            " 'open', %s, %s) ON CONFLICT (id) DO NOTHING"
+        ).format(s=s),
+        (
+            e.finding_id,
+            e.namespace,
+            e.memory_a,
+            e.memory_b,
+            e.judge,
+            e.rule,
+            e.explanation,
+            e.cosine,
+            e.at,
+            r.position,
+        ),
+    )
+
+
+def _finding_resolved(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, FindingResolved)
+    curs.execute(
+        SQL(
+            "UPDATE {s}.findings SET status = 'resolved', decision = %s, reviewer = %s,"
+            " resolution_reason = %s, resolved_at = %s, position = %s WHERE id = %s"
+        ).format(s=s),
+        (e.decision, e.reviewer, e.reason, e.at, r.position, e.finding_id),
+    )
+
+
+def _conflict_settled(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, ConflictSettled)
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.autopilot_decisions (id, namespace, winner, loser, judge, rule,"
+            " explanation, dial, status, settled_at, position) VALUES (%s, %s, %s, %s, %s, %s,"
+            " %s, %s, 'settled', %s, %s) ON CONFLICT (id) DO NOTHING"
+        ).format(s=s),
+        (
+            e.decision_id,
+            e.namespace,
+            e.winner,
+            e.loser,
+            e.judge,
+            e.rule,
+            e.explanation,
+            e.dial,
+            e.at,
+            r.position,
+        ),
+    )
+
+
+def _settlement_overturned(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
+    e = r.event
+    assert isinstance(e, SettlementOverturned)
+    curs.execute(
+        SQL(
+            "UPDATE {s}.autopilot_decisions SET status = 'overturned', reviewer = %s,"
+            " overturn_reason = %s, restored = %s, overturned_at = %s, position = %s WHERE id = %s"
+        ).format(s=s),
+        (e.reviewer, e.reason, e.restored, e.at, r.position, e.decision_id),
+    )
+
+
+def _forget_reviewer_text(curs: Cursor[Any], s: Identifier, erased: list[UUID]) -> None:
+    """A reviewer's free text about an erased memory goes with it."""
+    curs.execute(
+        SQL(
+            "UPDATE {s}.findings SET resolution_reason = NULL WHERE resolution_reason IS NOT NULL"
+            " AND (memory_a = ANY(%(ids)s) OR memory_b = ANY(%(ids)s))"
+        ).format(s=s),
+        {"ids": erased},
+    )
+    curs.execute(
+        SQL(
+            "UPDATE {s}.autopilot_decisions SET overturn_reason = NULL WHERE overturn_reason IS NOT NULL"
+            " AND (winner = ANY(%(ids)s) OR loser = ANY(%(ids)s) OR restored = ANY(%(ids)s))"
+        ).format(s=s),
+        {"ids": erased},
+    )
 
 
 def _proposal(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
@@ -264,3 +295,18 @@ def _proposal(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
             ).format(s=s),
             (status, e.reviewer, document, e.at, r.position, e.proposal_id),
         )
+
+
+_HANDLERS: HandlerMap = {
+    LeaseTaken: _lease_taken,
+    LeaseReleased: _lease_released,
+    ConflictsJudged: _conflicts_judged,
+    ProposalDrafted: _proposal,
+    ProposalEdited: _proposal,
+    ProposalApproved: _proposal,
+    ProposalRejected: _proposal,
+    FindingOpened: _finding_opened,
+    FindingResolved: _finding_resolved,
+    ConflictSettled: _conflict_settled,
+    SettlementOverturned: _settlement_overturned,
+}
