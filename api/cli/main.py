@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 from psycopg.sql import SQL, Identifier
@@ -263,13 +263,35 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     return run_locomo_bench(args)
 
 
-def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place lists every command
+def build_parser() -> argparse.ArgumentParser:
+    """Every command: the ones of this module, then each command group's ``register``."""
     parser = argparse.ArgumentParser(prog="memwarden", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-
     demo = sub.add_parser("demo", help="the guided tour on the embedded default")
     demo.set_defaults(handler=cmd_demo)
+    _ledger_commands(sub)
+    projections = _projection_commands(sub)
+    register_time_commands(sub, projections)
+    bench = _bench_commands(sub)
+    keys = _key_commands(sub)
+    _serve_commands(sub)
+    register_migrate_command(sub)
+    register_erasure_commands(sub, keys, bench)
+    register_knowledge_commands(sub)
+    register_import_command(sub)
+    register_mcp_command(sub)
+    register_ingest_bench(bench)
+    register_workers_bench(bench)
+    register_worker_command(sub)
+    show_defaults(parser)
+    return parser
 
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""A group of subcommands, as ``add_subparsers`` returns it."""
+
+
+def _ledger_commands(sub: Commands) -> None:
     ledger = sub.add_parser("ledger", help="verify or checkpoint the hash chain").add_subparsers(
         dest="ledger_command", required=True
     )
@@ -281,14 +303,18 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     checkpoint.add_argument("--json", action="store_true")
     checkpoint.set_defaults(handler=cmd_ledger_checkpoint)
 
+
+def _projection_commands(sub: Commands) -> Commands:
     projections = sub.add_parser("projections", help="read models").add_subparsers(
         dest="projections_command", required=True
     )
     status = projections.add_parser("status", help="each projection's position and lag")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_projections_status)
-    register_time_commands(sub, projections)
+    return projections
 
+
+def _bench_commands(sub: Commands) -> Commands:
     bench = sub.add_parser("bench", help="benchmarks, each with its reference").add_subparsers(
         dest="bench_command", required=True
     )
@@ -325,7 +351,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     locomo.add_argument("--json", action="store_true")
     locomo.set_defaults(handler=cmd_bench_locomo)
     register_time_bench(bench, cmd_bench_time)
+    return bench
 
+
+def _key_commands(sub: Commands) -> Commands:
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", help="mint a key; prints it alone on the last line")
     create.add_argument("namespace")
@@ -341,7 +370,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     listing.add_argument("--namespace", help="only this subtree")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=cmd_keys_list)
+    return keys
 
+
+def _serve_commands(sub: Commands) -> None:
     serve = sub.add_parser("serve", help="the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -358,16 +390,6 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one place list
     project = sub.add_parser("project", help="follow the ledger into the read models until stopped")
     project.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
     project.set_defaults(handler=cmd_project)
-    register_migrate_command(sub)
-    register_erasure_commands(sub, keys, bench)
-    register_knowledge_commands(sub)
-    register_import_command(sub)
-    register_mcp_command(sub)
-    register_ingest_bench(bench)
-    register_workers_bench(bench)
-    register_worker_command(sub)
-    show_defaults(parser)
-    return parser
 
 
 class DefaultsShown(argparse.HelpFormatter):
