@@ -71,14 +71,22 @@ def _pod_specs() -> list[tuple[str, dict[str, Any]]]:
 def test_every_kubernetes_manifest_validates_strictly(version: str) -> None:
     documents = _k8s_documents()
     assert {doc["kind"] for _n, doc in documents} >= {
-        "Namespace", "Secret", "ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler",
-        "PodDisruptionBudget", "Job",
+        "Namespace",
+        "Secret",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "Job",
     }
     for name, doc in documents:
         try:
             kubernetes_validate.validate(doc, version, strict=True)
         except kubernetes_validate.ValidationError as error:
-            pytest.fail(f"{name} {doc['kind']}/{doc['metadata']['name']}: {error.message} at {list(error.path)}")
+            pytest.fail(
+                f"{name} {doc['kind']}/{doc['metadata']['name']}: {error.message} at {list(error.path)}"
+            )
 
 
 def test_a_manifest_with_an_unknown_field_is_refused() -> None:
@@ -99,13 +107,18 @@ def test_kubernetes_references_name_what_is_defined() -> None:
     for owner, spec in _pod_specs():
         for container in spec["containers"]:
             for source in container["envFrom"]:
-                kind, ref = ("ConfigMap", source["configMapRef"]) if "configMapRef" in source else (
-                    "Secret", source["secretRef"])
+                kind, ref = (
+                    ("ConfigMap", source["configMapRef"])
+                    if "configMapRef" in source
+                    else ("Secret", source["secretRef"])
+                )
                 assert ref["name"] in names[kind], (owner, ref)
     pod_labels = [d["spec"]["template"]["metadata"]["labels"] for d in deployments.values()]
     for selector_owner in _of_kind("Service") + _of_kind("PodDisruptionBudget"):
         spec = selector_owner["spec"]
-        selector = spec["selector"] if selector_owner["kind"] == "Service" else spec["selector"]["matchLabels"]
+        selector = (
+            spec["selector"] if selector_owner["kind"] == "Service" else spec["selector"]["matchLabels"]
+        )
         assert any(selector.items() <= labels.items() for labels in pod_labels), selector_owner["metadata"]
     for autoscaler in _of_kind("HorizontalPodAutoscaler"):
         assert autoscaler["spec"]["scaleTargetRef"]["name"] in deployments
