@@ -24,8 +24,10 @@ import pytest
 from bootstrap.runtime import Runtime
 from domain.ledger.database import ConnectionParams, EmbeddedServer
 from domain.model.events import AuditRecorded, ConflictsJudged, MemoryWritten
+from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.model.policies import PolicyBody
+from domain.services.memory import MAX_BATCH_ITEMS, BatchItem
 from domain.settings import Settings
 from tests.conftest import url_of
 from tests.e2e.fleet import Fleet, Recorder, base_env, client, fleet, redis_server
@@ -107,4 +109,67 @@ def test_kill_9_of_the_api_loses_no_acknowledged_write_and_leaves_none_half_done
             if memory_id in acknowledged:
                 assert read.json()["content"] == acknowledged[memory_id]
     memwarden.stop("api")
+    memwarden.assert_ledger_and_read_models_agree()
+
+
+# -- kill -9 of the projector mid-batch -----------------------------------------------------
+
+BATCHES = 12  # of 256 writes each: several of the projector's batches (1000 events)
+
+
+def _write_many(runtime: Runtime) -> int:
+    who = Identity(namespace="acme/eng", actor="bot", role="agent")
+    for b in range(BATCHES):
+        items = [
+            BatchItem(command=WriteMemory(content=f"Batch {b} item {i}: shard {i % 17} rebalanced in {i} s"))
+            for i in range(MAX_BATCH_ITEMS)
+        ]
+        runtime.memory.write_batch(who, items)
+    return runtime.ledger.head_position()
+
+
+def _positions(runtime: Runtime) -> dict[str, int]:
+    return {s.name: s.position for s in runtime.reads.runner.status()}
+
+
+def _row_counts(settings: Settings) -> dict[str, int]:
+    with psycopg.connect(url_of(ConnectionParams.from_url(settings.database_url or ""))) as conn:
+        return {
+            table: int(conn.execute(f"SELECT count(*) FROM memwarden.{table}").fetchone()[0])  # type: ignore[index]
+            for table in ("memory_objects", "audit_records", "search_docs")
+        }
+
+
+def test_kill_9_of_the_projector_mid_batch_resumes_at_its_tracking_position(
+    memwarden: Fleet, settings: Settings
+) -> None:
+    with Runtime(settings, follow=False) as runtime:
+        head = _write_many(runtime)  # nothing projects yet
+        memwarden.start("projector", "project")
+        wait_until(lambda: 0 < min(_positions(runtime).values()) < head, 120)
+        memwarden.kill("projector")
+        left_at = _positions(runtime)
+        assert min(left_at.values()) < head, left_at  # killed before it was done
+
+        memwarden.start("projector", "project")
+        seen: list[dict[str, int]] = []
+
+        def caught_up() -> bool:
+            seen.append(_positions(runtime))
+            return min(seen[-1].values()) >= head
+
+        wait_until(caught_up, 300)
+        memwarden.stop("projector")
+    # it went on from where its tracking records were: no position ever went back
+    for name, position in left_at.items():
+        assert all(s[name] >= position for s in seen), name
+    events = _ledger(settings)
+    counts = _row_counts(settings)
+    memories = sum(isinstance(e, MemoryWritten) for e in events)
+    assert memories == BATCHES * MAX_BATCH_ITEMS
+    assert counts == {
+        "memory_objects": memories,
+        "audit_records": sum(isinstance(e, AuditRecorded) for e in events),
+        "search_docs": memories,
+    }
     memwarden.assert_ledger_and_read_models_agree()
