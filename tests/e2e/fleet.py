@@ -81,7 +81,9 @@ class Fleet:
         return (self.logs / f"{name}.{self._runs[name]}.log").read_text(errors="replace")
 
     def logs_text(self) -> str:
-        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')}" for p in sorted(self.logs.glob("*.log")))
+        return "\n".join(
+            f"== {p.name}\n{p.read_text(errors='replace')}" for p in sorted(self.logs.glob("*.log"))
+        )
 
     def close(self) -> None:
         for name in list(self.processes):
@@ -146,8 +148,12 @@ class Recorder:
                 payload = decoded if isinstance(decoded, dict) else {}
             code = payload.get("error") if response.status_code >= 400 else None
             answer = Answer(
-                what, response.status_code, code, response.headers.get("retry-after"),
-                time.monotonic() - began, payload,
+                what,
+                response.status_code,
+                code,
+                response.headers.get("retry-after"),
+                time.monotonic() - began,
+                payload,
             )
         with self._lock:
             self.answers.append(answer)
