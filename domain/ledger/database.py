@@ -47,6 +47,10 @@ TRANSIENT_SQLSTATE_PREFIXES = ("08", "53", "57P", "57014", "55P03", "40001", "40
 """Connection exceptions, insufficient resources, the server shutting down or not accepting
 connections yet, a cancelled statement, a lock not granted, a serialization failure or a
 deadlock: the statement was fine, the database was not (or not now)."""
+WRITES_REFUSED_SQLSTATES = ("25006", "42501")
+"""A read-only transaction (a standby, ``default_transaction_read_only``) and a role without
+the right to write: psycopg reports them as an internal or a programming error, but the
+statement was fine; the database takes no writes (for now)."""
 
 
 def unavailable(error: BaseException) -> bool:
@@ -70,6 +74,8 @@ def unavailable(error: BaseException) -> bool:
 
 
 def _transient(error: psycopg.Error) -> bool:
+    if error.sqlstate in WRITES_REFUSED_SQLSTATES:
+        return True
     if not isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
         return False
     sqlstate = error.sqlstate

@@ -6,6 +6,7 @@ half-written or applied twice, the chain verifies and the read models rebuild eq
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections import Counter
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
 
+import httpx
 import psycopg
 import pytest
 
@@ -348,3 +350,76 @@ def test_redis_down_writes_succeed_limits_hold_per_process_and_workers_catch_up(
     assert "Traceback" not in log, log[-6000:]
     assert log.count("dispatcher autopilot: Redis unavailable") == 1, log[-6000:]
     assert log.count("dispatcher autopilot: recovered after") == 1, log[-6000:]
+
+
+# -- a read-only database: the role loses its write rights -----------------------------------
+
+
+@contextlib.contextmanager
+def _read_only(database: ConnectionParams) -> Iterator[None]:
+    """The service's role may only read this database while inside: its transactions are
+    read only there (``ALTER ROLE .. IN DATABASE``: the test's role is a superuser, whose
+    privileges cannot be revoked), and the connections it had are cut, so every new one is
+    refused writes as a read-only standby or a full disk would refuse them."""
+
+    def configure(value: str) -> None:
+        # from another database: this one's sessions are read only once the setting is on
+        with psycopg.connect(database.with_dbname("postgres").conninfo(), autocommit=True) as conn:
+            conn.execute(
+                f'ALTER ROLE "{database.user}" IN DATABASE "{database.dbname}"'
+                f" SET default_transaction_read_only = {value}"
+            )
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database.dbname,),
+            )
+
+    configure("on")
+    try:
+        yield
+    finally:
+        configure("off")
+
+
+def _calls(base: str, key: str, memory_id: str, rounds: int) -> Recorder:
+    recorder = Recorder()
+    with client(base, key) as session:
+        for _ in range(rounds):
+            recorder.call(session, "write", "/v1/mem/write", {"content": "A fact the database cannot take"})
+            recorder.call(session, "read", "/v1/mem/read", {"id": memory_id})
+            recorder.call(session, "search", "/v1/mem/search", {"query": "fact written database"})
+    return recorder
+
+
+def test_a_read_only_database_refuses_writes_with_503_and_reads_go_on(
+    memwarden: Fleet, settings: Settings, database: ConnectionParams
+) -> None:
+    key = cli_key(memwarden.env, "acme/eng", "bot", "agent")
+    base = memwarden.serve("api")
+    with client(base, key) as session:
+        kept = session.post(
+            "/v1/mem/write", json={"content": "The fact written while the database took writes"}
+        )
+        assert kept.status_code == 200, kept.text
+    with Runtime(settings, follow=False) as runtime:  # the read models have everything so far
+        wait_until(lambda: min(_positions(runtime).values()) >= runtime.ledger.head_position(), 60)
+    with _read_only(database):
+        recorder = _calls(base, key, kept.json()["id"], 3)
+    for answer in recorder.of("write"):
+        assert (answer.status, answer.code) == (503, "unavailable"), answer
+        assert answer.retry_after is not None
+        assert answer.seconds < ANSWER_BOUND_SECONDS
+    for answer in recorder.of("read") + recorder.of("search"):
+        assert answer.status == 200, answer
+    assert recorder.of("read")[0].body["content"] == "The fact written while the database took writes"
+    assert sum(isinstance(e, MemoryWritten) for e in _ledger(settings)) == 1
+    # the reads' records that the database could not take are counted, not lost in silence
+    metrics = httpx.get(f"{base}/metrics", timeout=10).text
+    found = re.search(r'event="audit_failed"\} (\d+)', metrics)
+    assert found is not None, metrics
+    assert int(found.group(1)) >= len(recorder.of("read") + recorder.of("search"))
+    # writable again: the same process takes writes, no restart
+    wait_until(lambda: _calls(base, key, kept.json()["id"], 1).of("write")[0].status == 200, 30)
+    log = memwarden.logs_text()
+    assert "Traceback" not in log, log[-6000:]
