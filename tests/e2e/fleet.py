@@ -11,13 +11,20 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 
+from bootstrap.runtime import Runtime
+from domain.model.events import ConflictsJudged
+from domain.model.identity import Identity
+from domain.model.policies import PolicyBody
+from domain.settings import Settings
 from tests.processes import REPO_ROOT, free_port, ready, wait_until
 
 
@@ -197,3 +204,43 @@ def base_env(database_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
         "MEMWARDEN_EMBEDDER": "hash",
         **extra,
     }
+
+
+def ledger_events(settings: Settings) -> list[object]:
+    """Every event on the ledger, in order (a runtime of the test's, projecting nothing)."""
+    with Runtime(settings, follow=False) as runtime:
+        events: list[object] = []
+        after = 0
+        while batch := runtime.ledger.read(after, 5000):
+            events.extend(r.event for r in batch)
+            after = int(batch[-1].position or 0)
+        return events
+
+
+def judged(settings: Settings) -> Counter[UUID]:
+    """How often each memory was judged by the conflict autopilot."""
+    return Counter(
+        e.memory_id
+        for e in ledger_events(settings)
+        if isinstance(e, ConflictsJudged) and e.outcome == "judged"
+    )
+
+
+def deployment_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a deployment's processes on the test's database and keys: Redis
+    shared state, and leases and heartbeats short enough for a test to outlive them."""
+    return base_env(
+        settings.database_url or "",
+        settings.data_dir,
+        MEMWARDEN_SHARED_STATE="redis",
+        MEMWARDEN_LEASE_SECONDS="2",
+        MEMWARDEN_WORKER_HEARTBEAT_SECONDS="2",
+        **extra,
+    )
+
+
+def limit_tenant(settings: Settings, tenant: str, per_minute: int) -> None:
+    """The tenant's operator sets its keys' rate limit."""
+    with Runtime(settings, follow=False) as runtime:
+        operator = Identity(tenant, "operator@test", "owner")
+        runtime.core.governance.set_policy(operator, tenant, PolicyBody(rate_limit_per_minute=per_minute))

@@ -21,13 +21,23 @@ import pytest
 from bootstrap.runtime import Runtime
 from domain.ledger.database import ConnectionParams, EmbeddedServer
 from domain.model.commands import WriteMemory
-from domain.model.events import AuditRecorded, ConflictsJudged, MemoryWritten
+from domain.model.events import AuditRecorded, MemoryWritten
 from domain.model.identity import Identity
-from domain.model.policies import PolicyBody
 from domain.services.memory import MAX_BATCH_ITEMS, BatchItem
 from domain.settings import Settings
 from tests.conftest import url_of
-from tests.e2e.fleet import Fleet, Recorder, base_env, client, fleet, redis_server
+from tests.e2e.fleet import (
+    Fleet,
+    Recorder,
+    base_env,
+    client,
+    deployment_env,
+    fleet,
+    judged,
+    ledger_events,
+    limit_tenant,
+    redis_server,
+)
 from tests.processes import cli_key, free_port, ready, wait_until
 
 pytestmark = pytest.mark.slow
@@ -42,16 +52,6 @@ def memwarden(settings: Settings, tmp_path: Path) -> Iterator[Fleet]:
     env = base_env(settings.database_url or "", settings.data_dir)  # its keys: the same KEK
     with fleet(env, tmp_path / "logs") as started:
         yield started
-
-
-def _ledger(settings: Settings) -> list[object]:
-    with Runtime(settings, follow=False) as runtime:
-        events: list[object] = []
-        after = 0
-        while batch := runtime.ledger.read(after, 5000):
-            events.extend(r.event for r in batch)
-            after = int(batch[-1].position or 0)
-        return events
 
 
 # -- kill -9 of the API during a stream of writes -----------------------------------------
@@ -94,7 +94,7 @@ def test_kill_9_of_the_api_loses_no_acknowledged_write_and_leaves_none_half_done
     assert len(acknowledged) >= 40
 
     base = memwarden.serve("api", port=port)
-    events = _ledger(settings)
+    events = ledger_events(settings)
     written = {str(e.memory_id): e for e in events if isinstance(e, MemoryWritten)}
     audited = [e for e in events if isinstance(e, AuditRecorded) and e.op == "write" and e.outcome == "ok"]
     assert set(acknowledged) <= set(written)
@@ -161,7 +161,7 @@ def test_kill_9_of_the_projector_mid_batch_resumes_at_its_tracking_position(
     # it went on from where its tracking records were: no position ever went back
     for name, position in left_at.items():
         assert all(s[name] >= position for s in seen), name
-    events = _ledger(settings)
+    events = ledger_events(settings)
     counts = _row_counts(settings)
     memories = sum(isinstance(e, MemoryWritten) for e in events)
     assert memories == BATCHES * MAX_BATCH_ITEMS
@@ -272,12 +272,6 @@ def _recovered(recorder: Recorder, after: int) -> bool:
 RATE_LIMIT = 5
 
 
-def _judged(settings: Settings) -> Counter[UUID]:
-    return Counter(
-        e.memory_id for e in _ledger(settings) if isinstance(e, ConflictsJudged) and e.outcome == "judged"
-    )
-
-
 def _write(base: str, key: str, contents: list[str]) -> list[UUID]:
     ids = []
     with client(base, key) as session:
@@ -306,17 +300,8 @@ def test_redis_down_writes_succeed_limits_hold_per_process_and_workers_catch_up(
 ) -> None:
     port = free_port()
     redis = redis_server(port, tmp_path)
-    env = base_env(
-        settings.database_url or "",
-        settings.data_dir,
-        REDIS_URL=f"redis://127.0.0.1:{port}/0",
-        MEMWARDEN_SHARED_STATE="redis",
-        MEMWARDEN_LEASE_SECONDS="2",
-        MEMWARDEN_WORKER_HEARTBEAT_SECONDS="2",
-    )
-    with Runtime(settings, follow=False) as runtime:
-        operator = Identity("limited", "operator@test", "owner")
-        runtime.core.governance.set_policy(operator, "limited", PolicyBody(rate_limit_per_minute=RATE_LIMIT))
+    env = deployment_env(settings, REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    limit_tenant(settings, "limited", RATE_LIMIT)
     writer = cli_key(env, "acme/eng", "bot", "agent")
     limited = cli_key(env, "limited/eng", "bot", "agent")
     try:
@@ -326,7 +311,7 @@ def test_redis_down_writes_succeed_limits_hold_per_process_and_workers_catch_up(
             before = _write(
                 base, writer, [f"Runner {n} of the arm64 pool has {n + 8} cores" for n in range(4)]
             )
-            wait_until(lambda: set(before) <= set(_judged(settings)), 120)
+            wait_until(lambda: set(before) <= set(judged(settings)), 120)
 
             redis.kill()
             redis.wait(10)
@@ -336,11 +321,11 @@ def test_redis_down_writes_succeed_limits_hold_per_process_and_workers_catch_up(
             assert _calls_until_refused(base, limited) == [200] * RATE_LIMIT + [429]
 
             redis = redis_server(port, tmp_path)  # empty: whatever was queued is gone
-            wait_until(lambda: set(before + during) <= set(_judged(settings)), 180)
+            wait_until(lambda: set(before + during) <= set(judged(settings)), 180)
             time.sleep(3)  # a second judgement would come now, if one were coming
             assert started.processes["worker"].poll() is None, started.log("worker")
             assert started.processes["api"].poll() is None, started.log("api")
-            counts = _judged(settings)
+            counts = judged(settings)
             log = started.logs_text()
     finally:
         redis.kill()
@@ -413,7 +398,7 @@ def test_a_read_only_database_refuses_writes_with_503_and_reads_go_on(
     for answer in recorder.of("read") + recorder.of("search"):
         assert answer.status == 200, answer
     assert recorder.of("read")[0].body["content"] == "The fact written while the database took writes"
-    assert sum(isinstance(e, MemoryWritten) for e in _ledger(settings)) == 1
+    assert sum(isinstance(e, MemoryWritten) for e in ledger_events(settings)) == 1
     # the reads' records that the database could not take are counted, not lost in silence
     metrics = httpx.get(f"{base}/metrics", timeout=10).text
     found = re.search(r'event="audit_failed"\} (\d+)', metrics)

@@ -5,19 +5,16 @@ one API finds the key's write on the other at once, the workers' leases fence ev
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
 
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.events import ConflictsJudged, LeaseEvent, LeaseTaken
-from domain.model.identity import Identity
-from domain.model.policies import PolicyBody
+from domain.model.events import LeaseEvent, LeaseTaken
 from domain.settings import Settings
-from tests.e2e.fleet import Fleet, base_env, client, fleet
+from tests.e2e.fleet import Fleet, client, deployment_env, fleet, judged, ledger_events, limit_tenant
 from tests.processes import cli_key, wait_until
 from workers.actors import redis_broker
 
@@ -33,37 +30,13 @@ def deployment(settings: Settings, tmp_path: Path) -> Iterator[tuple[Fleet, list
     broker = redis_broker(settings)
     broker.flush_all()  # this database's queues only (their own key prefix)
     broker.close()
-    env = base_env(
-        settings.database_url or "",
-        settings.data_dir,
-        MEMWARDEN_SHARED_STATE="redis",
-        MEMWARDEN_LEASE_SECONDS="2",
-        MEMWARDEN_WORKER_HEARTBEAT_SECONDS="2",
-    )
-    with Runtime(settings, follow=False) as runtime:
-        operator = Identity("limited", "operator@test", "owner")
-        runtime.core.governance.set_policy(operator, "limited", PolicyBody(rate_limit_per_minute=RATE_LIMIT))
+    env = deployment_env(settings)
+    limit_tenant(settings, "limited", RATE_LIMIT)
     with fleet(env, tmp_path / "logs") as started:
         bases = [started.serve(f"api{n}") for n in (1, 2)]
         for n in (1, 2):
             started.worker(f"worker{n}")
         yield started, bases
-
-
-def _events(settings: Settings) -> list[object]:
-    with Runtime(settings, follow=False) as runtime:
-        found: list[object] = []
-        after = 0
-        while batch := runtime.ledger.read(after, 5000):
-            found.extend(r.event for r in batch)
-            after = int(batch[-1].position or 0)
-        return found
-
-
-def _judged(settings: Settings) -> Counter[UUID]:
-    return Counter(
-        e.memory_id for e in _events(settings) if isinstance(e, ConflictsJudged) and e.outcome == "judged"
-    )
 
 
 def test_the_rate_limit_counts_calls_on_both_apis(deployment: tuple[Fleet, list[str]]) -> None:
@@ -102,22 +75,31 @@ def test_reads_on_one_api_find_the_writes_on_the_other_and_each_memory_is_judged
 
     for n in range(16):
         write_and_read_elsewhere(n)
-    wait_until(lambda: len(_holders(_events(settings))) >= 2, 120)  # both workers at work
-    started.kill("worker1")  # its leases expire; the other worker takes them over
+    wait_until(lambda: bool(_holders(ledger_events(settings))), 120)
+    pids = {started.processes[name].pid: name for name in ("worker1", "worker2")}
+    busy = next(pids[p] for p in _holder_pids(ledger_events(settings)) if p in pids)
+    spare = "worker2" if busy == "worker1" else "worker1"
+    started.kill(busy)  # a worker at work dies: the other takes its leases over once they expire
     for n in range(16, 32):
         write_and_read_elsewhere(n)
-    wait_until(lambda: set(written) <= set(_judged(settings)), 180)
-    assert started.processes["worker2"].poll() is None, started.log("worker2")
+    wait_until(lambda: set(written) <= set(judged(settings)), 180)
+    assert started.processes[spare].poll() is None, started.log(spare)
+    assert started.processes[spare].pid in _holder_pids(ledger_events(settings))
 
-    counts = _judged(settings)
+    counts = judged(settings)
     assert all(counts[m] == 1 for m in written), counts
-    _assert_leases_fenced(_events(settings))
+    _assert_leases_fenced(ledger_events(settings))
     log = started.logs_text()
     assert "Traceback" not in log, log[-6000:]
 
 
 def _holders(events: list[object]) -> set[str]:
     return {e.holder for e in events if isinstance(e, LeaseEvent)}
+
+
+def _holder_pids(events: list[object]) -> set[int]:
+    """The processes that held leases (a holder is ``host:pid:nonce``, workers/actors.py)."""
+    return {int(holder.split(":")[1]) for holder in _holders(events)}
 
 
 def _assert_leases_fenced(events: list[object]) -> None:
