@@ -112,11 +112,15 @@ class Agent:
             if syscall == "read" and not self.memories:
                 syscall = "write"
             began = time.perf_counter()
-            status, payload = self.client.call("POST", f"/v1/mem/{syscall}", self.body(syscall, n))
+            try:
+                status, payload = self.client.call("POST", f"/v1/mem/{syscall}", self.body(syscall, n))
+            except OSError:  # no answer at all: counted, and the next call connects again
+                self.client.close()
+                status, payload = 0, b""
             self.latencies[syscall].append(time.perf_counter() - began)
             self.sent += 1
             if status != 200:
-                code = msgspec.json.decode(payload).get("error", "?") if payload else "?"
+                code = msgspec.json.decode(payload).get("error", "?") if payload else "no answer"
                 self.errors[f"{syscall} {status} {code}"] += 1
             elif syscall == "write":
                 self.memories.append(msgspec.json.decode(payload)["id"])
@@ -279,12 +283,17 @@ def _measure(args: argparse.Namespace, settings: Settings, runtime: Runtime) -> 
     env = _environment(settings, args.agents)
     workers = _start_workers(env, args.workers) if redis_reachable(settings) else []
     port = _free_port()
-    server = _serve(env, port, 1)
-    watched = {"serve": server.pid} | {f"worker {i + 1}": w.pid for i, w in enumerate(workers)}
     try:
-        agents, elapsed, samples = _drive(args, port, keys, RssWatch(watched, max(1.0, args.seconds / 30)))
+        server = _serve(env, port, 1)
+        watched = {"serve": server.pid} | {f"worker {i + 1}": w.pid for i, w in enumerate(workers)}
+        try:
+            agents, elapsed, samples = _drive(
+                args, port, keys, RssWatch(watched, max(1.0, args.seconds / 30))
+            )
+        finally:
+            _stop_all([server])
     finally:
-        _stop_all([server, *workers])
+        _stop_all(workers)
     stats, errors = _summary(agents, elapsed)
     requests = sum(a.sent for a in agents)
     ledger_ok, differences = _end_checks(runtime)
