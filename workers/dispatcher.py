@@ -18,9 +18,11 @@ from datetime import datetime, timedelta
 from typing import Generic, TypeVar, cast
 from uuid import UUID
 
+import redis
 from psycopg.sql import SQL, Identifier
 
 from domain.ledger.app import Ledger
+from domain.ledger.database import FailureRun, database_outage
 from domain.ledger.mapper import Recorded
 from domain.model.events import ContextFaulted, MemoryWritten
 from projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRACKING_TABLE
@@ -33,6 +35,15 @@ MAX_BATCH_SECONDS = 2.0
 is a whole pass, and the record's transaction must not sit idle for long (the pool's
 connections end an idle transaction after 30 s)."""
 RETRY_SECONDS = 1.0
+
+
+def broker_or_database_outage(error: BaseException) -> str | None:
+    """Which service a dispatch failure says is down: one line in the log, not a
+    traceback per retry while it stays down."""
+    if isinstance(error, (redis.ConnectionError, redis.TimeoutError)):
+        return "Redis"
+    return database_outage(error)
+
 
 K = TypeVar("K")
 Send = Callable[[UUID, int], None]
@@ -176,13 +187,15 @@ class Dispatcher(Background, Generic[K]):
         return total
 
     def _run(self) -> None:
+        failures = FailureRun(f"dispatcher {self.name}", log, broker_or_database_outage)
         while not self._stop.is_set():
             try:
                 moved = self.dispatch_once()
-            except Exception:  # the broker or the database is down: try again, lose nothing
-                log.exception("dispatcher %s: a batch failed; retrying", self.name)
+            except Exception as error:  # noqa: BLE001 - the broker or the database is down: retry, lose nothing
+                failures.failed(error)
                 self._stop.wait(RETRY_SECONDS)
                 continue
+            failures.ended()
             self._stop.wait(self.pause if moved else max(self.pause, IDLE_SECONDS))
 
 

@@ -14,6 +14,7 @@ import msgspec
 from psycopg.sql import SQL, Identifier
 
 from api.cli.bench.ingest import register as register_ingest_bench
+from api.cli.bench.load import register as register_load_bench
 from api.cli.bench.workers import register as register_workers_bench
 from api.cli.erasure import register as register_erasure_commands
 from api.cli.importer import register as register_import_command
@@ -282,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_mcp_command(sub)
     register_ingest_bench(bench)
     register_workers_bench(bench)
+    register_load_bench(bench)
     register_worker_command(sub)
     show_defaults(parser)
     return parser

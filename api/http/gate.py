@@ -265,16 +265,30 @@ def query(
     try:
         result = run(call)
     except DomainError as error:
-        audit(state, call, audit_outcome(error), f"{error.code}: {error.detail}", subject)
+        _audit_read(state, call, audit_outcome(error), f"{error.code}: {error.detail}", subject)
         raise
     except Exception as error:
         _audit_failure(state, call, error)
         raise
     if result is None:
-        audit(state, call, "miss", "not_found", subject)
+        _audit_read(state, call, "miss", "not_found", subject)
         raise NotFound("no such memory")
-    audit(state, call, "ok", detail(result), subject)
+    _audit_read(state, call, "ok", detail(result), subject)
     return result
+
+
+def _audit_read(state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject: UUID | None) -> None:
+    """The record of a read, appended once its answer is known. A database that answers
+    but takes no writes (read only, a full disk, a role without write rights) does not stop
+    the reads it can still serve: the record that could not be appended is counted
+    (``audit_failed``, as in an outage) and the answer goes out."""
+    try:
+        audit(state, call, outcome, detail, subject)
+    except Exception as error:
+        if not unavailable(error):
+            raise
+        call.audited = True  # settled: the fallback hook does not try (and count) again
+        state.metrics.count("audit_failed")
 
 
 def _audit_failure(state: ApiState, call: Call, error: BaseException) -> None:

@@ -47,6 +47,10 @@ TRANSIENT_SQLSTATE_PREFIXES = ("08", "53", "57P", "57014", "55P03", "40001", "40
 """Connection exceptions, insufficient resources, the server shutting down or not accepting
 connections yet, a cancelled statement, a lock not granted, a serialization failure or a
 deadlock: the statement was fine, the database was not (or not now)."""
+WRITES_REFUSED_SQLSTATES = ("25006", "42501")
+"""A read-only transaction (a standby, ``default_transaction_read_only``) and a role without
+the right to write: psycopg reports them as an internal or a programming error, but the
+statement was fine; the database takes no writes (for now)."""
 
 
 def unavailable(error: BaseException) -> bool:
@@ -70,6 +74,8 @@ def unavailable(error: BaseException) -> bool:
 
 
 def _transient(error: psycopg.Error) -> bool:
+    if error.sqlstate in WRITES_REFUSED_SQLSTATES:
+        return True
     if not isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
         return False
     sqlstate = error.sqlstate
@@ -82,9 +88,14 @@ class FailureRun:
     outage as one line, anything else with its traceback) and once when they end, with
     the count of retries between, instead of once per retry."""
 
-    def __init__(self, label: str, logger: logging.Logger) -> None:
+    def __init__(
+        self, label: str, logger: logging.Logger, outage: Callable[[BaseException], str | None] | None = None
+    ) -> None:
+        """``outage`` names the service an error says is down (``database`` by default):
+        that is logged as one line; any other failure with its traceback."""
         self.label = label
         self.log = logger
+        self.outage = outage or database_outage
         self.count = 0
         self._since = 0.0
 
@@ -93,8 +104,9 @@ class FailureRun:
         if self.count > 1:
             return
         self._since = time.monotonic()
-        if unavailable(error):
-            self.log.warning("%s: database unavailable (%s); retrying", self.label, _first_line(error))
+        down = self.outage(error)
+        if down is not None:
+            self.log.warning("%s: %s unavailable (%s); retrying", self.label, down, _first_line(error))
         else:
             self.log.exception("%s: failed; retrying", self.label, exc_info=error)
 
@@ -107,6 +119,10 @@ class FailureRun:
                 time.monotonic() - self._since,
             )
             self.count = 0
+
+
+def database_outage(error: BaseException) -> str | None:
+    return "database" if unavailable(error) else None
 
 
 def _first_line(error: BaseException) -> str:
