@@ -18,6 +18,7 @@ import httpx
 import psycopg
 import pytest
 
+from bootstrap.migrate import migrate
 from bootstrap.runtime import Runtime
 from domain.ledger.database import ConnectionParams, EmbeddedServer
 from domain.model.commands import WriteMemory
@@ -184,7 +185,7 @@ def own_postgres(tmp_path: Path) -> Iterator[EmbeddedServer]:
     """A PostgreSQL server of this test's own, to stop and start; its watchdog does not
     start it again (the test does)."""
     server = EmbeddedServer(tmp_path / "own-pg", watch_seconds=3600)
-    server.start()
+    migrate(ConnectionParams.from_url(server.start()))  # as an operator would, before serving
     yield server
     server.stop()
 
