@@ -27,13 +27,9 @@ def api(settings: Settings) -> Iterator[Api]:
 
 @pytest.fixture
 def env(database: ConnectionParams, tmp_path: Path) -> dict[str, str]:
-    """The environment of a `memwarden` process on the test database."""
-    return {
-        **os.environ,
-        "DATABASE_URL": url_of(database),
-        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
-        "MEMWARDEN_EMBEDDER": "hash",
-    }
+    """The environment of a `memwarden` process on the test database (its embedder: the
+    test's, ``hash`` unless the test is marked ``minilm``)."""
+    return {**os.environ, "DATABASE_URL": url_of(database), "MEMWARDEN_DATA_DIR": str(tmp_path / "home")}
 
 
 @pytest.fixture
