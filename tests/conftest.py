@@ -28,7 +28,9 @@ from domain.settings import SCHEMA, Settings
 def _embedder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """``MEMWARDEN_EMBEDDER`` of the test and of the processes it starts (they inherit the
     environment): ``minilm`` for a test marked ``minilm``, else ``hash``."""
-    monkeypatch.setenv("MEMWARDEN_EMBEDDER", "minilm" if request.node.get_closest_marker("minilm") else "hash")
+    monkeypatch.setenv(
+        "MEMWARDEN_EMBEDDER", "minilm" if request.node.get_closest_marker("minilm") else "hash"
+    )
 
 
 def url_of(params: ConnectionParams) -> str:
