@@ -12,6 +12,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -115,15 +116,22 @@ def empty_database(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
         _drop_database(pg_server, name)
 
 
+@contextmanager
+def copy_of_template(server: ConnectionParams, template: str) -> Iterator[ConnectionParams]:
+    """A new database made from ``template``, dropped on the way out."""
+    name = f"mw_test_{uuid.uuid4().hex[:12]}"
+    _create_database(server, name, template)
+    try:
+        yield server.with_dbname(name)
+    finally:
+        _drop_database(server, name)
+
+
 @pytest.fixture
 def database(pg_server: ConnectionParams, template_database: str) -> Iterator[ConnectionParams]:
     """A fresh database of the test's own, with the schema of the template."""
-    name = f"mw_test_{uuid.uuid4().hex[:12]}"
-    _create_database(pg_server, name, template_database)
-    try:
-        yield pg_server.with_dbname(name)
-    finally:
-        _drop_database(pg_server, name)
+    with copy_of_template(pg_server, template_database) as params:
+        yield params
 
 
 @pytest.fixture
