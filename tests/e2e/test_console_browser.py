@@ -116,6 +116,7 @@ def _seed(base: str, keys: dict[str, str]) -> str:
     return str(contra["dispute_id"])
 
 
+@pytest.mark.slow
 def test_console_pages_in_headless_chromium(served: tuple[str, dict[str, str]], browser: WebDriver) -> None:
     base, keys = served
     dispute = _seed(base, keys)
