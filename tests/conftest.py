@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import psycopg
 import pytest
@@ -70,7 +71,10 @@ def prepare_template(params: ConnectionParams) -> None:
     the read models create their tables), then dropping the key material that opening made
     (its secrets and signing key belong to that runtime's key files, not to a test's).
     """
-    with tempfile.TemporaryDirectory(prefix="mw-template-") as home:
+    with (
+        tempfile.TemporaryDirectory(prefix="mw-template-") as home,
+        mock.patch.dict(os.environ, {"MEMWARDEN_EMBEDDER": "hash"}),  # no model loaded for DDL
+    ):
         settings = Settings(data_dir=Path(home), database_url=url_of(params), pool_size=1)
         with Runtime(settings, follow=False):
             pass
