@@ -1,6 +1,9 @@
 """Shared fixtures: a real PostgreSQL with pgvector (embedded, or DATABASE_URL) and Redis.
 
-Every test that touches the database gets a fresh database of its own.
+Every test that touches the database gets a fresh database of its own, a copy of a template
+whose schema is made once per session (``prepare_template``). Every test embeds with the
+hash embedder (fast, no meaning) unless it is marked ``minilm``: the tests about the bundled
+model or about retrieval by meaning.
 """
 
 from __future__ import annotations
@@ -8,15 +11,42 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from bootstrap.migrate import migrate
 from domain.ledger.database import ConnectionParams, EmbeddedServer
 from domain.services.core import Core
 from domain.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _embedder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MEMWARDEN_EMBEDDER`` of the test and of the processes it starts (they inherit the
+    environment): ``minilm`` for a test marked ``minilm``, else ``hash``."""
+    monkeypatch.setenv(
+        "MEMWARDEN_EMBEDDER", "minilm" if request.node.get_closest_marker("minilm") else "hash"
+    )
+
+
+def url_of(params: ConnectionParams) -> str:
+    return (
+        f"postgresql://{params.user}:{params.password}@/{params.dbname}?host={params.host}&port={params.port}"
+    )
+
+
+def _quick_commits(params: ConnectionParams) -> None:
+    """The session's own embedded server does not flush to disk at each commit: a killed
+    server process loses nothing (the writes are in the OS cache); only a crash of the
+    machine would, and the server is thrown away with the session anyway."""
+    with psycopg.connect(params.conninfo(), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+        conn.execute("SELECT pg_reload_conf()")
 
 
 @pytest.fixture(scope="session")
@@ -27,27 +57,71 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectionPa
         return
     server = EmbeddedServer(tmp_path_factory.mktemp("embedded"))
     params = ConnectionParams.from_url(server.start())
+    _quick_commits(params)
     yield params
     server.stop()
 
 
+def prepare_template(params: ConnectionParams) -> None:
+    """Give the empty database ``params`` the schema every test database starts with: the
+    numbered migrations, the one place the schema is made (no key material: each test's
+    runtime makes its own from its own key files)."""
+    migrate(params)
+
+
+def _create_database(server: ConnectionParams, name: str, template: str | None = None) -> None:
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        statement = sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template))
+    with psycopg.connect(server.conninfo(), autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def _drop_database(server: ConnectionParams, name: str) -> None:
+    with psycopg.connect(server.conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def template_database(pg_server: ConnectionParams) -> Iterator[str]:
+    """The name of the session's template database (nobody connects to it after it is made,
+    so ``CREATE DATABASE … TEMPLATE`` can copy it)."""
+    name = f"mw_template_{uuid.uuid4().hex[:12]}"
+    _create_database(pg_server, name)
+    try:
+        prepare_template(pg_server.with_dbname(name))
+        yield name
+    finally:
+        _drop_database(pg_server, name)
+
+
 @pytest.fixture
-def database(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
+def empty_database(pg_server: ConnectionParams) -> Iterator[ConnectionParams]:
+    """A fresh database without any table, for the tests of making the schema."""
     name = f"mw_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    migrate(pg_server.with_dbname(name))
+    _create_database(pg_server, name)
     try:
         yield pg_server.with_dbname(name)
     finally:
-        with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _drop_database(pg_server, name)
 
 
-def url_of(params: ConnectionParams) -> str:
-    return (
-        f"postgresql://{params.user}:{params.password}@/{params.dbname}?host={params.host}&port={params.port}"
-    )
+@contextmanager
+def copy_of_template(server: ConnectionParams, template: str) -> Iterator[ConnectionParams]:
+    """A new database made from ``template``, dropped on the way out."""
+    name = f"mw_test_{uuid.uuid4().hex[:12]}"
+    _create_database(server, name, template)
+    try:
+        yield server.with_dbname(name)
+    finally:
+        _drop_database(server, name)
+
+
+@pytest.fixture
+def database(pg_server: ConnectionParams, template_database: str) -> Iterator[ConnectionParams]:
+    """A fresh database of the test's own, with the schema of the template."""
+    with copy_of_template(pg_server, template_database) as params:
+        yield params
 
 
 @pytest.fixture

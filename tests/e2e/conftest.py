@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from api.http.app import create_app
 from bootstrap.runtime import Runtime
 from domain.ledger.database import ConnectionParams
 from domain.settings import Settings
-from tests.conftest import url_of
+from tests.conftest import copy_of_template, url_of
 from tests.e2e.api_helpers import Api
 from tests.processes import cli_key, serving
 
@@ -27,13 +28,9 @@ def api(settings: Settings) -> Iterator[Api]:
 
 @pytest.fixture
 def env(database: ConnectionParams, tmp_path: Path) -> dict[str, str]:
-    """The environment of a `memwarden` process on the test database."""
-    return {
-        **os.environ,
-        "DATABASE_URL": url_of(database),
-        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
-        "MEMWARDEN_EMBEDDER": "hash",
-    }
+    """The environment of a `memwarden` process on the test database (its embedder: the
+    test's, ``hash`` unless the test is marked ``minilm``)."""
+    return {**os.environ, "DATABASE_URL": url_of(database), "MEMWARDEN_DATA_DIR": str(tmp_path / "home")}
 
 
 @pytest.fixture
@@ -42,3 +39,31 @@ def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str, 
     key = cli_key(env, "acme/eng", "bot", "agent")
     with serving(env) as (server, base):
         yield server, base, key
+
+
+@pytest.fixture(scope="module")
+def module_env(
+    pg_server: ConnectionParams, template_database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """The environment of `memwarden` processes shared by the tests of one module: one
+    database, the hash embedder; each test works in a tenant of its own (``tenant``)."""
+    with copy_of_template(pg_server, template_database) as database:
+        yield {
+            **os.environ,
+            "DATABASE_URL": url_of(database),
+            "MEMWARDEN_DATA_DIR": str(tmp_path_factory.mktemp("home")),
+            "MEMWARDEN_EMBEDDER": "hash",
+        }
+
+
+@pytest.fixture(scope="module")
+def module_server(module_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """One real `memwarden serve` for the tests of a module (starting one is seconds)."""
+    with serving(module_env) as (server, base):
+        yield server, base
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant no other test uses, for tests that share a server."""
+    return f"t{uuid.uuid4().hex[:12]}"

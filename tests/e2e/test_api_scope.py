@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -120,6 +121,7 @@ namespace_trees = st.lists(
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tree=namespace_trees)
+@pytest.mark.slow
 def test_every_read_route_sees_exactly_own_namespace_and_ancestors(api: Api, tree: list[str]) -> None:
     run = next(_runs)
     names = sorted(

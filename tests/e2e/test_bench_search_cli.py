@@ -14,6 +14,8 @@ import pytest
 from domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # each runs the bench CLI (up to 600 s)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -3,7 +3,11 @@ and a short steady load; every memory judged exactly once, figures present."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.test_bench_search_cli import bench_env, run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the bench CLI (up to 600 s)
 
 __all__ = ["bench_env"]
 

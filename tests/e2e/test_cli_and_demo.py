@@ -95,6 +95,8 @@ def test_projections_status_reports_positions(cli_env: Settings, capsys: pytest.
     assert all(s["position"] == head and s["lag"] == 0 for s in statuses.values())
 
 
+@pytest.mark.slow
+@pytest.mark.minilm  # the README's command as it is: the default embedder too
 def test_the_console_script_runs_the_demo_on_the_embedded_default(tmp_path: Path) -> None:
     """The README's first command, end to end: no DATABASE_URL, a fresh data directory."""
     script = shutil.which("memwarden", path=str(Path(sys.executable).parent))

@@ -1,6 +1,8 @@
 """memwarden_client against a real ``memwarden serve`` process: every syscall and the
 admin, compliance and ops routes, sync and async, cursor iteration, retries honouring
-``Retry-After``, and one exception class per error code."""
+``Retry-After``, and one exception class per error code.
+
+The tests share one served process (``module_server``); each works in a tenant of its own."""
 
 from __future__ import annotations
 
@@ -21,30 +23,43 @@ Served = tuple[subprocess.Popen[bytes], str, str]
 ONCE = Retry(attempts=1)
 
 
-def test_every_syscall_and_route_sync(served: Served, env: dict[str, str]) -> None:
+@pytest.fixture
+def env(module_env: dict[str, str]) -> dict[str, str]:
+    """The environment of the module's server, for `memwarden keys create`."""
+    return module_env
+
+
+@pytest.fixture
+def served(module_server: tuple[subprocess.Popen[bytes], str], env: dict[str, str], tenant: str) -> Served:
+    """The module's server, and an agent key of the test's ``<tenant>/eng``."""
+    server, base = module_server
+    return server, base, cli_key(env, f"{tenant}/eng", "bot", "agent")
+
+
+def test_every_syscall_and_route_sync(served: Served, env: dict[str, str], tenant: str) -> None:
     _server, base, agent_key = served
-    owner_key = cli_key(env, "acme", "ops", "owner")
+    owner_key = cli_key(env, tenant, "ops", "owner")
     with Client(base, owner_key) as owner, Client(base, agent_key) as agent:
-        member_key, auditor_key = _admin_routes(owner)
-        stored_id = _syscalls(base, owner, agent, member_key)
-        _compliance_routes(base, auditor_key, owner, agent, stored_id)
+        member_key, auditor_key = _admin_routes(owner, tenant)
+        stored_id = _syscalls(base, owner, agent, member_key, tenant)
+        _compliance_routes(base, auditor_key, owner, agent, stored_id, tenant)
         _ops_routes(base, owner, member_key)
 
 
-def _admin_routes(owner: Client) -> tuple[str, str]:
+def _admin_routes(owner: Client, tenant: str) -> tuple[str, str]:
     """Keys and policies; returns a member's and an auditor's key."""
-    member_key = owner.call(q.CreateKey(target="acme/eng", actor="dana", role="member")).key
-    auditor = owner.call(q.CreateKey(target="acme", actor="audrey", role="auditor"))
+    member_key = owner.call(q.CreateKey(target=f"{tenant}/eng", actor="dana", role="member")).key
+    auditor = owner.call(q.CreateKey(target=tenant, actor="audrey", role="auditor"))
     assert {k.actor for k in owner.call(q.ListKeys())} >= {"bot", "dana", "audrey", "ops"}
     policy = owner.call(
-        q.PutNamespacePolicy(namespace="acme", directives=(q.DirectiveSpec(id="tone", text="Be brief."),))
+        q.PutNamespacePolicy(namespace=tenant, directives=(q.DirectiveSpec(id="tone", text="Be brief."),))
     )
     assert policy.version >= 1
-    assert owner.call(q.GetNamespacePolicy(namespace="acme")).directives[0].id == "tone"
+    assert owner.call(q.GetNamespacePolicy(namespace=tenant)).directives[0].id == "tone"
     return member_key, auditor.key
 
 
-def _syscalls(base: str, owner: Client, agent: Client, member_key: str) -> UUID:
+def _syscalls(base: str, owner: Client, agent: Client, member_key: str, tenant: str) -> UUID:
     """Every agent syscall; returns the id of the first memory written."""
     stored = agent.call(q.Write(content="The on-call rotation changes every Monday at 09:00"))
     assert stored.outcome == "stored"
@@ -63,7 +78,7 @@ def _syscalls(base: str, owner: Client, agent: Client, member_key: str) -> UUID:
     assert status.state == "done"
     memory = agent.call(q.Read(id=stored.id))
     assert memory.content == "The on-call rotation changes every Monday at 09:00"
-    assert memory.namespace == "acme/eng"
+    assert memory.namespace == f"{tenant}/eng"
     found = agent.call(q.Search(query="on-call rotation", k=3))
     assert found.results[0].id == stored.id
     capsule = agent.call(q.Assemble(budget_tokens=300, task_hint="on-call"))
@@ -75,19 +90,21 @@ def _syscalls(base: str, owner: Client, agent: Client, member_key: str) -> UUID:
     assert agent.call(q.Pin(id=stored.id)).pinned is True
     assert agent.call(q.Unpin(id=stored.id)).pinned is False
     stats = agent.call(q.GetStats())
-    assert stats.namespace == "acme/eng"
+    assert stats.namespace == f"{tenant}/eng"
     assert stats.current == 3
     directives = agent.call(q.GetPolicy()).directives
     assert [(d.id, d.acknowledged) for d in directives] == [("tone", False)]
     assert agent.call(q.AckPolicy(directive_id="tone")).acknowledged is True
     with Client(base, member_key) as member:
         assert member.call(q.Verify(id=stored.id, supports=True)).trust_tier == "verified"
-    share = owner.call(q.Share(id=stored.id, with_namespace="acme/sales"))
+    share = owner.call(q.Share(id=stored.id, with_namespace=f"{tenant}/sales"))
     assert share.share_id
     return stored.id
 
 
-def _compliance_routes(base: str, auditor_key: str, owner: Client, agent: Client, stored_id: UUID) -> None:
+def _compliance_routes(
+    base: str, auditor_key: str, owner: Client, agent: Client, stored_id: UUID, tenant: str
+) -> None:
     with Client(base, auditor_key) as compliance:
         checkpoint = compliance.call(q.MakeCheckpoint())
         check = compliance.call(q.VerifyLedger(checkpoint=checkpoint))
@@ -105,7 +122,7 @@ def _compliance_routes(base: str, auditor_key: str, owner: Client, agent: Client
         assert {r.actor for r in writes} == {"bot"}
         believed = list(
             compliance.iterate(
-                q.AsOf(as_of=datetime.now(UTC) + timedelta(seconds=1), target="acme/eng", limit=1)
+                q.AsOf(as_of=datetime.now(UTC) + timedelta(seconds=1), target=f"{tenant}/eng", limit=1)
             )
         )
         assert {m.content for m in believed} >= {"Staging lives in eu-west-1"}
@@ -141,10 +158,10 @@ def msgspec_replace(struct: q.r.Certificate, **changes: object) -> q.r.Certifica
     return msgspec.structs.replace(struct, **changes)
 
 
-def test_one_exception_class_per_error_code(served: Served, env: dict[str, str]) -> None:
+def test_one_exception_class_per_error_code(served: Served, env: dict[str, str], tenant: str) -> None:
     _server, base, agent_key = served
-    owner_key = cli_key(env, "acme", "ops", "owner")
-    admin_key = cli_key(env, "acme/eng", "lead", "admin")
+    owner_key = cli_key(env, tenant, "ops", "owner")
+    admin_key = cli_key(env, f"{tenant}/eng", "lead", "admin")
     with Client(base, agent_key, retry=ONCE) as agent, Client(base, owner_key, retry=ONCE) as owner:
         with pytest.raises(e.InvalidRequest) as invalid:
             agent.call(q.Write(content="nul \x00 byte"))
@@ -153,23 +170,25 @@ def test_one_exception_class_per_error_code(served: Served, env: dict[str, str])
         with pytest.raises(e.ProvenanceNotAllowed):
             agent.call(q.Write(content="I say so", provenance=q.ProvenanceClaim(source="manual")))
         with pytest.raises(e.Forbidden):
-            agent.call(q.CreateKey(target="acme/eng", actor="x", role="agent"))
+            agent.call(q.CreateKey(target=f"{tenant}/eng", actor="x", role="agent"))
         with Client(base, admin_key, retry=ONCE) as admin, pytest.raises(e.OutsideSubtree):
-            admin.call(q.CreateKey(target="acme/sales", actor="x", role="agent"))
+            admin.call(q.CreateKey(target=f"{tenant}/sales", actor="x", role="agent"))
         with pytest.raises(e.NotFound) as missing:
             agent.call(q.Read(id=uuid4()))
         assert missing.value.status == 404
         with pytest.raises(e.VersionConflict):
-            owner.call(q.PutNamespacePolicy(namespace="acme/eng", forbid_secrets=True, expected_version=41))
+            owner.call(
+                q.PutNamespacePolicy(namespace=f"{tenant}/eng", forbid_secrets=True, expected_version=41)
+            )
         with pytest.raises(e.TooLarge):
             agent.call(q.Write(content="x" * 1_100_000))
         with pytest.raises(e.Unauthenticated), Client(base, "mw_0000_nope", retry=ONCE) as stranger:
             stranger.call(q.GetStats())
-        owner.call(q.PutNamespacePolicy(namespace="acme", suspended=True))
+        owner.call(q.PutNamespacePolicy(namespace=tenant, suspended=True))
         with pytest.raises(e.TenantSuspended):
             agent.call(q.GetStats())
-        owner.call(q.PutNamespacePolicy(namespace="acme", suspended=False))
-        assert agent.call(q.GetStats()).namespace == "acme/eng"
+        owner.call(q.PutNamespacePolicy(namespace=tenant, suspended=False))
+        assert agent.call(q.GetStats()).namespace == f"{tenant}/eng"
     waits: list[float] = []
     with (
         pytest.raises(e.Unavailable) as down,
@@ -183,12 +202,12 @@ def test_one_exception_class_per_error_code(served: Served, env: dict[str, str])
 
 
 def test_a_rate_limited_call_is_retried_after_the_wait_it_was_told(
-    served: Served, env: dict[str, str]
+    served: Served, env: dict[str, str], tenant: str
 ) -> None:
     _server, base, agent_key = served
-    owner_key = cli_key(env, "acme", "ops", "owner")
+    owner_key = cli_key(env, tenant, "ops", "owner")
     with Client(base, owner_key) as owner:
-        owner.call(q.PutNamespacePolicy(namespace="acme", rate_limit_per_minute=60))
+        owner.call(q.PutNamespacePolicy(namespace=tenant, rate_limit_per_minute=60))
     waits: list[float] = []
 
     def sleep(seconds: float) -> None:
@@ -208,14 +227,14 @@ def test_a_rate_limited_call_is_retried_after_the_wait_it_was_told(
         assert told.retry_after is not None
         assert told.retry_after >= 1
     with Client(base, agent_key, retry=Retry(attempts=3), sleep=sleep) as patient:
-        assert patient.call(q.GetStats()).namespace == "acme/eng"
+        assert patient.call(q.GetStats()).namespace == f"{tenant}/eng"
     assert waits
     assert waits[0] >= 1  # Retry-After, not the 0.25 s backoff
 
 
-def test_the_async_client(served: Served, env: dict[str, str]) -> None:
+def test_the_async_client(served: Served, env: dict[str, str], tenant: str) -> None:
     _server, base, agent_key = served
-    auditor_key = cli_key(env, "acme", "audrey", "auditor")
+    auditor_key = cli_key(env, tenant, "audrey", "auditor")
 
     async def scenario() -> None:
         async with AsyncClient(base, agent_key) as agent, AsyncClient(base, auditor_key) as auditor:

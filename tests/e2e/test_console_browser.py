@@ -117,6 +117,7 @@ def _seed(base: str, keys: dict[str, str]) -> str:
     return str(contra["dispute_id"])
 
 
+@pytest.mark.slow
 def test_console_pages_in_headless_chromium(served: Served, browser: WebDriver) -> None:
     base, keys, _env = served
     dispute = _seed(base, keys)

@@ -163,6 +163,7 @@ def _hold_startup_lock(data_dir: Path) -> IO[str]:
     return handle
 
 
+@pytest.mark.slow
 def test_a_database_outage_is_fast_503s_and_serve_recovers_by_itself(served: Served) -> None:
     with served.client() as client:
         first = client.post("/v1/mem/write", json={"content": "The fact written before the outage"})

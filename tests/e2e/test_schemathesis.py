@@ -301,6 +301,7 @@ def seeded_cases(schema: BaseSchema, seed: Seed) -> list[Case]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("caller", list(CALLERS))
 def test_every_route_answers_as_documented(
     api: Api, openapi: BaseSchema, keys: dict[str, str | None], seed: Seed, caller: str

@@ -10,12 +10,14 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
 from tests.processes import REPO_ROOT, cli_key, free_port, ready, wait_until
 
 
+@pytest.mark.slow
 def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_path: Path) -> None:
     env = {
         **os.environ,

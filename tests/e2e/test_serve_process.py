@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.processes import alive, wait_until
 
@@ -47,6 +48,7 @@ def _write_then_read(base: str, key: str, text: str) -> None:
         assert read.json()["content"] == text
 
 
+@pytest.mark.slow
 def test_serve_projects_in_a_supervised_child_that_dies_with_it(
     served: tuple[subprocess.Popen[bytes], str, str],
 ) -> None:
@@ -67,6 +69,7 @@ def test_serve_projects_in_a_supervised_child_that_dies_with_it(
     wait_until(lambda: not alive(replacement), 15)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_projector_before_serve_exits(
     served: tuple[subprocess.Popen[bytes], str, str],
 ) -> None:

@@ -117,6 +117,7 @@ def scratch() -> Iterator[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a wheel build, a pip install and the demo, each up to 600 s
 def test_plain_pip_install_runs_the_demo_and_writes_nothing_under_home(wheel: Path, scratch: Path) -> None:
     venv = scratch / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=scratch)

@@ -76,6 +76,7 @@ def write_some(rt: Runtime, start: int, count: int) -> list[UUID]:
     return ids
 
 
+@pytest.mark.slow
 def test_after_kill_9_and_a_restart_every_memory_is_judged_exactly_once(
     runtime: Runtime, settings: Settings
 ) -> None:

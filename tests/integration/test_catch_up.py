@@ -89,6 +89,7 @@ def history(rt: Runtime) -> None:
         rt.memory.write(AGENT, WriteMemory(content=f"Release {i} ships on a Tuesday"))
 
 
+@pytest.mark.slow
 def test_batched_projections_hold_what_one_event_at_a_time_gives(runtime: Runtime) -> None:
     history(runtime)
     runtime.reads.runner.catch_up()  # batches of up to a thousand events

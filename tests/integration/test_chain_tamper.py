@@ -333,6 +333,7 @@ def tamper(cur: psycopg.Cursor[Any], rows: list[Row], kind: str, data: st.DataOb
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(KINDS), data=st.data())
+@pytest.mark.slow
 def test_any_single_change_is_found_at_its_position(
     built: tuple[Core, list[Row]], kind: str, data: st.DataObject
 ) -> None:

@@ -257,6 +257,7 @@ def _process_writer(
         queue.put((index, [], repr(error)))
 
 
+@pytest.mark.slow
 def test_processes_write_concurrently_on_one_gapless_chain(settings: Settings) -> None:
     # Key files are made first (see the key race test below); the schema, the shared
     # secret and everything else are created by the racing processes themselves.
@@ -316,6 +317,7 @@ def _load_keys_in_rounds(directories: list[str], barrier: Any, queue: Any) -> No
             queue.put((directory, None, None, repr(error)))
 
 
+@pytest.mark.slow
 def test_processes_starting_together_on_a_fresh_data_dir_agree_on_the_keys() -> None:
     """N processes of a fresh install (no key files yet) start at the same moment: every
     one must end up with the same key-encryption key and signing key, none may fail."""

@@ -216,6 +216,7 @@ def _can_connect(url: str) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_the_embedded_server_is_started_again_after_its_postmaster_is_killed(tmp_path: Path) -> None:
     """Two users of one data directory: the postmaster dies (kill -9 leaves its pid file
     behind); one of them starts it again on the same socket, and both keep using it."""

@@ -101,6 +101,7 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
             pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=path / "pg", user=user)
 
 
+@pytest.mark.slow
 def test_start_connect_and_stop(data_dir: Path) -> None:
     server = EmbeddedServer(data_dir)
     url = server.start()
@@ -112,6 +113,7 @@ def test_start_connect_and_stop(data_dir: Path) -> None:
     assert not (data_dir / "pg" / "postmaster.pid").exists()
 
 
+@pytest.mark.slow
 def test_a_second_user_joins_and_the_last_one_out_stops_the_server(data_dir: Path) -> None:
     first = EmbeddedServer(data_dir)
     url = first.start()
@@ -134,6 +136,7 @@ def test_a_second_user_joins_and_the_last_one_out_stops_the_server(data_dir: Pat
         second.stop()
 
 
+@pytest.mark.slow
 def test_another_process_joins_a_running_server(data_dir: Path) -> None:
     """An API process and a worker process on one data directory (the embedded default)."""
     server = EmbeddedServer(data_dir)
@@ -157,6 +160,7 @@ def test_another_process_joins_a_running_server(data_dir: Path) -> None:
     assert not can_connect(url)
 
 
+@pytest.mark.slow
 def test_a_killed_holder_does_not_block_the_next_start(data_dir: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(ROOT), str(data_dir)],
@@ -193,6 +197,7 @@ def test_a_killed_holder_does_not_block_the_next_start(data_dir: Path) -> None:
     assert not can_connect(url), "the only live user stopped, yet the server still runs"
 
 
+@pytest.mark.slow
 def test_a_server_stopped_in_this_process_starts_again(data_dir: Path) -> None:
     """Open, close, open again in one process (a CLI command after another, a test suite)."""
     first = EmbeddedServer(data_dir)
@@ -211,6 +216,7 @@ def test_a_server_stopped_in_this_process_starts_again(data_dir: Path) -> None:
         again.stop()
 
 
+@pytest.mark.slow
 def test_core_on_the_embedded_default_survives_a_reopen(data_dir: Path) -> None:
     settings = Settings(data_dir=data_dir, pool_size=2)
     agent = Identity("acme/eng", "agent-1", "agent")

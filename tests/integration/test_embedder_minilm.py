@@ -25,6 +25,8 @@ from domain.embedding.minilm import (
     read_pinned,
 )
 
+pytestmark = pytest.mark.minilm
+
 
 @pytest.fixture(scope="module")
 def minilm() -> MiniLMEmbedder:

@@ -1,5 +1,6 @@
-"""Search on real PostgreSQL + pgvector with the real offline embedder: scope in every lane
-and driver, degradation, filters, erasure and rebuild of the index."""
+"""Search on real PostgreSQL + pgvector: scope in every lane and driver, degradation, filters,
+erasure and rebuild of the index. Retrieval by meaning (marked ``minilm``) with the real
+offline embedder; the rest with the hash embedder, the suite's default."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def search(rt: Runtime, who: Identity, query: str, driver: str | None = None, **
     return [r.id for r in answer.results]
 
 
+@pytest.mark.minilm
 def test_the_hybrid_driver_finds_by_meaning_and_by_words(runtime: Runtime) -> None:
     lisbon = write(runtime, ALPHA, "Dana moved to Lisbon in May.")
     write(runtime, ALPHA, "The build server runs Debian 12 on two cores.")
@@ -115,6 +117,7 @@ def test_every_driver_sees_own_namespace_and_ancestors_only(runtime: Runtime, dr
     assert found == {ids["alpha"], ids["eng"]}
 
 
+@pytest.mark.minilm
 def test_the_hnsw_plan_finds_the_same_neighbours_as_the_exact_scan(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
