@@ -66,7 +66,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def outage_env(env: dict[str, str]) -> dict[str, str]:
     port = free_port()
-    tuned = {k: v for k, v in env.items() if k != "MEMWARDEN_EMBEDDER"}  # the test's own embedder
+    tuned = dict(env)  # the test's embedder, for the workers and this process alike
     tuned.update(
         REDIS_URL=f"redis://127.0.0.1:{port}/0",
         MEMWARDEN_WORKER_HEARTBEAT_SECONDS="2",  # a killed worker's messages come back soon

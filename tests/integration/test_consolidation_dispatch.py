@@ -115,6 +115,7 @@ def test_facts_faulted_together_become_a_proposal(runtime: Runtime) -> None:
     assert again.drafted == ()  # proposed once
 
 
+@pytest.mark.minilm  # near misses are found by meaning (cosine >= 0.75)
 def test_a_near_miss_with_its_neighbours_becomes_a_proposal(runtime: Runtime) -> None:
     ids = [
         runtime.memory.write(AGENT, WriteMemory(content=text)).id
