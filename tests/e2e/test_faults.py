@@ -391,6 +391,9 @@ def test_a_read_only_database_refuses_writes_with_503_and_reads_go_on(
     with Runtime(settings, follow=False) as runtime:  # the read models have everything so far
         wait_until(lambda: min(_positions(runtime).values()) >= runtime.ledger.head_position(), 60)
     with _read_only(database):
+        # cutting the connections is how this test makes the database read only (a full disk
+        # or a read-only standby keeps them): the pool replaces them first, then reads go on
+        wait_until(lambda: _calls(base, key, kept.json()["id"], 1).of("read")[0].status == 200, 30)
         recorder = _calls(base, key, kept.json()["id"], 3)
     for answer in recorder.of("write"):
         assert (answer.status, answer.code) == (503, "unavailable"), answer
