@@ -181,6 +181,7 @@ def test_the_proposal_routes_list_edit_reject_and_approve_within_the_subtree(set
             api.call(admin, "/v1/admin/proposals/00000000-0000-0000-0000-000000000000/approve").status_code
             == 404
         )
+        api.settle()  # the agent reads its own writes at once; the admin's, once projected
         assert api.mem(agent, "stats").json()["open_proposals"] == 0
         ops = [(a.op, a.outcome) for a in api.audit_records() if a.op.endswith("_proposal")]
         assert ops.count(("approve_proposal", "ok")) == 1
