@@ -22,6 +22,7 @@ def default_data_dir() -> Path:
 PROJECTORS = ("thread", "external")
 JUDGES = ("rules", "openai", "none")
 SHARED_STATES = ("process", "redis")
+AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
@@ -95,6 +96,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_every_seconds: float = 600.0
     """The periodic checkpoint pass signs the head once this many events followed the last
     checkpoint, or this many seconds passed and anything was appended meanwhile."""
+    audit_spool_max_bytes: int = AUDIT_SPOOL_MAX_BYTES
+    """The most a process keeps on disk of the audit records the ledger could not take (a
+    database that takes no writes); past it, the calls they record are refused."""
     worker_heartbeat_seconds: float = 60.0
     """After this long without a heartbeat a worker process counts as dead, and the
     messages it had taken go back to the queue."""
@@ -138,6 +142,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             checkpoint_every_seconds=positive_number(values, "MEMWARDEN_CHECKPOINT_EVERY_SECONDS", float)
             or 600.0,
+            audit_spool_max_bytes=int(
+                positive_number(values, "MEMWARDEN_AUDIT_SPOOL_MAX_BYTES", int) or AUDIT_SPOOL_MAX_BYTES
+            ),
         )
 
     @property
