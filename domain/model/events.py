@@ -551,9 +551,32 @@ class ProposalDrafted(Event, frozen=True, kw_only=True):
     canonical: UUID
     drafter: str
     token: int = 0
+    fallback: str | None = None
+    """Why the configured model drafter did not draft it (the extractive one did):
+    ``timeout``, ``bad_answer``, ``invisible_character`` ...; None when it did, or none is
+    configured."""
 
     @property
     def stream_id(self) -> UUID:
+        return self.proposal_id
+
+
+class ProposalTextDrafted(Event, frozen=True, kw_only=True):
+    """A model drafter wrote the proposal's statement from its sources (appended with its
+    ``ProposalDrafted``); sealed with the proposal's own data key, which erasing any of its
+    sources destroys."""
+
+    SEALED: ClassVar[tuple[str, ...]] = ("content",)
+    proposal_id: UUID
+    drafter: str
+    content: str
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.proposal_id
+
+    @property
+    def sealing_owner(self) -> UUID:
         return self.proposal_id
 
 
@@ -630,6 +653,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConflictSettled,
         SettlementOverturned,
         ProposalDrafted,
+        ProposalTextDrafted,
         ProposalEdited,
         ProposalApproved,
         ProposalRejected,

@@ -102,8 +102,17 @@ def _worker_gauges(head: int, workers: WorkerGauges) -> list[Gauge]:
     judged: list[tuple[Labels, float]] = [
         ((("outcome", outcome),), n) for outcome, n in sorted(workers.judged.items())
     ]
+    drafts: list[tuple[Labels, float]] = [
+        ((("drafter", drafter), ("fallback", fallback)), n)
+        for (drafter, fallback), n in sorted(workers.drafts.items())
+    ]
     return [
         Gauge("dispatch_lag", "Events a worker dispatcher is behind the ledger head", dispatch),
+        Gauge(
+            "consolidation_proposals",
+            "Proposals by the drafter that drafted them, and why the model drafter did not (fallback)",
+            drafts,
+        ),
         Gauge("autopilot_memories", "Memories by the outcome of their latest autopilot pass", judged),
         Gauge(
             "autopilot_unjudged", "Current memories the autopilot has not judged", [((), workers.unjudged)]
