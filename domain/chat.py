@@ -1,5 +1,6 @@
 """An OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint asked for one JSON
-object: the client the model judge and the model drafter share.
+object: the client the model judge, the model drafter and the extractor share (the
+extractor reads the raw completion its own way).
 
 A system prompt and one user message go in (temperature 0); the first choice's message
 must hold a JSON object of the caller's type, optionally inside a Markdown code fence
@@ -66,6 +67,10 @@ class ChatEndpoint:
     def ask(self, system: str, user: str, answer: type[T]) -> T:
         """The model's answer to ``user``, decoded as ``answer``. ``EndpointError``: no
         answer (unreachable, timeout, HTTP error, too large); ``BadAnswer``: not one."""
+        return answer_of(self.complete(system, user), answer)
+
+    def complete(self, system: str, user: str) -> bytes:
+        """The raw chat completion answering ``user`` (``EndpointError`` when none)."""
         body = msgspec.json.encode(
             {
                 "model": self.model,
@@ -73,10 +78,9 @@ class ChatEndpoint:
                 "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
             }
         )
-        payload = post_json(
+        return post_json(
             self.url, body, api_key=self._api_key, timeout=self.timeout, max_bytes=self.max_bytes
         )
-        return answer_of(payload, answer)
 
 
 def answer_of(payload: bytes, answer: type[T]) -> T:

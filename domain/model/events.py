@@ -561,40 +561,35 @@ class ProposalDrafted(Event, frozen=True, kw_only=True):
         return self.proposal_id
 
 
-class ProposalTextDrafted(Event, frozen=True, kw_only=True):
-    """A model drafter wrote the proposal's statement from its sources (appended with its
-    ``ProposalDrafted``); sealed with the proposal's own data key, which erasing any of its
-    sources destroys."""
+class ProposalText(Event, frozen=True, kw_only=True):
+    """A proposal's text (its subclasses add ``content``), sealed with the proposal's own
+    data key, which erasing any source the text may draw on destroys."""
 
     SEALED: ClassVar[tuple[str, ...]] = ("content",)
     proposal_id: UUID
+
+    @property
+    def stream_id(self) -> UUID:
+        return self.proposal_id
+
+    @property
+    def sealing_owner(self) -> UUID:
+        return self.proposal_id
+
+
+class ProposalTextDrafted(ProposalText, frozen=True, kw_only=True):
+    """A model drafter wrote the proposal's statement from its sources (appended with its
+    ``ProposalDrafted``)."""
+
     drafter: str
     content: str
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.proposal_id
 
-    @property
-    def sealing_owner(self) -> UUID:
-        return self.proposal_id
+class ProposalEdited(ProposalText, frozen=True, kw_only=True):
+    """A reviewer replaced the draft's text."""
 
-
-class ProposalEdited(Event, frozen=True, kw_only=True):
-    """A reviewer replaced the draft's text; sealed with the proposal's own data key."""
-
-    SEALED: ClassVar[tuple[str, ...]] = ("content",)
-    proposal_id: UUID
     reviewer: str
     content: str
-
-    @property
-    def stream_id(self) -> UUID:
-        return self.proposal_id
-
-    @property
-    def sealing_owner(self) -> UUID:
-        return self.proposal_id
 
 
 class ProposalApproved(Event, frozen=True, kw_only=True):

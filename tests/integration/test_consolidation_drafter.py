@@ -11,7 +11,6 @@ import re
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from uuid import UUID
 
 import msgspec
 import pytest
@@ -24,16 +23,18 @@ from domain.model.commands import WriteMemory
 from domain.model.erasure import Forget
 from domain.model.errors import InvalidState
 from domain.model.events import ProposalDrafted, ProposalTextDrafted
-from domain.model.identity import Identity
 from domain.settings import Settings
-from tests.integration.test_consolidation_erasure import stored_anywhere
+from tests.integration.test_consolidation_erasure import (
+    AGENT,
+    FACT,
+    NS,
+    REORDERED,
+    REVIEWER,
+    drafted,
+    stored_anywhere,
+)
 from tests.local_http import LocalServer, send
 
-AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
-REVIEWER = Identity(namespace="acme/eng", actor="rev", role="admin")
-NS = AGENT.namespace
-FACT = "The staging cluster is rebuilt from the golden image every Sunday night"
-REORDERED = "Every Sunday night the staging cluster is rebuilt from the golden image"
 WORDED = "Staging is rebuilt from the golden image on Sunday nights (platform team)"
 
 
@@ -71,18 +72,6 @@ def runtime(settings: Settings, model: Model) -> Iterator[Runtime]:
     )
     with Runtime(configured) as rt:
         yield rt
-
-
-def drafted(rt: Runtime) -> tuple[UUID, UUID, UUID]:
-    """A near-duplicate cluster consolidated: (its proposal, the member the extractive
-    drafter does not choose, the one it does)."""
-    first = rt.memory.write(AGENT, WriteMemory(content=FACT))
-    second = rt.memory.write(AGENT, WriteMemory(content=REORDERED))
-    assert first.id is not None
-    assert second.id is not None
-    result = rt.consolidation.consolidate(NS, second.position, "worker-1")
-    assert len(result.drafted) == 1
-    return result.drafted[0], first.id, second.id
 
 
 def proposals_metric(rt: Runtime) -> dict[tuple[str, str], float]:
