@@ -37,6 +37,9 @@ from domain.services.memory import BatchItem
 
 log = logging.getLogger(__name__)
 STALE_SECONDS = 60.0
+UNTAKEN_SECONDS = 5.0
+"""With the tickets sent to the workers, an API process runs a ticket itself once it has
+waited this long untaken (no worker runs, or its message was lost)."""
 SWEEP_LIMIT = 500
 """A sweep sends at most this many overdue tickets."""
 TicketState = Literal["pending", "running", "done", "failed"]

@@ -17,7 +17,7 @@ from domain.services.memory import MemoryService
 from domain.settings import Settings, deployment_key
 from projections.reads import ReadModels
 from workers.actors import TicketSender
-from workers.tickets import TicketStore, TicketWorker
+from workers.tickets import UNTAKEN_SECONDS, TicketStore, TicketWorker
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +118,12 @@ class ApiState:
     def _open_tickets(self, settings: Settings) -> None:
         """The ticket store, and who runs the tickets: this process's thread (``thread``),
         or the workers' actor (``queue``), this thread running only what could not be sent
-        and what no worker took within the stale time."""
+        and what no worker took within ``UNTAKEN_SECONDS`` (say no worker runs)."""
         ledger = self.runtime.ledger
         store = TicketStore(ledger.datastore, ledger.schema, settings.ticket_stale_seconds)
         queued = settings.tickets == "queue"
         self._ticket_sender = TicketSender(settings) if queued else None
-        min_age = settings.ticket_stale_seconds if queued else 0.0
+        min_age = min(UNTAKEN_SECONDS, settings.ticket_stale_seconds) if queued else 0.0
         self._ticket_worker = TicketWorker(store, self.memory.run_queued, min_age=min_age)
         self._tickets = WriteTickets(store, self.memory, self._ticket_worker, self._ticket_sender)
         self._ticket_worker.start()

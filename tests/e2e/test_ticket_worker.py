@@ -16,7 +16,9 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from litestar.testing import TestClient
 
+from api.http.app import create_app
 from api.http.schemas import WriteBody
 from api.http.state import WriteTickets
 from bootstrap.runtime import Runtime
@@ -24,6 +26,7 @@ from domain.model.events import AuditRecorded, MemoryWritten
 from domain.model.identity import Identity
 from domain.services.memory import QUEUED_OP
 from domain.settings import Settings
+from tests.e2e.api_helpers import Api
 from tests.e2e.fleet import Fleet, deployment_env, fleet, redis_server
 from tests.local_http import LocalServer, send
 from tests.processes import free_port, wait_until
@@ -149,6 +152,27 @@ def test_a_ticket_submitted_while_redis_is_down_is_applied(deployment: Deploymen
     assert contents["The data team meets on Wednesdays"] == 1
     assert ran == 2
     assert deployment.result(lost)["outcome"] == "stored"
+
+
+def test_with_no_worker_running_the_api_sends_a_ticket_then_runs_it_itself(deployment: Deployment) -> None:
+    assert deployment.settings.tickets == "queue"
+    with (
+        Runtime(deployment.settings) as runtime,
+        TestClient(app=create_app(deployment.settings, runtime)) as client,
+    ):
+        api = Api(runtime, client)
+        agent = api.key(AGENT.namespace, AGENT.actor, AGENT.role)
+        accepted = api.mem(agent, "write", {"content": "Release notes go to #releases", "async": True})
+        assert accepted.status_code == 202
+        ticket = UUID(accepted.json()["ticket"])
+        assert deployment.state(ticket) == "pending"  # sent, not run here at once
+        assert deployment.queued() == 1
+        wait_until(lambda: deployment.state(ticket) == "done", 30)  # no worker took it: the API did
+        status = api.mem(agent, "write_status", {"ticket": str(ticket)}).json()
+    assert status["result"]["outcome"] == "stored"
+    contents, ran = deployment.written()
+    assert contents["Release notes go to #releases"] == 1
+    assert ran == 1
 
 
 FACT = "Rollbacks take ten minutes on the billing service"
