@@ -39,6 +39,8 @@ from workers.tickets import TicketStore
 log = logging.getLogger(__name__)
 CHECKPOINT_CHECK_SECONDS = 5.0
 """How often a dispatching process looks whether the ledger head is due for a checkpoint."""
+TICKET_SWEEP_SECONDS = 5.0
+"""How often, at most, it looks for tickets left pending or stale past the stale time."""
 
 
 def ticket_store(runtime: Runtime) -> TicketStore:
@@ -58,7 +60,7 @@ def ticket_sweeper(store: TicketStore, send: Callable[[UUID], object]) -> Ticker
             send(ticket)
         return len(overdue)
 
-    return Ticker("ticket-sweeper", min(CHECKPOINT_CHECK_SECONDS, stale / 2), sweep)
+    return Ticker("ticket-sweeper", min(TICKET_SWEEP_SECONDS, stale / 2), sweep)
 
 
 def checkpoint_ticker(settings: Settings, work: Callable[[], object]) -> Ticker:

@@ -24,6 +24,7 @@ from domain.model.erasure import Forget
 from domain.model.errors import InvalidState
 from domain.model.events import ProposalDrafted, ProposalTextDrafted
 from domain.settings import Settings
+from projections.rebuild import Rebuilder
 from tests.integration.test_consolidation_erasure import (
     AGENT,
     FACT,
@@ -117,6 +118,11 @@ def test_the_models_statement_is_the_proposal_and_approval_publishes_it(
     again = runtime.consolidation.consolidate(NS, runtime.ledger.head_position(), "worker-2")
     assert again.drafted == ()
     assert len(model.server.requests) == 1  # a cluster is worded once
+
+    runtime.reads.runner.catch_up()  # every read model replays the new event as it applied it
+    rebuilder = Rebuilder(runtime.reads.runner)
+    for status in runtime.reads.runner.status():
+        assert rebuilder.rebuild(status.name, verify=True, switch=False).differences == [], status.name
 
 
 @pytest.mark.parametrize(
