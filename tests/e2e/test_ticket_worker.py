@@ -7,6 +7,7 @@ applied exactly once after the restart."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -167,8 +168,13 @@ def test_with_no_worker_running_the_api_sends_a_ticket_then_runs_it_itself(deplo
         ticket = UUID(accepted.json()["ticket"])
         assert deployment.state(ticket) == "pending"  # sent, not run here at once
         assert deployment.queued() == 1
+        metrics = client.get("/metrics").text
+        assert 'memwarden_write_tickets_open{state="pending"} 1' in metrics
+        assert 'memwarden_worker_queue_depth{queue="tickets",broker="redis"} 1' in metrics
+        assert re.search(r"^memwarden_write_tickets_oldest_open_seconds \d", metrics, re.M)
         wait_until(lambda: deployment.state(ticket) == "done", 30)  # no worker took it: the API did
         status = api.mem(agent, "write_status", {"ticket": str(ticket)}).json()
+        assert 'memwarden_write_tickets_open{state="pending"} 0' in client.get("/metrics").text
     assert status["result"]["outcome"] == "stored"
     contents, ran = deployment.written()
     assert contents["Release notes go to #releases"] == 1
