@@ -7,6 +7,7 @@ from datetime import timedelta
 from types import TracebackType
 
 from bootstrap.migrate import prepare_database
+from domain.drafting import drafter_from_settings
 from domain.judging import judge_from_settings
 from domain.ledger.app import Ledger
 from domain.services.autopilot import AutopilotService
@@ -69,6 +70,7 @@ class Runtime:
                 self.reads.namespace_memories,
                 KnowledgeService(self.core.ledger, self.core.embedder, governance.write_policy),
                 self.reads.namespace_faults,
+                drafter_from_settings(self.settings),
             )
             self.checkpoints = CheckpointService(
                 self.core.ledger,

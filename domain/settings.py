@@ -21,6 +21,8 @@ def default_data_dir() -> Path:
 
 PROJECTORS = ("thread", "external")
 JUDGES = ("rules", "openai", "none")
+DRAFTERS = ("extractive", "openai")
+TICKET_RUNNERS = ("thread", "queue")
 SHARED_STATES = ("process", "redis")
 AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 
@@ -84,6 +86,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     judge_url: str | None = None
     judge_model: str = ""
     judge_api_key: str | None = None
+    drafter: str = "extractive"
+    """Consolidation's drafter: ``extractive`` (built in) or ``openai`` (``drafter_url``,
+    ``drafter_model``; a failure or a bad answer falls back to the extractive one)."""
+    drafter_url: str | None = None
+    drafter_model: str = ""
+    drafter_api_key: str | None = None
+    tickets: str = "thread"
+    """Who runs the async write tickets: ``thread`` (a thread of each API process) or
+    ``queue`` (the ``write_ticket`` actor of ``memwarden worker``, each ticket sent to it
+    once committed; set by ``memwarden serve`` when a Redis answers)."""
+    ticket_stale_seconds: float = 60.0
+    """A ticket claimed this long ago and not finished (its claimant died) is claimed again."""
     lease_seconds: float = 30.0
     """How long a worker pass's lease lasts without an append (each append renews it)."""
     autopilot_sweep_seconds: float = 60.0
@@ -128,6 +142,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             judge_url=(values.get("MEMWARDEN_JUDGE_URL") or "").strip() or None,
             judge_model=(values.get("MEMWARDEN_JUDGE_MODEL") or "").strip(),
             judge_api_key=values.get("MEMWARDEN_JUDGE_API_KEY") or None,
+            **_drafter(values),
+            **_tickets(values),
             lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
             worker_heartbeat_seconds=positive_number(values, "MEMWARDEN_WORKER_HEARTBEAT_SECONDS", float)
             or 60.0,
@@ -174,6 +190,23 @@ def _extractor(values: Mapping[str, str]) -> dict[str, Any]:
         if number is not None:
             found[field] = int(number)
     return found
+
+
+def _drafter(values: Mapping[str, str]) -> dict[str, Any]:
+    """The ``drafter_*`` settings, in the judge's style."""
+    return {
+        "drafter": _one_of("MEMWARDEN_DRAFTER", values.get("MEMWARDEN_DRAFTER") or "extractive", DRAFTERS),
+        "drafter_url": (values.get("MEMWARDEN_DRAFTER_URL") or "").strip() or None,
+        "drafter_model": (values.get("MEMWARDEN_DRAFTER_MODEL") or "").strip(),
+        "drafter_api_key": values.get("MEMWARDEN_DRAFTER_API_KEY") or None,
+    }
+
+
+def _tickets(values: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "tickets": _one_of("MEMWARDEN_TICKETS", values.get("MEMWARDEN_TICKETS") or "thread", TICKET_RUNNERS),
+        "ticket_stale_seconds": positive_number(values, "MEMWARDEN_TICKET_STALE_SECONDS", float) or 60.0,
+    }
 
 
 def deployment_key(settings: Settings) -> str:

@@ -30,12 +30,17 @@ from domain.services.autopilot import AutopilotService, PassResult
 from domain.services.checkpoints import CheckpointService
 from domain.services.consolidation import ConsolidationResult, ConsolidationService
 from domain.settings import Settings, deployment_key
+from workers.tickets import TicketState, TicketStore, Write, apply_ticket
 
 log = logging.getLogger(__name__)
 AUTOPILOT_QUEUE = "autopilot"
 AUTOPILOT_ACTOR = "autopilot_memory"
 CONSOLIDATION_ACTOR = "consolidate_namespace"
 CHECKPOINT_ACTOR = "checkpoint_ledger"
+TICKETS_QUEUE = "tickets"
+"""Async writes have a queue of their own: a caller waits on them, not behind a backlog of
+autopilot passes."""
+TICKET_ACTOR = "write_ticket"
 MAX_RETRIES = 50
 MIN_BACKOFF_MS = 100
 MAX_BACKOFF_MS = 2_000
@@ -150,6 +155,55 @@ def declare_checkpoints(
     return _declared(broker, CHECKPOINT_ACTOR, checkpoint_ledger)
 
 
+def run_ticket(store: TicketStore, write: Write, ticket: Any) -> TicketState | None:
+    """One ticket message's work (``apply_ticket``); a message that names no ticket is
+    dropped with a log line."""
+    try:
+        ticket_id = UUID(str(ticket))
+    except ValueError:
+        log.warning("tickets: dropped a message that names no ticket")
+        return None
+    return apply_ticket(store, write, ticket_id)
+
+
+def declare_tickets(
+    broker: RedisBroker, store: Callable[[], TicketStore], write: Callable[[], Write]
+) -> dramatiq.Actor[Any, Any]:
+    """The async write actor on ``broker`` (a ticket id): idempotent, as the ticket is
+    claimed in its table before it runs. ``store`` and ``write`` are opened by the worker
+    process; a sender never calls them."""
+
+    def write_ticket(ticket: str) -> None:
+        run_ticket(store(), write(), ticket)
+
+    return _declared(broker, TICKET_ACTOR, write_ticket, queue=TICKETS_QUEUE)
+
+
+class TicketSender:
+    """How an API process hands a committed ticket to ``memwarden worker``: a send on the
+    deployment's broker, quick to fail when Redis does not answer (the caller then runs
+    the ticket itself)."""
+
+    def __init__(self, settings: Settings) -> None:
+        client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0)
+        self.broker = redis_broker(settings, client)
+        self.actor = declare_tickets(self.broker, _no_store, _no_write)
+
+    def send(self, ticket: UUID) -> None:
+        self.actor.send(str(ticket))
+
+    def close(self) -> None:
+        self.broker.close()
+
+
+def _no_store() -> TicketStore:
+    raise RuntimeError("a ticket sender runs no ticket")
+
+
+def _no_write() -> Write:
+    raise RuntimeError("a ticket sender runs no ticket")
+
+
 def _soon_again_when_leased(work: Callable[[], object]) -> None:
     try:
         work()
@@ -160,11 +214,13 @@ def _soon_again_when_leased(work: Callable[[], object]) -> None:
         ) from error
 
 
-def _declared(broker: RedisBroker, name: str, fn: Callable[..., None]) -> dramatiq.Actor[Any, Any]:
+def _declared(
+    broker: RedisBroker, name: str, fn: Callable[..., None], queue: str = AUTOPILOT_QUEUE
+) -> dramatiq.Actor[Any, Any]:
     declare = dramatiq.actor(
         broker=broker,
         actor_name=name,
-        queue_name=AUTOPILOT_QUEUE,
+        queue_name=queue,
         max_retries=MAX_RETRIES,
         min_backoff=MIN_BACKOFF_MS,
         max_backoff=MAX_BACKOFF_MS,

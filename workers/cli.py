@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -42,7 +43,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def register_worker_command(sub: Any) -> None:
-    worker = sub.add_parser("worker", help="the Dramatiq workers (conflict autopilot) and the dispatcher")
+    worker = sub.add_parser(
+        "worker",
+        help="the Dramatiq actors (autopilot, consolidation, checkpoints, async writes) and dispatchers",
+    )
     worker.add_argument("--threads", type=int, default=2, help="actor threads of this process")
     worker.set_defaults(handler=cmd_worker)
 
@@ -62,8 +66,11 @@ class ServeAutopilot:
 
 
 def serve_autopilot(settings: Settings) -> ServeAutopilot | None:
-    """The in-process autopilot, unless a Redis answers (then `memwarden worker` runs it)."""
+    """The in-process autopilot, unless a Redis answers (then `memwarden worker` runs it,
+    and the async write tickets too: the API processes send them to it, unless
+    ``MEMWARDEN_TICKETS`` says otherwise)."""
     if redis_reachable(settings):
+        os.environ.setdefault("MEMWARDEN_TICKETS", "queue")
         return None
     log.warning("no Redis at %s: the conflict autopilot runs inside `memwarden serve`", settings.redis_url)
     return ServeAutopilot(settings)

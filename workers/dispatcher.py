@@ -201,7 +201,8 @@ class Dispatcher(Background, Generic[K]):
 
 class Ticker(Background):
     """Calls ``work`` every ``every`` seconds in a thread of its own until stopped; a
-    failure is logged and the next tick tries again."""
+    failure is logged and the next tick tries again (Redis or the database down: one line
+    when the outage starts and one when it ends, as the dispatchers log it)."""
 
     def __init__(self, name: str, every: float, work: Callable[[], object]) -> None:
         super().__init__(name)
@@ -209,11 +210,14 @@ class Ticker(Background):
         self.work = work
 
     def _run(self) -> None:
+        failures = FailureRun(self.thread_name, log, broker_or_database_outage)
         while not self._stop.wait(self.every):
             try:
                 self.work()
-            except Exception:
-                log.exception("%s failed; trying again in %s s", self.thread_name, self.every)
+            except Exception as error:  # noqa: BLE001 - logged once per run of failures
+                failures.failed(error)
+            else:
+                failures.ended()
 
 
 SWEEP_SECONDS = 60.0

@@ -1,5 +1,7 @@
-"""``memwarden worker``: the dispatcher and the Dramatiq actors in one process; and the
-in-process fallback of ``memwarden serve`` when no Redis answers."""
+"""``memwarden worker``: the dispatcher and the Dramatiq actors (the autopilot,
+consolidation, checkpoints, async write tickets) in one process; and the in-process
+fallback of ``memwarden serve`` when no Redis answers (there, the API's own thread runs
+the tickets)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from domain.services.autopilot import PassResult
 from domain.settings import Settings
 from workers.actors import (
     AUTOPILOT_QUEUE,
+    TICKETS_QUEUE,
     declare_autopilot,
     declare_checkpoints,
     declare_consolidation,
+    declare_tickets,
     holder_id,
     redis_broker,
     run_checkpoint,
@@ -30,10 +34,33 @@ from workers.dispatcher import (
     new_material,
 )
 from workers.metrics import count_in_process, uncount
+from workers.tickets import TicketStore
 
 log = logging.getLogger(__name__)
 CHECKPOINT_CHECK_SECONDS = 5.0
 """How often a dispatching process looks whether the ledger head is due for a checkpoint."""
+TICKET_SWEEP_SECONDS = 5.0
+"""How often, at most, it looks for tickets left pending or stale past the stale time."""
+
+
+def ticket_store(runtime: Runtime) -> TicketStore:
+    ledger = runtime.ledger
+    return TicketStore(ledger.datastore, ledger.schema, runtime.settings.ticket_stale_seconds)
+
+
+def ticket_sweeper(store: TicketStore, send: Callable[[UUID], object]) -> Ticker:
+    """Sends again every ticket left pending, or claimed and not finished, for longer than
+    the stale time (a message lost with Redis, or with an API process that died between
+    the commit and the send; a worker killed mid-ticket): the actor claims it once."""
+    stale = store.stale_seconds
+
+    def sweep() -> int:
+        overdue = store.overdue(stale)
+        for ticket in overdue:
+            send(ticket)
+        return len(overdue)
+
+    return Ticker("ticket-sweeper", min(TICKET_SWEEP_SECONDS, stale / 2), sweep)
 
 
 def checkpoint_ticker(settings: Settings, work: Callable[[], object]) -> Ticker:
@@ -54,6 +81,10 @@ class WorkerProcess:
             self.broker, lambda: self.runtime.consolidation, self.holder
         )
         self.checkpoints = declare_checkpoints(self.broker, lambda: self.runtime.checkpoints, self.holder)
+        self.tickets = ticket_store(self.runtime)
+        self.ticket_actor = declare_tickets(
+            self.broker, lambda: self.tickets, lambda: self.runtime.memory.run_queued
+        )
         self.dispatcher: Dispatcher[UUID] | None = None
         self.loops: list[Background] = []
         if dispatch:
@@ -62,10 +93,13 @@ class WorkerProcess:
             for loop in self.loops:
                 if isinstance(loop, Dispatcher):
                     loop.register()
-        self.worker = dramatiq.Worker(self.broker, queues={AUTOPILOT_QUEUE}, worker_threads=threads)
+        self.worker = dramatiq.Worker(
+            self.broker, queues={AUTOPILOT_QUEUE, TICKETS_QUEUE}, worker_threads=threads
+        )
 
     def _feeders(self) -> list[Background]:
-        """Consolidation's dispatcher, the autopilot's sweep, the checkpoint ticker."""
+        """Consolidation's dispatcher, the autopilot's and the tickets' sweeps, the
+        checkpoint ticker."""
         memory, due = self.runtime.memory, self.runtime.checkpoints.due
         return [
             consolidation_dispatcher(self.runtime, self.consolidation.send),
@@ -76,6 +110,7 @@ class WorkerProcess:
                 self.runtime.settings.autopilot_sweep_seconds,
             ),
             checkpoint_ticker(self.runtime.settings, lambda: due() and self.checkpoints.send()),
+            ticket_sweeper(self.tickets, lambda ticket: self.ticket_actor.send(str(ticket))),
         ]
 
     def _send(self, memory_id: UUID, position: int) -> None:
@@ -146,7 +181,7 @@ def _judged(result: PassResult) -> None:
 def run_worker(settings: Settings, stop: threading.Event, threads: int = 2) -> None:
     process = WorkerProcess(settings, threads)
     process.start()
-    log.warning("memwarden worker: dispatcher and %s autopilot threads on %s", threads, settings.redis_url)
+    log.warning("memwarden worker: dispatcher and %s actor threads on %s", threads, settings.redis_url)
     try:
         stop.wait()
     finally:

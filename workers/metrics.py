@@ -1,5 +1,6 @@
-"""Queue depth for ``/metrics``: the messages on the deployment's Dramatiq queue in Redis
-(waiting, delayed for a retry, or taken by a worker and not yet done), or, when the passes
+"""Queue depth for ``/metrics``: the messages on the deployment's Dramatiq queues in Redis,
+the passes' and the async write tickets' (waiting, delayed for a retry, or taken by a
+worker and not yet done), or, when the passes
 run inside ``memwarden serve`` for want of a Redis, what its dispatchers hold unsent."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from domain.settings import Settings
-from workers.actors import AUTOPILOT_QUEUE, redis_broker
+from workers.actors import AUTOPILOT_QUEUE, TICKETS_QUEUE, redis_broker
 from workers.dispatcher import Dispatcher
 
 CONNECT_SECONDS = 0.5
@@ -51,10 +52,11 @@ class QueueDepth:
         if local:
             return [((("queue", d.name), ("broker", "in-process")), float(d.backlog)) for d in local]
         try:
-            depth = self._redis().do_qsize(AUTOPILOT_QUEUE)
+            broker = self._redis()
+            depths = [(queue, broker.do_qsize(queue)) for queue in (AUTOPILOT_QUEUE, TICKETS_QUEUE)]
         except (redis.RedisError, OSError):  # no Redis: no queue to count
             return []
-        return [((("queue", AUTOPILOT_QUEUE), ("broker", "redis")), float(depth))]
+        return [((("queue", queue), ("broker", "redis")), float(depth)) for queue, depth in depths]
 
     def _redis(self) -> RedisBroker:
         with self._lock:

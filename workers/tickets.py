@@ -1,28 +1,34 @@
-"""Asynchronous writes (``async: true``): a durable ticket table and a worker thread in
-each API process.
+"""Asynchronous writes (``async: true``): a durable ticket table, and who applies them.
 
 The ticket (identity from the key, the domain command, msgspec-encoded) is committed
-before the 202 is sent, so nothing accepted is lost: any API process on the database
-claims pending tickets (``FOR UPDATE SKIP LOCKED``), and a ticket whose claimant died is
-claimed again after ``STALE_SECONDS``. The submission is audited when it happens
-(``MemoryService.queue_write``); the write itself goes through the command runner like
-any other, so it is audited on the ledger when it runs. A ticket run twice after a crash
-between the append and the result re-decides against the new state: the second run
-deduplicates instead of storing twice. The HTTP edge converts its wire bodies to and
-from what is stored here.
+before the 202 is sent, so nothing accepted is lost. It is applied by ``apply_ticket``: the
+ticket is claimed in the table atomically (``pending``, or ``running`` for longer than the
+stale time: its claimant died), the write runs through the command runner like any other
+(audited on the ledger when it runs; the submission was audited when it happened,
+``MemoryService.queue_write``), and the result is recorded under the claim (a claimant
+that lost its claim records nothing). A second delivery finds nothing to claim and changes
+nothing. Who calls it: the ``write_ticket`` Dramatiq actor of ``memwarden worker``
+(``MEMWARDEN_TICKETS=queue``: the API sends each ticket's id once it committed, and a
+sweep sends again what waited too long), or a thread of each API process (``thread``, or
+a ticket whose send failed). A ticket run twice after a crash between the append and the
+result re-decides against the new state: the second run deduplicates instead of storing
+twice. The HTTP edge converts its wire bodies to and from what is stored here.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID, uuid4
 
 import msgspec
 from eventsourcing.postgres import PostgresDatastore
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Composable, Identifier
 
 from domain.ledger.database import FailureRun
 from domain.model.errors import DomainError, InvalidRequest
@@ -30,7 +36,12 @@ from domain.model.identity import Identity
 from domain.services.memory import BatchItem
 
 log = logging.getLogger(__name__)
-STALE_SECONDS = 60
+STALE_SECONDS = 60.0
+UNTAKEN_SECONDS = 5.0
+"""With the tickets sent to the workers, an API process runs a ticket itself once it has
+waited this long untaken (no worker runs, or its message was lost)."""
+SWEEP_LIMIT = 500
+"""A sweep sends at most this many overdue tickets."""
 TicketState = Literal["pending", "running", "done", "failed"]
 
 
@@ -41,12 +52,34 @@ class Ticket(msgspec.Struct, frozen=True, kw_only=True):
     result: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Claimed:
+    """A ticket claimed for one run: its command (or why it cannot be read) and the claim's
+    time, which fences the result (only this claim may record it)."""
+
+    ticket: UUID
+    identity: Identity
+    item: BatchItem | DomainError
+    claimed_at: datetime
+
+
+_OPEN = (
+    "(state = 'pending' AND created_at <= now() - make_interval(secs => %(age)s))"
+    " OR (state = 'running' AND claimed_at < now() - make_interval(secs => %(stale)s))"
+)
+"""A ticket to claim: pending for at least ``age`` seconds, or claimed and not finished
+for longer than ``stale`` (its claimant died)."""
+
+
 class TicketStore:
     """The ``write_tickets`` table (made by migration 0003_workers)."""
 
-    def __init__(self, datastore: PostgresDatastore, schema: str) -> None:
+    def __init__(
+        self, datastore: PostgresDatastore, schema: str, stale_seconds: float = STALE_SECONDS
+    ) -> None:
         self.datastore = datastore
         self.table = SQL("{}.write_tickets").format(Identifier(schema))
+        self.stale_seconds = stale_seconds
 
     def submit(self, identity: Identity, key_id: str, item: BatchItem) -> UUID:
         ticket = uuid4()
@@ -67,39 +100,61 @@ class TicketStore:
             )
         return ticket
 
-    def claim(self) -> tuple[UUID, Identity, BatchItem | DomainError] | None:
-        """The oldest open ticket, claimed; its command, or why it cannot be read."""
+    def claim(self, older_than: float = 0.0) -> Claimed | None:
+        """The oldest open ticket (pending for ``older_than`` seconds at least), claimed."""
+        return self._claim(SQL("TRUE"), {"age": older_than})
+
+    def claim_ticket(self, ticket: UUID) -> Claimed | None:
+        """``ticket``, claimed if it is open; None when it is done, failed, unknown, or
+        claimed by a claimant that is not stale."""
+        return self._claim(SQL("ticket = %(ticket)s"), {"age": 0.0, "ticket": ticket})
+
+    def _claim(self, which: Composable, params: dict[str, Any]) -> Claimed | None:
         with self.datastore.transaction(commit=True) as curs:
             row = curs.execute(
                 SQL(
-                    "UPDATE {t} SET state = 'running', claimed_at = now() WHERE ticket = ("
-                    " SELECT ticket FROM {t} WHERE state = 'pending' OR (state = 'running'"
-                    "  AND claimed_at < now() - make_interval(secs => %s))"
+                    "UPDATE {t} SET state = 'running', claimed_at = clock_timestamp() WHERE ticket = ("
+                    " SELECT ticket FROM {t} WHERE {which} AND (" + _OPEN + ")"
                     " ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
-                    " RETURNING ticket, namespace, actor, role, body"
-                ).format(t=self.table),
-                (STALE_SECONDS,),
+                    " RETURNING ticket, namespace, actor, role, body, claimed_at"
+                ).format(t=self.table, which=which),
+                {**params, "stale": self.stale_seconds},
             ).fetchone()
         if row is None:
             return None
-        identity = Identity(row["namespace"], row["actor"], row["role"])
         try:
             item: BatchItem | DomainError = msgspec.json.decode(bytes(row["body"]), type=BatchItem)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             item = InvalidRequest(f"the ticket's write cannot be read: {str(error)[:200]}")
-        return row["ticket"], identity, item
+        identity = Identity(row["namespace"], row["actor"], row["role"])
+        return Claimed(ticket=row["ticket"], identity=identity, item=item, claimed_at=row["claimed_at"])
 
-    def finish(self, ticket: UUID, state: str, result: dict[str, Any]) -> None:
+    def overdue(self, older_than: float, limit: int = SWEEP_LIMIT) -> list[UUID]:
+        """Open tickets pending for ``older_than`` seconds at least, or stale: what a sweep
+        sends again (a message lost with Redis, a claimant that died)."""
+        with self.datastore.get_connection() as conn:
+            rows = conn.execute(
+                SQL("SELECT ticket FROM {t} WHERE " + _OPEN + " ORDER BY created_at LIMIT %(limit)s").format(
+                    t=self.table
+                ),
+                {"age": older_than, "stale": self.stale_seconds, "limit": limit},
+            ).fetchall()
+        return [row["ticket"] for row in rows]
+
+    def finish(self, claimed: Claimed, state: TicketState, result: dict[str, Any]) -> bool:
+        """Record the run's result, unless the claim was lost meanwhile (the ticket went
+        stale and was claimed again): False then, and nothing changes."""
         with self.datastore.transaction(commit=True) as curs:
             curs.execute(
                 # the body (the content, in the clear) is not kept once the write ran:
                 # the ledger holds it sealed, where erasure can shred it
                 SQL(
                     "UPDATE {t} SET state = %s, result = %s::jsonb, finished_at = now(), body = ''::bytea"
-                    " WHERE ticket = %s"
+                    " WHERE ticket = %s AND state = 'running' AND claimed_at = %s"
                 ).format(t=self.table),
-                (state, msgspec.json.encode(result).decode(), ticket),
+                (state, msgspec.json.encode(result).decode(), claimed.ticket, claimed.claimed_at),
             )
+            return bool(curs.rowcount)
 
     def status(self, ticket: UUID, identity: Identity) -> Ticket | None:
         """The ticket's state, only for the identity that submitted it."""
@@ -112,18 +167,66 @@ class TicketStore:
             ).fetchone()
         return None if row is None else Ticket(state=row["state"], result=row["result"])
 
+    def open_counts(self) -> tuple[dict[str, int], float]:
+        """For ``/metrics``: the open tickets by state, and the age in seconds of the oldest
+        (0 with none), over the partial index of open tickets."""
+        with self.datastore.get_connection() as conn:
+            rows = conn.execute(
+                SQL(
+                    "SELECT state, count(*) AS n, extract(epoch FROM now() - min(created_at)) AS age"
+                    " FROM {t} WHERE state IN ('pending', 'running') GROUP BY state"
+                ).format(t=self.table)
+            ).fetchall()
+        counts = {"pending": 0, "running": 0} | {row["state"]: int(row["n"]) for row in rows}
+        return counts, max((float(row["age"]) for row in rows), default=0.0)
+
+
+Write = Callable[[Identity, BatchItem], Any]
+"""Run a queued write (``MemoryService.run_queued``): its result, or a ``DomainError``."""
+
+
+def apply_ticket(store: TicketStore, write: Write, ticket: UUID) -> TicketState | None:
+    """The actor's work, and the plain function it calls: claim ``ticket``, apply it,
+    record the result. None when there was nothing to claim (done already, or another
+    claimant has it): a redelivery, or a second worker, changes nothing."""
+    claimed = store.claim_ticket(ticket)
+    return None if claimed is None else run_claimed(store, write, claimed)
+
+
+def run_claimed(store: TicketStore, write: Write, claimed: Claimed) -> TicketState | None:
+    """Run a claimed ticket and record its result: ``done``, or ``failed`` for a write that
+    was refused (audited by the service) or cannot be read. Any other failure leaves the
+    ticket claimed (None): it is claimed again once stale."""
+    if isinstance(claimed.item, DomainError):  # unreadable: it would never run
+        return _failed(store, claimed, claimed.item)
+    try:
+        result = write(claimed.identity, claimed.item)
+    except DomainError as error:  # refused, and audited by the service
+        return _failed(store, claimed, error)
+    except Exception:  # left claimed: retried once stale
+        log.exception("ticket %s failed; it will be retried", claimed.ticket)
+        return None
+    store.finish(claimed, "done", msgspec.to_builtins(result))
+    return "done"
+
+
+def _failed(store: TicketStore, claimed: Claimed, error: DomainError) -> TicketState:
+    store.finish(claimed, "failed", {"error": error.code, "detail": error.detail})
+    return "failed"
+
 
 class TicketWorker:
-    """Runs pending tickets in a background thread of this process."""
+    """Runs tickets in a background thread of this process: every open one (``min_age``
+    0, ``MEMWARDEN_TICKETS=thread``), or only those handed to it (their send failed) and
+    those left pending ``min_age`` seconds (no worker took them)."""
 
-    def __init__(
-        self,
-        store: TicketStore,
-        write: Callable[[Identity, BatchItem], Any],
-    ) -> None:
+    def __init__(self, store: TicketStore, write: Write, min_age: float = 0.0, idle: float = 0.5) -> None:
         self.store = store
         self.write = write
+        self.min_age = min_age
+        self.idle = idle
         self.wake = threading.Event()
+        self._handed: deque[UUID] = deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -137,27 +240,22 @@ class TicketWorker:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def hand(self, ticket: UUID) -> None:
+        """Run ``ticket`` here, soon (its message could not be sent)."""
+        self._handed.append(ticket)
+        self.wake.set()
+
     def run_one(self) -> bool:
-        claimed = self.store.claim()
+        if self._handed:
+            ticket = self._handed[0]
+            apply_ticket(self.store, self.write, ticket)
+            self._handed.popleft()  # only once it ran: a database outage keeps it handed
+            return True
+        claimed = self.store.claim(self.min_age)
         if claimed is None:
             return False
-        ticket, identity, item = claimed
-        if isinstance(item, DomainError):  # unreadable: it would never run
-            self._failed(ticket, item)
-            return True
-        try:
-            result = self.write(identity, item)
-        except DomainError as error:  # refused, and audited by the service
-            self._failed(ticket, error)
-            return True
-        except Exception:  # leave it claimed: it is retried when stale
-            log.exception("ticket %s failed; will be retried", ticket)
-            return True
-        self.store.finish(ticket, "done", msgspec.to_builtins(result))
+        run_claimed(self.store, self.write, claimed)
         return True
-
-    def _failed(self, ticket: UUID, error: DomainError) -> None:
-        self.store.finish(ticket, "failed", {"error": error.code, "detail": error.detail})
 
     def _run(self) -> None:
         failures = FailureRun("ticket worker", log)
@@ -171,5 +269,5 @@ class TicketWorker:
             else:
                 failures.ended()
             if not busy:
-                self.wake.wait(0.5)
+                self.wake.wait(self.idle)
                 self.wake.clear()

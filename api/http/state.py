@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from uuid import UUID
+
+import redis
 
 from api.http.limits import CallerState, ProcessCallerState, RedisCallerState, TokenBuckets
 from api.http.metrics import Metrics
@@ -13,7 +16,10 @@ from domain.services.governance import GovernanceService
 from domain.services.memory import MemoryService
 from domain.settings import Settings, deployment_key
 from projections.reads import ReadModels
-from workers.tickets import TicketStore, TicketWorker
+from workers.actors import TicketSender
+from workers.tickets import UNTAKEN_SECONDS, TicketStore, TicketWorker
+
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
 STATE_KEY = "memwarden"
@@ -21,16 +27,35 @@ STATE_KEY = "memwarden"
 
 class WriteTickets:
     """The async writes of the HTTP edge: wire bodies in, wire statuses out; the ticket
-    store holds the domain command, and its submission is audited by the memory service."""
+    store holds the domain command, and its submission is audited by the memory service.
+    With a ``sender`` (``MEMWARDEN_TICKETS=queue``), each committed ticket is sent to the
+    workers' actor; when that fails, ``worker`` (this process's thread) runs it."""
 
-    def __init__(self, store: TicketStore, memory: MemoryService) -> None:
+    def __init__(
+        self,
+        store: TicketStore,
+        memory: MemoryService,
+        worker: TicketWorker,
+        sender: TicketSender | None = None,
+    ) -> None:
         self.store = store
         self.memory = memory
+        self.worker = worker
+        self.sender = sender
 
     def submit(self, identity: Identity, key_id: str, body: WriteBody) -> UUID:
-        return self.memory.queue_write(
+        ticket = self.memory.queue_write(
             identity, body.batch_item(), lambda item: self.store.submit(identity, key_id, item)
         )
+        if self.sender is None:
+            self.worker.wake.set()
+            return ticket
+        try:
+            self.sender.send(ticket)
+        except (redis.RedisError, OSError) as error:  # committed already: nothing is lost
+            log.warning("ticket %s: not sent to the workers (%s); this process runs it", ticket, error)
+            self.worker.hand(ticket)
+        return ticket
 
     def status(self, ticket: UUID, identity: Identity) -> TicketStatus | None:
         found = self.store.status(ticket, identity)
@@ -51,6 +76,7 @@ class ApiState:
         self.max_body_bytes = MAX_BODY_BYTES
         self._tickets: WriteTickets | None = None
         self._ticket_worker: TicketWorker | None = None
+        self._ticket_sender: TicketSender | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -87,15 +113,26 @@ class ApiState:
             self._runtime = api_runtime(settings)
         if settings.shared_state == "redis":
             self.callers = RedisCallerState(settings.redis_url, deployment_key(settings), self.metrics)
+        self._open_tickets(settings)
+
+    def _open_tickets(self, settings: Settings) -> None:
+        """The ticket store, and who runs the tickets: this process's thread (``thread``),
+        or the workers' actor (``queue``), this thread running only what could not be sent
+        and what no worker took within ``UNTAKEN_SECONDS`` (say no worker runs)."""
         ledger = self.runtime.ledger
-        store = TicketStore(ledger.datastore, ledger.schema)
-        self._tickets = WriteTickets(store, self.memory)
-        self._ticket_worker = TicketWorker(store, self.memory.run_queued)
+        store = TicketStore(ledger.datastore, ledger.schema, settings.ticket_stale_seconds)
+        queued = settings.tickets == "queue"
+        self._ticket_sender = TicketSender(settings) if queued else None
+        min_age = min(UNTAKEN_SECONDS, settings.ticket_stale_seconds) if queued else 0.0
+        self._ticket_worker = TicketWorker(store, self.memory.run_queued, min_age=min_age)
+        self._tickets = WriteTickets(store, self.memory, self._ticket_worker, self._ticket_sender)
         self._ticket_worker.start()
 
     def close(self) -> None:
         if self._ticket_worker is not None:
             self._ticket_worker.stop()
+        if self._ticket_sender is not None:
+            self._ticket_sender.close()
         if self._given is None and self._runtime is not None:
             self._runtime.close()
             self._runtime = None

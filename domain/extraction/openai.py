@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import msgspec
-
-from domain.endpoint import EndpointError, endpoint_url, post_json
+from domain.chat import ChatEndpoint
+from domain.endpoint import EndpointError
 from domain.extraction.base import ExtractionFailed
 from domain.extraction.parsing import facts_from_completion
 from domain.settings import Settings
@@ -37,17 +36,16 @@ class OpenAIExtractor:
         max_input_chars: int = 16_384,
         max_facts: int = 32,
     ) -> None:
-        url = endpoint_url(base_url, "chat/completions", "extractor")
-        if not model:
-            raise ValueError("the extractor model name must not be empty")
-        if timeout <= 0 or max_input_chars < 1 or max_facts < 1:
-            raise ValueError("the extractor's timeout and budget must be positive")
-        self.url = url
+        self.endpoint = ChatEndpoint(
+            base_url, model, what="extractor", api_key=api_key, timeout=timeout, max_bytes=MAX_RESPONSE_BYTES
+        )
+        if max_input_chars < 1 or max_facts < 1:
+            raise ValueError("the extractor's budget must be positive")
+        self.url = self.endpoint.url
         self.model = model
         self.timeout = timeout
         self.max_input_chars = max_input_chars
         self.max_facts = max_facts
-        self._api_key = api_key or None
 
     def __repr__(self) -> str:  # never shows the API key
         return f"OpenAIExtractor(url={self.url!r}, model={self.model!r})"
@@ -57,20 +55,8 @@ class OpenAIExtractor:
             raise ExtractionFailed.over_budget(
                 f"content of {len(content)} characters; the budget is {self.max_input_chars}"
             )
-        body = msgspec.json.encode(
-            {
-                "model": self.model,
-                "temperature": 0,
-                "messages": [
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": content},
-                ],
-            }
-        )
         try:
-            payload = post_json(
-                self.url, body, api_key=self._api_key, timeout=self.timeout, max_bytes=MAX_RESPONSE_BYTES
-            )
+            payload = self.endpoint.complete(SYSTEM_PROMPT, content)
         except EndpointError as error:
             raise ExtractionFailed.failed(error.kind, str(error)) from error
         return facts_from_completion(payload, self.max_facts)

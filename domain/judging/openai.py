@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import msgspec
 
-from domain.endpoint import EndpointError, endpoint_url, post_json
+from domain.chat import BadAnswer, ChatEndpoint
+from domain.endpoint import EndpointError
 from domain.model.judging import Judge, Judgement, JudgeUnavailable, RulesJudge, Statement, Verdict
 from domain.settings import Settings
 
@@ -29,69 +30,33 @@ class _Answer(msgspec.Struct, frozen=True):
     reason: str = ""
 
 
-class _Message(msgspec.Struct, frozen=True):
-    content: str
-
-
-class _Choice(msgspec.Struct, frozen=True):
-    message: _Message
-
-
-class _Completion(msgspec.Struct, frozen=True):
-    choices: list[_Choice]
-
-
 class OpenAIJudge:
     name = "openai"
 
     def __init__(
         self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 10.0
     ) -> None:
-        self.url = endpoint_url(base_url, "chat/completions", "judge")
-        if not model:
-            raise ValueError("the judge model name must not be empty")
-        if timeout <= 0:
-            raise ValueError("the judge timeout must be positive")
+        self.endpoint = ChatEndpoint(
+            base_url, model, what="judge", api_key=api_key, timeout=timeout, max_bytes=MAX_RESPONSE_BYTES
+        )
+        self.url = self.endpoint.url
         self.model = model
         self.timeout = timeout
-        self._api_key = api_key or None
 
     def __repr__(self) -> str:  # never shows the API key
         return f"OpenAIJudge(url={self.url!r}, model={self.model!r})"
 
     def judge(self, a: Statement, b: Statement) -> Judgement:
-        body = msgspec.json.encode(
-            {
-                "model": self.model,
-                "temperature": 0,
-                "messages": [
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": f"A: {a.content}\nB: {b.content}"},
-                ],
-            }
-        )
         try:
-            payload = post_json(
-                self.url, body, api_key=self._api_key, timeout=self.timeout, max_bytes=MAX_RESPONSE_BYTES
-            )
+            answer = self.endpoint.ask(SYSTEM_PROMPT, f"A: {a.content}\nB: {b.content}", _Answer)
         except EndpointError as error:
             raise JudgeUnavailable(f"judge endpoint {error.kind}") from error
-        answer = _parse(payload)
+        except BadAnswer as error:
+            raise JudgeUnavailable("the judge's answer is not the expected JSON object") from error
         verdict: Verdict = "contradiction" if answer.contradiction else "compatible"
         return Judgement(
             verdict=verdict, rule="model", explanation=f"the model {self.model!r} says {verdict}"
         )
-
-
-def _parse(payload: bytes) -> _Answer:
-    try:
-        completion = msgspec.json.decode(payload, type=_Completion)
-        text = completion.choices[0].message.content.strip()
-        if text.startswith("```"):  # a fenced answer
-            text = text.strip("`").removeprefix("json").strip()
-        return msgspec.json.decode(text, type=_Answer)
-    except (msgspec.DecodeError, msgspec.ValidationError, IndexError) as error:
-        raise JudgeUnavailable("the judge's answer is not the expected JSON object") from error
 
 
 def judge_from_settings(settings: Settings) -> Judge | None:

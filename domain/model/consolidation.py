@@ -10,16 +10,19 @@ nearly answered a fault, the best L2 candidate of a fault answered by L3 or miss
 neighbours at cosine >= ``NEAR_MISS_COSINE``: split statements that one would answer). Its
 proposal's id is derived from its kind and members, so a cluster is proposed once however
 often the pass runs; a cluster that grows is a new one. The built-in drafter is
-extractive: the member of highest trust, then the newest.
+extractive: the member of highest trust, then the newest. An optional model drafter
+(``Drafter``) words the statement itself; its text is held to the rules of caller text
+(``drafted_text_problem``), and whatever goes wrong with it falls back to the extractive
+choice, the reason recorded on the draft.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import combinations
-from typing import Literal
+from typing import Literal, Protocol
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
@@ -35,10 +38,12 @@ from domain.model.events import (
     ProposalEdited,
     ProposalKind,
     ProposalRejected,
+    ProposalTextDrafted,
 )
 from domain.model.identity import Identity
 from domain.model.memory import MemoryState
 from domain.model.storable import check_storable
+from domain.model.text import invisible_character, is_low_information, storable_text_problem
 
 CONSOLIDATION = "consolidation"
 """The pass's name (its leases) and the provenance of what approval publishes."""
@@ -141,39 +146,118 @@ def _joined(pairs: Iterable[tuple[UUID, UUID]]) -> list[tuple[UUID, ...]]:
     return [tuple(sorted(g, key=str)) for g in groups.values()]
 
 
+def _preference(m: MemoryState) -> tuple[int, datetime, str]:
+    return (m.rank, m.recorded_at, str(m.id))
+
+
 def extractive_choice(members: Sequence[MemoryState]) -> MemoryState:
     """The built-in drafter: the member of highest trust rank, then the newest."""
-    return max(members, key=lambda m: (m.rank, m.recorded_at, str(m.id)))
+    return max(members, key=_preference)
+
+
+def ranked(members: Sequence[MemoryState]) -> list[MemoryState]:
+    """The members best first, as the extractive drafter prefers them."""
+    return sorted(members, key=_preference, reverse=True)
+
+
+class DraftFailed(Exception):
+    """A model drafter gave no statement; ``reason`` says why in a word (``timeout``,
+    ``bad_answer`` ...): what the draft records as its ``fallback``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class Drafter(Protocol):
+    """A model that words one canonical statement for a cluster from its members' texts
+    (``DraftFailed`` when it cannot)."""
+
+    name: str
+
+    def draft(self, kind: ProposalKind, statements: Sequence[str]) -> str: ...
+
+
+class Wording(msgspec.Struct, frozen=True, kw_only=True):
+    """What the model drafter made of one cluster: its statement (``content``), or why it
+    made none (``fallback``) so the extractive choice stands."""
+
+    drafter: str
+    content: str | None = None
+    fallback: str | None = None
+
+
+def drafted_text_problem(text: str) -> str | None:
+    """Why a model's statement cannot be a proposal's text, in a word, or None: the rules of
+    caller text (storable, nothing invisible, not blank, not low-information, at most
+    ``MAX_PROPOSAL_CHARS``). The reason never quotes the text."""
+    if storable_text_problem(text) is not None:
+        return "unstorable_text"
+    if invisible_character(text) is not None:
+        return "invisible_character"
+    if not text.strip() or is_low_information(text):
+        return "low_information"
+    if len(text) > MAX_PROPOSAL_CHARS:
+        return "too_long"
+    return None
+
+
+def worded(drafter: str, text: str) -> Wording:
+    """``text`` as the drafter's wording once it passes ``drafted_text_problem`` (trimmed),
+    else the fallback that says why not."""
+    problem = drafted_text_problem(text.strip())
+    if problem is not None:
+        return Wording(drafter=drafter, fallback=problem)
+    return Wording(drafter=drafter, content=text.strip())
+
+
+def new_clusters(
+    namespace: str, clusters: Sequence[Cluster], states: Mapping[UUID, MemoryState], proposed: set[UUID]
+) -> list[tuple[UUID, Cluster, list[MemoryState]]]:
+    """The clusters to draft: not yet ``proposed`` (their stream exists), two members or
+    more known; each with its proposal id and members."""
+    found = []
+    for cluster in clusters:
+        proposal_id = proposal_stream(namespace, cluster)
+        members = [states[m] for m in cluster.members if m in states]
+        if proposal_id not in proposed and len(members) >= 2:
+            found.append((proposal_id, cluster, members))
+    return found
 
 
 def decide_drafts(
     namespace: str,
     clusters: Sequence[Cluster],
-    states: dict[UUID, MemoryState],
+    states: Mapping[UUID, MemoryState],
     proposed: set[UUID],
     token: int,
     now: datetime,
-) -> list[ProposalDrafted]:
-    """A draft per cluster not yet ``proposed`` (its stream already exists)."""
-    drafts: list[ProposalDrafted] = []
-    for cluster in clusters:
-        proposal_id = proposal_stream(namespace, cluster)
-        members = [states[m] for m in cluster.members if m in states]
-        if proposal_id in proposed or len(members) < 2:
-            continue
-        drafts.append(
+    wordings: Mapping[UUID, Wording] | None = None,
+) -> list[ProposalDrafted | ProposalTextDrafted]:
+    """A draft per cluster not yet ``proposed``; with the model drafter's ``wordings`` (by
+    proposal id), its statement follows the draft, or the draft records its fallback."""
+    events: list[ProposalDrafted | ProposalTextDrafted] = []
+    for proposal_id, cluster, members in new_clusters(namespace, clusters, states, proposed):
+        wording = (wordings or {}).get(proposal_id)
+        text = wording.content if wording is not None else None
+        events.append(
             ProposalDrafted(
                 proposal_id=proposal_id,
                 namespace=namespace,
                 kind=cluster.kind,
                 sources=cluster.members,
                 canonical=extractive_choice(members).id,
-                drafter=EXTRACTIVE,
+                drafter=wording.drafter if wording is not None and text is not None else EXTRACTIVE,
                 token=token,
+                fallback=wording.fallback if wording is not None else None,
                 at=now,
             )
         )
-    return drafts
+        if wording is not None and text is not None:
+            events.append(
+                ProposalTextDrafted(proposal_id=proposal_id, drafter=wording.drafter, content=text, at=now)
+            )
+    return events
 
 
 # -- proposals -------------------------------------------------------------------------------
@@ -187,6 +271,9 @@ class ProposalState(msgspec.Struct, frozen=True, kw_only=True):
     canonical: UUID
     drafter: str
     drafted_at: datetime
+    fallback: str | None = None
+    drafted_content: str | None = None
+    """A model drafter's statement ("" once erased with one of the sources)."""
     edited_content: str | None = None
     status: ProposalStatus = "pending_review"
     reviewer: str | None = None
@@ -206,11 +293,14 @@ def evolve_proposal(state: ProposalState | None, event: Event) -> ProposalState:
             canonical=event.canonical,
             drafter=event.drafter,
             drafted_at=event.at,
+            fallback=event.fallback,
             version=1,
         )
     if state is None:
         msg = f"{type(event).__name__} before its proposal"
         raise TypeError(msg)
+    if isinstance(event, ProposalTextDrafted):
+        return replace(state, drafted_content=event.content, version=state.version + 1)
     if isinstance(event, ProposalEdited):
         return replace(
             state, edited_content=event.content, reviewer=event.reviewer, version=state.version + 1
@@ -234,11 +324,21 @@ def evolve_proposal(state: ProposalState | None, event: Event) -> ProposalState:
 
 
 def proposal_content(state: ProposalState, canonical: MemoryState | None) -> str | None:
-    """The statement to publish: the reviewer's edit, else the chosen memory's text (None
-    once that memory is erased)."""
+    """The statement to publish: the reviewer's edit, else the model drafter's statement,
+    else the chosen memory's text (None once what it would be was erased)."""
     if state.edited_content is not None:
         return state.edited_content or None  # empty: shredded with an erased source
+    if state.drafted_content is not None:
+        return state.drafted_content or None
     return canonical.content if canonical is not None and canonical.status != "erased" else None
+
+
+def draws_on(state: ProposalState) -> frozenset[UUID]:
+    """The memories whose text the proposal may hold: every source once a reviewer edited
+    it or a model worded it, else the one the extractive draft chose."""
+    if state.edited_content is not None or state.drafted_content is not None:
+        return frozenset(state.sources)
+    return frozenset((state.canonical,))
 
 
 def _pending(reviewer: Identity, state: ProposalState | None) -> ProposalState:
@@ -248,6 +348,8 @@ def _pending(reviewer: Identity, state: ProposalState | None) -> ProposalState:
         raise InvalidState(f"proposal already {state.status}")
     if state.edited_content == "":  # an edit is never blank: its key was destroyed
         raise InvalidState("the proposal's edit was erased with one of its sources")
+    if state.drafted_content == "":  # so was the model's statement
+        raise InvalidState("the proposal's drafted text was erased with one of its sources")
     return state
 
 

@@ -551,19 +551,22 @@ class ProposalDrafted(Event, frozen=True, kw_only=True):
     canonical: UUID
     drafter: str
     token: int = 0
+    fallback: str | None = None
+    """Why the configured model drafter did not draft it (the extractive one did):
+    ``timeout``, ``bad_answer``, ``invisible_character`` ...; None when it did, or none is
+    configured."""
 
     @property
     def stream_id(self) -> UUID:
         return self.proposal_id
 
 
-class ProposalEdited(Event, frozen=True, kw_only=True):
-    """A reviewer replaced the draft's text; sealed with the proposal's own data key."""
+class ProposalText(Event, frozen=True, kw_only=True):
+    """A proposal's text (its subclasses add ``content``), sealed with the proposal's own
+    data key, which erasing any source the text may draw on destroys."""
 
     SEALED: ClassVar[tuple[str, ...]] = ("content",)
     proposal_id: UUID
-    reviewer: str
-    content: str
 
     @property
     def stream_id(self) -> UUID:
@@ -572,6 +575,21 @@ class ProposalEdited(Event, frozen=True, kw_only=True):
     @property
     def sealing_owner(self) -> UUID:
         return self.proposal_id
+
+
+class ProposalTextDrafted(ProposalText, frozen=True, kw_only=True):
+    """A model drafter wrote the proposal's statement from its sources (appended with its
+    ``ProposalDrafted``)."""
+
+    drafter: str
+    content: str
+
+
+class ProposalEdited(ProposalText, frozen=True, kw_only=True):
+    """A reviewer replaced the draft's text."""
+
+    reviewer: str
+    content: str
 
 
 class ProposalApproved(Event, frozen=True, kw_only=True):
@@ -630,6 +648,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ConflictSettled,
         SettlementOverturned,
         ProposalDrafted,
+        ProposalTextDrafted,
         ProposalEdited,
         ProposalApproved,
         ProposalRejected,

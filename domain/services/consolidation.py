@@ -10,19 +10,25 @@ near-duplicates (the autopilot's ``Neighbours`` port).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from uuid import UUID
 
 import msgspec
 
+from domain.ledger.app import NewMemoryKey
 from domain.model.consolidation import (
     CONSOLIDATION,
     DUPLICATE_COSINE,
     NEAR_MISS_COSINE,
     NEIGHBOURS_K,
+    Cluster,
+    Drafter,
+    DraftFailed,
     Links,
     ProposalState,
+    Wording,
     check_approvable,
     decide_approved,
     decide_drafts,
@@ -33,11 +39,14 @@ from domain.model.consolidation import (
     find_clusters,
     knowledge_document,
     near_missed,
+    new_clusters,
     proposal_content,
     proposal_stream,
+    ranked,
+    worded,
 )
 from domain.model.errors import InvalidState
-from domain.model.events import ContextFaulted, Event, ProposalDrafted
+from domain.model.events import ContextFaulted, Event, ProposalDrafted, ProposalTextDrafted
 from domain.model.identity import Identity
 from domain.model.leases import Lease
 from domain.model.memory import MemoryState
@@ -53,6 +62,9 @@ MAX_MEMBERS = 500
 PROPOSAL_RETRY = Retry("the proposal kept changing; retry")
 MAX_FAULTS = 200
 """And at its newest faults, at most this many."""
+DRAFTER_BUDGET_SECONDS = 10.0
+"""A pass asks the model drafter for this long at most (it holds the namespace's lease
+meanwhile); the clusters left then are drafted extractively (``over_budget``)."""
 
 
 Faults = Members
@@ -80,7 +92,11 @@ class ConsolidationService:
         members: Members,
         knowledge: KnowledgeService,
         faults: Faults,
+        drafter: Drafter | None = None,
+        drafter_budget_seconds: float = DRAFTER_BUDGET_SECONDS,
     ) -> None:
+        self.drafter = drafter
+        self.drafter_budget_seconds = drafter_budget_seconds
         self.memory = memory
         self.leases = leases
         self.neighbours = neighbours
@@ -95,23 +111,32 @@ class ConsolidationService:
         append fenced by ``holder``'s lease. ``LeaseBusy``: another pass has the namespace;
         ``LeaseLost``: the lease was taken over and nothing was applied."""
 
+        wordings: dict[UUID, Wording] = {}  # the model is asked once per cluster, whatever the retries
+        keys: dict[UUID, NewMemoryKey] = {}
+
         def decide(_now: datetime, held: Lease) -> Decided[ConsolidationResult]:
-            drafts, clusters = self._drafts(namespace, position, held)
+            drafts, clusters = self._drafts(namespace, position, held, wordings)
+            worded_ids = [e.proposal_id for e in drafts if isinstance(e, ProposalTextDrafted)]
+            for proposal_id in worded_ids:  # a model's statement is sealed with the proposal's own key
+                keys.setdefault(proposal_id, self.memory.ledger.new_data_key(proposal_id))
             return Decided(
                 result=lambda appended: ConsolidationResult(
                     namespace=namespace,
                     clusters=clusters,
-                    drafted=tuple(d.proposal_id for d in drafts),
+                    drafted=tuple(e.proposal_id for e in drafts if isinstance(e, ProposalDrafted)),
                     position=appended if drafts else None,
                 ),
                 events=drafts,
+                new_keys=[keys[p] for p in worded_ids],
             )
 
         lease = self.leases.acquire(CONSOLIDATION, namespace, holder)
         contended = "proposals kept being drafted meanwhile; the pass will run again"
         return self.leases.run_fenced(self.memory.runner, lease, decide, contended)
 
-    def _drafts(self, namespace: str, position: int, lease: Lease) -> tuple[list[ProposalDrafted], int]:
+    def _drafts(
+        self, namespace: str, position: int, lease: Lease, wordings: dict[UUID, Wording]
+    ) -> tuple[list[ProposalDrafted | ProposalTextDrafted], int]:
         now = self.memory.clock()
         faults = self._faults(namespace, position)
         missed, together = near_missed(faults), faulted_together(faults)
@@ -130,8 +155,35 @@ class ConsolidationService:
         clusters = find_clusters(namespace, list(states.values()), links, now)
         streams = [proposal_stream(namespace, c) for c in clusters]
         proposed = set(self.memory.ledger.stream_heads(streams))
-        drafts = decide_drafts(namespace, clusters, states, proposed, lease.token, now)
+        if self.drafter is not None:
+            unworded = [
+                x for x in new_clusters(namespace, clusters, states, proposed) if x[0] not in wordings
+            ]
+            self._word(self.drafter, unworded, wordings)
+        drafts = decide_drafts(namespace, clusters, states, proposed, lease.token, now, wordings)
         return drafts, len(clusters)
+
+    def _word(
+        self,
+        drafter: Drafter,
+        clusters: Sequence[tuple[UUID, Cluster, list[MemoryState]]],
+        wordings: dict[UUID, Wording],
+    ) -> None:
+        """Ask the model drafter for each cluster's statement (its members best first, as
+        the extractive drafter ranks them), within ``drafter_budget_seconds``; a failure, a
+        statement that breaks the rules of caller text, or the budget spent is the
+        cluster's ``fallback``."""
+        deadline = time.monotonic() + self.drafter_budget_seconds
+        for proposal_id, cluster, members in clusters:
+            if time.monotonic() > deadline:
+                wordings[proposal_id] = Wording(drafter=drafter.name, fallback="over_budget")
+                continue
+            try:
+                text = drafter.draft(cluster.kind, [m.content for m in ranked(members) if m.content])
+            except DraftFailed as error:
+                wordings[proposal_id] = Wording(drafter=drafter.name, fallback=error.reason)
+            else:
+                wordings[proposal_id] = worded(drafter.name, text)
 
     def _faults(self, namespace: str, position: int) -> list[ContextFaulted]:
         """The namespace's latest faults, as the ledger holds them (their refs and best

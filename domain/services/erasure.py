@@ -15,7 +15,7 @@ from domain.ledger.app import Ledger
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.certificates import DeletionCertificate
-from domain.model.consolidation import evolve_proposal
+from domain.model.consolidation import draws_on, evolve_proposal
 from domain.model.erasure import (
     Derived,
     Forget,
@@ -152,8 +152,7 @@ class ErasureService:
         derived = tuple(
             Derived(
                 proposal_id=p.id,
-                # an edit may hold any source's text; an extractive draft, its chosen one's
-                sources=frozenset(p.sources if p.edited_content is not None else (p.canonical,)),
+                sources=draws_on(p),
                 document=published.get(p.document_id) if p.document_id else None,
             )
             for p in proposals

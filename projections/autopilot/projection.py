@@ -22,6 +22,7 @@ from domain.model.events import (
     ProposalDrafted,
     ProposalEdited,
     ProposalRejected,
+    ProposalTextDrafted,
     SettlementOverturned,
 )
 from projections.base import HandlerMap
@@ -86,7 +87,8 @@ CREATE TABLE IF NOT EXISTS {s}.proposals (
     document_id uuid,
     drafted_at timestamptz NOT NULL,
     reviewed_at timestamptz,
-    position bigint NOT NULL
+    position bigint NOT NULL,
+    fallback text
 );
 CREATE INDEX IF NOT EXISTS proposals_pending ON {s}.proposals (namespace) WHERE status = 'pending_review';
 CREATE TABLE IF NOT EXISTS {s}.autopilot_leases (
@@ -129,6 +131,7 @@ _SANITIZED = (
     SettlementOverturned,
     MemoryErased,
     ProposalDrafted,
+    ProposalTextDrafted,
     ProposalEdited,
     ProposalApproved,
     ProposalRejected,
@@ -273,10 +276,26 @@ def _proposal(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
         curs.execute(
             SQL(
                 "INSERT INTO {s}.proposals (id, namespace, kind, sources, canonical, drafter, status, edited,"
-                " drafted_at, position) VALUES (%s, %s, %s, %s, %s, %s, 'pending_review', false, %s, %s)"
+                " drafted_at, position, fallback)"
+                " VALUES (%s, %s, %s, %s, %s, %s, 'pending_review', false, %s, %s, %s)"
                 " ON CONFLICT (id) DO NOTHING"
             ).format(s=s),
-            (e.proposal_id, e.namespace, e.kind, list(e.sources), e.canonical, e.drafter, e.at, r.position),
+            (
+                e.proposal_id,
+                e.namespace,
+                e.kind,
+                list(e.sources),
+                e.canonical,
+                e.drafter,
+                e.at,
+                r.position,
+                e.fallback,
+            ),
+        )
+    elif isinstance(e, ProposalTextDrafted):  # its text stays sealed on the ledger
+        curs.execute(
+            SQL("UPDATE {s}.proposals SET position = %s WHERE id = %s").format(s=s),
+            (r.position, e.proposal_id),
         )
     elif isinstance(e, ProposalEdited):
         curs.execute(
@@ -302,6 +321,7 @@ _HANDLERS: HandlerMap = {
     LeaseReleased: _lease_released,
     ConflictsJudged: _conflicts_judged,
     ProposalDrafted: _proposal,
+    ProposalTextDrafted: _proposal,
     ProposalEdited: _proposal,
     ProposalApproved: _proposal,
     ProposalRejected: _proposal,

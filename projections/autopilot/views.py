@@ -56,6 +56,8 @@ class ProposalView(msgspec.Struct, frozen=True, kw_only=True):
     sources: list[UUID]
     canonical: UUID
     drafter: str
+    fallback: str | None = None
+    """Why the model drafter did not draft it, when one is configured."""
     status: str
     edited: bool
     reviewer: str | None
@@ -81,6 +83,8 @@ class WorkerGauges(msgspec.Struct, frozen=True, kw_only=True):
     unjudged: int
     open_findings: int
     lease_takeovers: int
+    drafts: dict[tuple[str, str], int] = msgspec.field(default_factory=dict)
+    """Proposals by drafter and fallback ("" for none)."""
 
 
 _UNJUDGED = (
@@ -195,7 +199,16 @@ def worker_gauges(conn: Connection[Any], schema: str) -> WorkerGauges:
         ).format(s=s)
     ).fetchone()
     assert row is not None
+    drafts = {
+        (d["drafter"], d["fallback"] or ""): int(d["n"])
+        for d in conn.execute(
+            SQL(
+                "SELECT drafter, fallback, count(*) AS n FROM {s}.proposals GROUP BY drafter, fallback"
+            ).format(s=s)
+        ).fetchall()
+    }
     return WorkerGauges(
+        drafts=drafts,
         dispatch_positions=positions,
         judged=judged,
         unjudged=int(row["unjudged"]),

@@ -42,7 +42,7 @@ FIXTURES = Path(__file__).with_name("fixtures")
 OLD_DUMP = FIXTURES / "b8b96e5.sql"
 OLD_KEYS = json.loads((FIXTURES / "b8b96e5.keys.json").read_text())
 OLD_EVENTS = 19
-LABELS = ["0001_ledger", "0002_read_models", "0003_workers", "0004_checkpoints"]
+LABELS = ["0001_ledger", "0002_read_models", "0003_workers", "0004_checkpoints", "0005_proposal_fallback"]
 HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
 """A migration after the last one (gaps are refused)."""
 AGENT = Identity("acme/eng", "agent-1", "agent")

@@ -76,6 +76,7 @@ def metrics(request: Req) -> str:
         head = state.runtime.ledger.head_position()
         statuses = state.reads.runner.status()
         workers = state.reads.worker_gauges()
+        tickets, oldest = state.tickets.store.open_counts()
     except Exception:  # noqa: BLE001 - metrics must answer even when the database does not
         reachable = 0
     else:
@@ -84,6 +85,7 @@ def metrics(request: Req) -> str:
         lags: list[tuple[Labels, float]] = [((("projection", s.name),), float(s.lag)) for s in statuses]
         gauges.append(Gauge("projection_lag", "Events a projection is behind the ledger head", lags))
         gauges.extend(_worker_gauges(head, workers))
+        gauges.extend(_ticket_gauges(tickets, oldest))
     depth = queue_depth(state.runtime.settings).rows()
     gauges.append(
         Gauge("worker_queue_depth", "Messages queued for the workers (Redis), or unsent in-process", depth)
@@ -113,8 +115,17 @@ def _worker_gauges(head: int, workers: WorkerGauges) -> list[Gauge]:
     judged: list[tuple[Labels, float]] = [
         ((("outcome", outcome),), n) for outcome, n in sorted(workers.judged.items())
     ]
+    drafts: list[tuple[Labels, float]] = [
+        ((("drafter", drafter), ("fallback", fallback)), n)
+        for (drafter, fallback), n in sorted(workers.drafts.items())
+    ]
     return [
         Gauge("dispatch_lag", "Events a worker dispatcher is behind the ledger head", dispatch),
+        Gauge(
+            "consolidation_proposals",
+            "Proposals by the drafter that drafted them, and why the model drafter did not (fallback)",
+            drafts,
+        ),
         Gauge("autopilot_memories", "Memories by the outcome of their latest autopilot pass", judged),
         Gauge(
             "autopilot_unjudged", "Current memories the autopilot has not judged", [((), workers.unjudged)]
@@ -124,6 +135,18 @@ def _worker_gauges(head: int, workers: WorkerGauges) -> list[Gauge]:
         ),
         Gauge(
             "lease_takeovers", "Worker leases taken over from another holder", [((), workers.lease_takeovers)]
+        ),
+    ]
+
+
+def _ticket_gauges(open_tickets: dict[str, int], oldest: float) -> list[Gauge]:
+    by_state: list[tuple[Labels, float]] = [((("state", s),), n) for s, n in sorted(open_tickets.items())]
+    return [
+        Gauge("write_tickets_open", "Async write tickets not yet applied, by state", by_state),
+        Gauge(
+            "write_tickets_oldest_open_seconds",
+            "Age of the oldest async write ticket not yet applied (0: none)",
+            [((), oldest)],
         ),
     ]
 

@@ -84,7 +84,6 @@ class MemController(Controller):
         state = api_state(request)
         if data.run_async:
             ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data))
-            state.ticket_worker.wake.set()
             return Response(TicketResponse(ticket), status_code=202)
         result = command(
             request, lambda c: state.memory.write(c.identity, data.command(), verbatim=data.verbatim)
