@@ -16,6 +16,7 @@ from domain.settings import Settings
 from workers.actors import (
     AUTOPILOT_QUEUE,
     declare_autopilot,
+    declare_autopilot_batches,
     declare_checkpoints,
     declare_consolidation,
     holder_id,
@@ -25,8 +26,10 @@ from workers.actors import (
 from workers.dispatcher import (
     Background,
     Dispatcher,
+    MemoryBatch,
     Sweeper,
     Ticker,
+    memory_batches,
     new_material,
 )
 from workers.metrics import count_in_process, uncount
@@ -50,14 +53,15 @@ class WorkerProcess:
         self.holder = holder_id()
         self.broker = redis_broker(settings)
         self.actor = declare_autopilot(self.broker, lambda: self.runtime.autopilot, self.holder)
+        self.batch_actor = declare_autopilot_batches(self.broker, lambda: self.runtime.autopilot, self.holder)
         self.consolidation = declare_consolidation(
             self.broker, lambda: self.runtime.consolidation, self.holder
         )
         self.checkpoints = declare_checkpoints(self.broker, lambda: self.runtime.checkpoints, self.holder)
-        self.dispatcher: Dispatcher[UUID] | None = None
+        self.dispatcher: Dispatcher[MemoryBatch] | None = None
         self.loops: list[Background] = []
         if dispatch:
-            self.dispatcher = Dispatcher(self.runtime.ledger, self._send)
+            self.dispatcher = autopilot_dispatcher(self.runtime, self._send_batch)
             self.loops = [self.dispatcher, *self._feeders()]
             for loop in self.loops:
                 if isinstance(loop, Dispatcher):
@@ -81,6 +85,9 @@ class WorkerProcess:
     def _send(self, memory_id: UUID, position: int) -> None:
         self.actor.send(str(memory_id), position)
 
+    def _send_batch(self, batch: MemoryBatch, _first: int) -> None:
+        self.batch_actor.send([str(m) for m in batch.memory_ids], batch.position)
+
     def start(self) -> None:
         self.worker.start()
         for loop in self.loops:
@@ -92,6 +99,13 @@ class WorkerProcess:
         self.worker.stop()
         self.broker.close()
         self.runtime.close()
+
+
+def autopilot_dispatcher(
+    runtime: Runtime, send: Callable[[MemoryBatch, int], object]
+) -> Dispatcher[MemoryBatch]:
+    """The autopilot's dispatcher: each batch's new memories of a namespace (``memory_batches``)."""
+    return Dispatcher(runtime.ledger, send, select=memory_batches)
 
 
 def consolidation_dispatcher(runtime: Runtime, send: Callable[[str, int], object]) -> Dispatcher[str]:
@@ -111,9 +125,9 @@ class InProcessAutopilot:
     def __init__(self, runtime: Runtime) -> None:
         holder = holder_id()
         autopilot, consolidation, checkpoints = runtime.autopilot, runtime.consolidation, runtime.checkpoints
-        self.dispatcher: Dispatcher[UUID] = Dispatcher(
-            runtime.ledger,
-            lambda memory_id, position: _judged(autopilot.judge_memory(memory_id, position, holder)),
+        self.dispatcher = autopilot_dispatcher(
+            runtime,
+            lambda batch, _first: _judged(autopilot.judge_memories(batch.memory_ids, batch.position, holder)),
         )
         self.consolidation = consolidation_dispatcher(
             runtime, lambda namespace, position: consolidation.consolidate(namespace, position, holder)
@@ -139,8 +153,8 @@ class InProcessAutopilot:
             loop.stop()
 
 
-def _judged(result: PassResult) -> None:
-    log.debug("autopilot: %s", result)
+def _judged(results: list[PassResult]) -> None:
+    log.debug("autopilot: %s", results)
 
 
 def run_worker(settings: Settings, stop: threading.Event, threads: int = 2) -> None:

@@ -26,6 +26,13 @@ class Neighbours(Protocol):
         self, memory_id: UUID, k: int, min_cosine: float, position: int
     ) -> list[tuple[UUID, float]] | None: ...
 
+    def nearest_many(
+        self, memory_ids: Sequence[UUID], k: int, min_cosine: float, position: int
+    ) -> dict[UUID, list[tuple[UUID, float]]]:
+        """``nearest`` for several memories at once (one wait, one lookup of their vectors,
+        one read transaction per writer's scope); a memory without a vector is left out."""
+        ...
+
 
 class Members(Protocol):
     """The ids of a namespace's newest memories (``Members``), or of its newest faults
