@@ -107,7 +107,7 @@ def run_batch(
     if not memories:
         log.warning("autopilot: dropped a batch message that names no memories")
         return None
-    return autopilot.judge_memories(memories, at, holder)
+    return autopilot.judge_memories(memories, at, holder, take_along=True)
 
 
 def declare_autopilot(

@@ -127,7 +127,9 @@ class InProcessAutopilot:
         autopilot, consolidation, checkpoints = runtime.autopilot, runtime.consolidation, runtime.checkpoints
         self.dispatcher = autopilot_dispatcher(
             runtime,
-            lambda batch, _first: _judged(autopilot.judge_memories(batch.memory_ids, batch.position, holder)),
+            lambda batch, _first: _judged(
+                autopilot.judge_memories(batch.memory_ids, batch.position, holder, take_along=True)
+            ),
         )
         self.consolidation = consolidation_dispatcher(
             runtime, lambda namespace, position: consolidation.consolidate(namespace, position, holder)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -53,11 +53,16 @@ from domain.model.memory import Claim, MemoryState, evolve_memory
 from domain.services.commands import Decided, Note, Retry
 from domain.services.leases import Leases
 from domain.services.memory import MemoryService
-from domain.services.ports import Neighbours
+from domain.services.ports import Neighbours, Pending
 from domain.services.streams import fold
 
 log = logging.getLogger(__name__)
 S = TypeVar("S")
+MAX_PASS_MEMORIES = 32
+"""The most memories one pass judges (its message's and those pending it takes along): a
+pass must end well inside its lease."""
+PENDING_WINDOW = timedelta(minutes=2)
+"""How far back a pass looks for other memories of its namespace waiting to be judged."""
 
 
 class PassResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,12 +93,14 @@ class AutopilotService:
         neighbours: Neighbours,
         judge: Judge | None,
         dial_for: Callable[[str], ConflictReview],
+        pending: Pending | None = None,
     ) -> None:
         self.memory = memory
         self.leases = leases
         self.neighbours = neighbours
         self.judge = judge
         self.dial_for = dial_for
+        self.pending = pending
 
     @property
     def ledger(self) -> Ledger:
@@ -108,12 +115,15 @@ class AutopilotService:
         another holder has the namespace now (try later)."""
         return self.judge_memories([memory_id], position, holder)[0]
 
-    def judge_memories(self, memory_ids: Sequence[UUID], position: int, holder: str) -> list[PassResult]:
+    def judge_memories(
+        self, memory_ids: Sequence[UUID], position: int, holder: str, *, take_along: bool = False
+    ) -> list[PassResult]:
         """``judge_memory`` for several memories (the dispatcher's batch of a namespace, all
         committed by ``position``): the passes of one namespace's memories share one lease
-        take and one fenced append. A result per id, in order. ``LeaseBusy``: another holder
-        has a namespace now; the namespaces passed before it keep what they appended, and a
-        retry of the whole batch leaves them alone."""
+        take and one fenced append. ``take_along``: with the other recent memories of the
+        namespace still waiting for a pass (``_pending``). A result per id asked, in order.
+        ``LeaseBusy``: another holder has a namespace now; the namespaces passed before it
+        keep what they appended, and a retry of the whole batch leaves them alone."""
         ids = list(dict.fromkeys(memory_ids))
         memories = self.memory.streams.memories(ids)
         judged = self._judged(ids)
@@ -124,9 +134,25 @@ class AutopilotService:
         results = {m: PassResult(memory_id=m, outcome=None) for m in ids}
         for namespace, todo in by_namespace.items():
             lease = self.leases.acquire(AUTOPILOT, namespace, holder)
-            read = {m: judged[m][1] for m in todo}
-            results.update((r.memory_id, r) for r in self.judge_batch_with_lease(lease, todo, position, read))
+            more = self._pending(namespace, todo) if take_along else []
+            batch = [*todo, *(m for m, _ in more)]
+            # the judged state of those taken along is read with the others' again, in one query
+            read = None if more else {m: judged[m][1] for m in todo}
+            at = max([position, *(p for _, p in more)])
+            results.update((r.memory_id, r) for r in self.judge_batch_with_lease(lease, batch, at, read))
         return [results[m] for m in ids]
+
+    def _pending(self, namespace: str, todo: list[UUID]) -> list[tuple[UUID, int]]:
+        """Other recent memories of the namespace waiting for a pass (their own messages
+        queued behind this one, or lost): judged with these under the same lease take and
+        append, so a backlog is judged in batches however the messages were cut; their own
+        messages then find them judged."""
+        room = MAX_PASS_MEMORIES - len(todo)
+        if self.pending is None or room <= 0:
+            return []
+        since = self.memory.clock() - PENDING_WINDOW
+        mine = set(todo)
+        return [(m, p) for m, p in self.pending(namespace, since, room + len(todo)) if m not in mine][:room]
 
     def judge_with_lease(self, lease: Lease, memory_id: UUID, position: int) -> PassResult:
         """The pass, in one append fenced by ``lease``: the append releases the lease at its
@@ -148,7 +174,7 @@ class AutopilotService:
             if versions is None:  # a retry (or no read given): what is judged may have moved
                 versions = {m: v for m, (done, v) in self._judged(memory_ids).items() if not done}
             memories = self.memory.streams.memories(versions)
-            todo = sorted((memories[m] for m in versions), key=_age)
+            todo = sorted((memories[m] for m in versions if m in memories), key=_age)
             if any(m.namespace != held.namespace for m in todo):
                 raise ValueError("a lease covers the passes of its own namespace's memories only")
             per_memory, read_states = self._decide_all(todo, position, held, now)

@@ -34,6 +34,14 @@ class Neighbours(Protocol):
         ...
 
 
+class Pending(Protocol):
+    """A namespace's current memories recorded since a time that no pass has judged for
+    good, oldest first, at most ``limit``, with their ledger positions (a read model: only
+    a hint, the pass checks the ledger)."""
+
+    def __call__(self, namespace: str, recorded_since: datetime, limit: int) -> list[tuple[UUID, int]]: ...
+
+
 class Members(Protocol):
     """The ids of a namespace's newest memories (``Members``), or of its newest faults
     (``Faults`` in domain/services/consolidation.py), once the read models reached ``after``."""

@@ -221,6 +221,24 @@ def unjudged_memories(
     return [(row["id"], int(row["position"])) for row in rows]
 
 
+def pending_memories(
+    conn: Connection[Any], schema: str, namespace: str, recorded_since: datetime, limit: int
+) -> list[tuple[UUID, int]]:
+    """A namespace's current memories recorded since ``recorded_since`` that no pass has
+    judged for good, oldest first, with their positions: what a pass holding the
+    namespace's lease judges along with its own (the window keeps the scan to the recent
+    end of the namespace's index; older ones are the sweep's)."""
+    rows = conn.execute(
+        SQL(
+            "SELECT m.id, m.position FROM {s}.memory_objects m WHERE m.namespace = %s AND m.recorded_at >= %s AND "
+            + _UNJUDGED
+            + " ORDER BY m.recorded_at, m.id LIMIT %s"
+        ).format(s=Identifier(schema)),
+        (namespace, recorded_since, limit),
+    ).fetchall()
+    return [(row["id"], int(row["position"])) for row in rows]
+
+
 def namespace_memories(conn: Connection[Any], schema: str, namespace: str, limit: int) -> list[UUID]:
     """The ids of a namespace's memories that are not erased (current first, then newest):
     what a consolidation pass clusters."""

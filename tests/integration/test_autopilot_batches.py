@@ -152,3 +152,33 @@ def test_a_damaged_batch_message_is_dropped(runtime: Runtime, ids: object, posit
     head = runtime.ledger.head_position()
     assert run_batch(runtime.autopilot, "worker-1", ids, position) is None
     assert runtime.ledger.head_position() == head
+
+
+def test_a_pass_takes_along_the_recent_memories_of_its_namespace_still_waiting(runtime: Runtime) -> None:
+    first, _ = write(runtime, AGENT, "Standup is at 9:30")
+    second, _ = write(runtime, AGENT, "Standup is at 10:00")
+    elsewhere, _ = write(runtime, OTHER, "Standup is at 11:00")
+    third, position = write(runtime, AGENT, "Payroll runs on Friday")
+    runtime.reads.wait_for(position)
+    head = runtime.ledger.head_position()
+    (result,) = runtime.autopilot.judge_memories([first], position, "worker-1", take_along=True)
+    assert result.memory_id == first
+    appended = [r.event for r in runtime.ledger.read(head, 1000)]
+    judged = {e.memory_id: e for e in appended if isinstance(e, ConflictsJudged)}
+    assert set(judged) == {first, second, third}  # not `elsewhere`: another namespace's lease
+    assert judged[second].pairs == 1  # second judged against first, as its own pass would
+    assert sum(isinstance(e, LeaseTaken) for e in appended) == 1
+    after = runtime.ledger.head_position()
+    assert runtime.autopilot.judge_memories([second, third], position, "worker-2")[0].outcome is None
+    assert runtime.ledger.head_position() == after  # their own messages find them judged
+    # only recent memories are taken along: an old one waits for its own message (or the sweep)
+    now = runtime.memory.clock()
+    runtime.memory.clock = lambda: now + timedelta(minutes=3)
+    fresh, at = write(runtime, OTHER, "The wiki lists the runbooks")
+    runtime.reads.wait_for(at)
+    mark = runtime.ledger.head_position()
+    (own,) = runtime.autopilot.judge_memories([fresh], at, "worker-1", take_along=True)
+    assert own.outcome == "judged"
+    later = [r.event for r in runtime.ledger.read(mark, 1000) if isinstance(r.event, ConflictsJudged)]
+    assert elsewhere not in [e.memory_id for e in later]  # three minutes older: not taken along
+    assert [e.memory_id for e in later] == [fresh]

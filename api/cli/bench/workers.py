@@ -208,15 +208,14 @@ class CpuMeter:
         return workers - self.start[0], spent if self.postmaster else None, busy
 
 
-def _steady(rt: Runtime, args: argparse.Namespace, first: int) -> tuple[list[UUID], float]:
-    """Offer ``args.rate`` writes a second for ``args.seconds`` from ``args.writers``
-    threads: write i is due at ``i / rate``; a free thread takes the next write as soon as
-    it is due (at once, when it is late). Return the memories written and the rate reached
-    (writes done over the time until the last was done)."""
+def _offer(rt: Runtime, args: argparse.Namespace, first: int, total: int, rate: float | None) -> list[UUID]:
+    """Write memories ``first`` .. ``first + total - 1`` from ``args.writers`` threads, open
+    loop: write i is due at ``i / rate`` (``rate`` None: at once); a free thread takes the
+    next write as soon as it is due (at once, when it is late). The memories written, in
+    the order they were done."""
     due = [0]
     lock = threading.Lock()
     written: list[UUID] = []
-    total = int(args.rate * args.seconds)
     start = time.perf_counter()
 
     def writer() -> None:
@@ -226,7 +225,8 @@ def _steady(rt: Runtime, args: argparse.Namespace, first: int) -> tuple[list[UUI
                 due[0] += 1
             if i >= total:
                 return
-            time.sleep(max(0.0, start + i / args.rate - time.perf_counter()))
+            if rate is not None:
+                time.sleep(max(0.0, start + i / rate - time.perf_counter()))
             n = first + i
             result = rt.memory.write(_identity(n, args.namespaces), WriteMemory(content=_content(n)))
             assert result.id is not None
@@ -238,7 +238,7 @@ def _steady(rt: Runtime, args: argparse.Namespace, first: int) -> tuple[list[UUI
         thread.start()
     for thread in threads:
         thread.join()
-    return written, len(written) / (time.perf_counter() - start)
+    return written
 
 
 def _neighbours_per_second(rt: Runtime, backlog: list[UUID]) -> float:
@@ -258,11 +258,7 @@ def _run(round_: int, processes: int, args: argparse.Namespace) -> tuple[WorkerR
         broker = redis_broker(scratch)
         broker.flush_all()  # what an interrupted run on a database of this name left queued
         broker.close()
-        written = [
-            rt.memory.write(_identity(n, args.namespaces), WriteMemory(content=_content(n))).id
-            for n in range(args.backlog)
-        ]
-        ids = [m for m in written if m is not None]
+        ids = _offer(rt, args, 0, args.backlog, None)
         reference = _neighbours_per_second(rt, ids)
         watch = LedgerWatch(rt)
         watch.poll()
@@ -271,7 +267,9 @@ def _run(round_: int, processes: int, args: argparse.Namespace) -> tuple[WorkerR
             meter = CpuMeter([w.pid for w in workers], _postmaster(rt))
             watch.wait_judged(ids, args.timeout)
             worker_cpu, server_cpu, busy = meter.stop()
-            steady, rate = _steady(rt, args, args.backlog)
+            began = time.perf_counter()
+            steady = _offer(rt, args, args.backlog, int(args.rate * args.seconds), args.rate)
+            rate = len(steady) / (time.perf_counter() - began)
             watch.wait_judged(steady, args.timeout)
         finally:
             _stop(workers)
@@ -367,7 +365,7 @@ def register(bench: Any) -> None:
     )
     parser.add_argument("--processes", default="1,2", help="worker process counts to run")
     parser.add_argument("--namespaces", type=int, default=8)
-    parser.add_argument("--backlog", type=int, default=200, help="memories written before the workers start")
+    parser.add_argument("--backlog", type=int, default=600, help="memories written before the workers start")
     parser.add_argument("--rate", type=float, default=50.0, help="steady writes per second offered")
     parser.add_argument("--writers", type=int, default=8, help="writer threads offering the steady load")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long the steady load lasts")
