@@ -33,6 +33,9 @@ from domain.settings import Settings, deployment_key
 
 log = logging.getLogger(__name__)
 AUTOPILOT_QUEUE = "autopilot"
+MAINTENANCE_QUEUE = "maintenance"
+"""Consolidation and checkpoints: long passes, on a queue and worker threads of their own,
+so one never holds up the autopilot's (a consolidation pass reads 500 memories' neighbours)."""
 AUTOPILOT_ACTOR = "autopilot_memory"
 AUTOPILOT_BATCH_ACTOR = "autopilot_memories"
 CONSOLIDATION_ACTOR = "consolidate_namespace"
@@ -159,7 +162,7 @@ def declare_consolidation(
     def consolidate_namespace(namespace: str, position: int) -> None:
         _soon_again_when_leased(lambda: run_consolidation(consolidation(), holder, namespace, position))
 
-    return _declared(broker, CONSOLIDATION_ACTOR, consolidate_namespace)
+    return _declared(broker, CONSOLIDATION_ACTOR, consolidate_namespace, MAINTENANCE_QUEUE)
 
 
 def run_checkpoint(checkpoints: CheckpointService, holder: str) -> Checkpoint | None:
@@ -181,7 +184,7 @@ def declare_checkpoints(
     def checkpoint_ledger() -> None:
         run_checkpoint(checkpoints(), holder)
 
-    return _declared(broker, CHECKPOINT_ACTOR, checkpoint_ledger)
+    return _declared(broker, CHECKPOINT_ACTOR, checkpoint_ledger, MAINTENANCE_QUEUE)
 
 
 def _soon_again_when_leased(work: Callable[[], object]) -> None:
@@ -194,11 +197,13 @@ def _soon_again_when_leased(work: Callable[[], object]) -> None:
         ) from error
 
 
-def _declared(broker: RedisBroker, name: str, fn: Callable[..., None]) -> dramatiq.Actor[Any, Any]:
+def _declared(
+    broker: RedisBroker, name: str, fn: Callable[..., None], queue: str = AUTOPILOT_QUEUE
+) -> dramatiq.Actor[Any, Any]:
     declare = dramatiq.actor(
         broker=broker,
         actor_name=name,
-        queue_name=AUTOPILOT_QUEUE,
+        queue_name=queue,
         max_retries=MAX_RETRIES,
         min_backoff=MIN_BACKOFF_MS,
         max_backoff=MAX_BACKOFF_MS,

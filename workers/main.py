@@ -15,6 +15,7 @@ from domain.services.autopilot import PassResult
 from domain.settings import Settings
 from workers.actors import (
     AUTOPILOT_QUEUE,
+    MAINTENANCE_QUEUE,
     declare_autopilot,
     declare_autopilot_batches,
     declare_checkpoints,
@@ -66,7 +67,10 @@ class WorkerProcess:
             for loop in self.loops:
                 if isinstance(loop, Dispatcher):
                     loop.register()
+        # An older worker's consolidation and checkpoint messages may still be on the
+        # autopilot queue: its threads run whatever actor a message names.
         self.worker = dramatiq.Worker(self.broker, queues={AUTOPILOT_QUEUE}, worker_threads=threads)
+        self.maintenance = dramatiq.Worker(self.broker, queues={MAINTENANCE_QUEUE}, worker_threads=1)
 
     def _feeders(self) -> list[Background]:
         """Consolidation's dispatcher, the autopilot's sweep, the checkpoint ticker."""
@@ -90,6 +94,7 @@ class WorkerProcess:
 
     def start(self) -> None:
         self.worker.start()
+        self.maintenance.start()
         for loop in self.loops:
             loop.start()
 
@@ -97,6 +102,7 @@ class WorkerProcess:
         for loop in reversed(self.loops):
             loop.stop()
         self.worker.stop()
+        self.maintenance.stop()
         self.broker.close()
         self.runtime.close()
 

@@ -13,7 +13,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from domain.settings import Settings
-from workers.actors import AUTOPILOT_QUEUE, redis_broker
+from workers.actors import AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, redis_broker
 from workers.dispatcher import Dispatcher
 
 CONNECT_SECONDS = 0.5
@@ -51,10 +51,12 @@ class QueueDepth:
         if local:
             return [((("queue", d.name), ("broker", "in-process")), float(d.backlog)) for d in local]
         try:
-            depth = self._redis().do_qsize(AUTOPILOT_QUEUE)
+            depths = [
+                (queue, self._redis().do_qsize(queue)) for queue in (AUTOPILOT_QUEUE, MAINTENANCE_QUEUE)
+            ]
         except (redis.RedisError, OSError):  # no Redis: no queue to count
             return []
-        return [((("queue", AUTOPILOT_QUEUE), ("broker", "redis")), float(depth))]
+        return [((("queue", queue), ("broker", "redis")), float(depth)) for queue, depth in depths]
 
     def _redis(self) -> RedisBroker:
         with self._lock:

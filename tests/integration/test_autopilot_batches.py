@@ -5,42 +5,30 @@ lease was taken over."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from uuid import UUID
 
 import pytest
 
 from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
 from domain.model.events import ConflictsJudged, LeaseReleased, LeaseTaken, MemoryWritten
 from domain.model.identity import Identity
 from domain.model.leases import LeaseLost
 from domain.model.policies import PolicyBody
-from domain.services.leases import Leases
-from domain.settings import Settings
+from tests.integration.test_autopilot import (
+    AGENT,
+    REVIEWER,
+    ROOT,
+    runtime,
+    worker_1_holds_a_short_lease,
+    write,
+)
 from workers import dispatcher as dispatch
 from workers.actors import run_batch
 from workers.dispatcher import Dispatcher, MemoryBatch, memory_batches
 
-AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 OTHER = Identity(namespace="acme/eng/data", actor="bot", role="agent")
-ROOT = Identity(namespace="acme", actor="root", role="owner")
-REVIEWER = Identity(namespace="acme/eng", actor="rev", role="admin")
-
-
-@pytest.fixture
-def runtime(settings: Settings) -> Iterator[Runtime]:
-    with Runtime(settings) as rt:
-        rt.memory.band = None  # the autopilot's own pairs (see tests/integration/test_autopilot.py)
-        yield rt
-
-
-def write(rt: Runtime, who: Identity, content: str) -> tuple[UUID, int]:
-    result = rt.memory.write(who, WriteMemory(content=content))
-    assert result.outcome == "stored", result
-    assert result.id is not None
-    return result.id, result.position
+__all__ = ["runtime"]  # the fixture of tests/integration/test_autopilot.py: the band off
 
 
 def settlements(rt: Runtime, after: int) -> list[tuple[UUID, UUID]]:
@@ -73,13 +61,7 @@ def test_a_batch_judges_each_memory_as_if_the_one_before_had_been_appended(runti
 
 
 def test_a_batch_whose_lease_was_taken_over_is_refused_whole(runtime: Runtime) -> None:
-    start = runtime.memory.clock()
-    late_clock = lambda: runtime.memory.clock()  # noqa: E731, PLW0108 - late-bound: the test moves the clock
-    runtime.autopilot.leases = Leases(runtime.ledger, late_clock, ttl=timedelta(seconds=5))
-    write(runtime, AGENT, "Standup is at 9:30")
-    first, _ = write(runtime, AGENT, "Standup is at 10:00")
-    second, position = write(runtime, AGENT, "Standup is at 11:00")
-    lease = runtime.autopilot.leases.acquire("autopilot", AGENT.namespace, "worker-1")
+    start, first, _, second, position, lease = worker_1_holds_a_short_lease(runtime)
     runtime.memory.clock = lambda: start + timedelta(seconds=6)  # worker-1 stalls past its expiry
     assert runtime.autopilot.judge_memory(second, position, "worker-2").outcome == "judged"
     head = runtime.ledger.head_position()

@@ -66,6 +66,13 @@ class WorkerRun(msgspec.Struct, frozen=True, kw_only=True):
     writes_per_second: float
     lag_p50_s: float
     lag_p95_s: float
+    """From the memory's ``recorded_at`` (its write's time, a little before the commit)."""
+    write_p50_s: float
+    write_p95_s: float
+    """A steady write from its due time to the call's return: the writer's own lag."""
+    after_write_p50_s: float
+    after_write_p95_s: float
+    """From the write call's return (after the commit) to the judgement."""
     judged_twice: int
     unjudged: int
 
@@ -160,62 +167,60 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total / TICKS
 
 
-def _children(parent: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[1]) == parent:
-                found.append(int(entry.name))
-    return found
-
-
-def _postmaster(rt: Runtime) -> int | None:
-    """The server's postmaster on this machine (the parent of this connection's backend)."""
+def _backends(rt: Runtime) -> list[int] | None:
+    """The server processes serving the scratch database (workers, projections, this
+    process), if the server runs on this machine; None when their /proc entries are not
+    ours to read."""
     with rt.ledger.datastore.get_connection() as conn:
-        row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
-    if row is None:
-        return None
-    try:
-        return int(Path(f"/proc/{row['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, TypeError):
-        return None
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'"
+        ).fetchall()
+    pids = [int(r["pid"]) for r in rows]
+    return pids if pids and all(Path(f"/proc/{p}/stat").exists() for p in pids) else None
 
 
 class CpuMeter:
-    """CPU spent by the workers, by the server's processes, and by the whole machine."""
+    """CPU spent by the workers, by the database's server processes, and by the machine."""
 
-    def __init__(self, workers: list[int], postmaster: int | None) -> None:
+    def __init__(self, workers: list[int], rt: Runtime) -> None:
         self.workers = workers
-        self.postmaster = postmaster
+        self.rt = rt
         self.start = self._sample()
 
-    def _sample(self) -> tuple[float, dict[int, float], tuple[int, int]]:
-        server = _children(self.postmaster) if self.postmaster else []
+    def _sample(self) -> tuple[float, dict[int, float] | None, tuple[int, int]]:
+        backends = _backends(self.rt)
+        server = None if backends is None else {p: _cpu_seconds([p]) for p in backends}
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = fields[3] + fields[4]
-        return _cpu_seconds(self.workers), {p: _cpu_seconds([p]) for p in server}, (sum(fields), idle)
+        return _cpu_seconds(self.workers), server, (sum(fields), fields[3] + fields[4])
 
     def stop(self) -> tuple[float, float | None, float]:
         """Worker CPU seconds, server CPU seconds, the machine's busy share, since start."""
         workers, server, (total, idle) = self._sample()
-        spent = sum(t - self.start[1].get(p, 0.0) for p, t in server.items())
+        before = self.start[1]
+        spent = None
+        if server is not None and before is not None:
+            spent = sum(t - before.get(p, 0.0) for p, t in server.items())
         elapsed, idled = total - self.start[2][0], idle - self.start[2][1]
         busy = 1 - idled / elapsed if elapsed else float("nan")
-        return workers - self.start[0], spent if self.postmaster else None, busy
+        return workers - self.start[0], spent, busy
 
 
-def _offer(rt: Runtime, args: argparse.Namespace, first: int, total: int, rate: float | None) -> list[UUID]:
+class Offered(msgspec.Struct, frozen=True):
+    """What a write load did: the memories, in the order done; when each write call
+    returned (wall clock); how long each took from its due time."""
+
+    ids: list[UUID]
+    returned: dict[UUID, datetime]
+    latencies: list[float]
+
+
+def _offer(rt: Runtime, args: argparse.Namespace, first: int, total: int, rate: float | None) -> Offered:
     """Write memories ``first`` .. ``first + total - 1`` from ``args.writers`` threads, open
     loop: write i is due at ``i / rate`` (``rate`` None: at once); a free thread takes the
-    next write as soon as it is due (at once, when it is late). The memories written, in
-    the order they were done."""
+    next write as soon as it is due (at once, when it is late)."""
     due = [0]
     lock = threading.Lock()
-    written: list[UUID] = []
+    done = Offered([], {}, [])
     start = time.perf_counter()
 
     def writer() -> None:
@@ -225,20 +230,22 @@ def _offer(rt: Runtime, args: argparse.Namespace, first: int, total: int, rate: 
                 due[0] += 1
             if i >= total:
                 return
-            if rate is not None:
-                time.sleep(max(0.0, start + i / rate - time.perf_counter()))
+            at = start + i / rate if rate is not None else time.perf_counter()
+            time.sleep(max(0.0, at - time.perf_counter()))
             n = first + i
             result = rt.memory.write(_identity(n, args.namespaces), WriteMemory(content=_content(n)))
             assert result.id is not None
             with lock:
-                written.append(result.id)
+                done.ids.append(result.id)
+                done.returned[result.id] = rt.memory.clock()
+                done.latencies.append(time.perf_counter() - at)
 
     threads = [threading.Thread(target=writer, name=f"bench-writer-{t}") for t in range(args.writers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return written
+    return done
 
 
 def _neighbours_per_second(rt: Runtime, backlog: list[UUID]) -> float:
@@ -258,17 +265,18 @@ def _run(round_: int, processes: int, args: argparse.Namespace) -> tuple[WorkerR
         broker = redis_broker(scratch)
         broker.flush_all()  # what an interrupted run on a database of this name left queued
         broker.close()
-        ids = _offer(rt, args, 0, args.backlog, None)
+        ids = _offer(rt, args, 0, args.backlog, None).ids
         reference = _neighbours_per_second(rt, ids)
         watch = LedgerWatch(rt)
         watch.poll()
         workers = _start_workers(scratch, processes)
         try:
-            meter = CpuMeter([w.pid for w in workers], _postmaster(rt))
+            meter = CpuMeter([w.pid for w in workers], rt)
             watch.wait_judged(ids, args.timeout)
             worker_cpu, server_cpu, busy = meter.stop()
             began = time.perf_counter()
-            steady = _offer(rt, args, args.backlog, int(args.rate * args.seconds), args.rate)
+            offered = _offer(rt, args, args.backlog, int(args.rate * args.seconds), args.rate)
+            steady = offered.ids
             rate = len(steady) / (time.perf_counter() - began)
             watch.wait_judged(steady, args.timeout)
         finally:
@@ -277,6 +285,9 @@ def _run(round_: int, processes: int, args: argparse.Namespace) -> tuple[WorkerR
         times = sorted(watch.judged[m] for m in ids if m in watch.judged)
         span = (times[-1] - times[0]).total_seconds() if len(times) > 1 else 0.0
         lags = [(watch.judged[m] - watch.written[m]).total_seconds() for m in steady if m in watch.judged]
+        after_write = [
+            (watch.judged[m] - offered.returned[m]).total_seconds() for m in steady if m in watch.judged
+        ]
         every = ids + steady
         judged = max(len(times), 1)
         run = WorkerRun(
@@ -292,6 +303,10 @@ def _run(round_: int, processes: int, args: argparse.Namespace) -> tuple[WorkerR
             writes_per_second=rate,
             lag_p50_s=percentile(lags, 0.5),
             lag_p95_s=percentile(lags, 0.95),
+            write_p50_s=percentile(offered.latencies, 0.5),
+            write_p95_s=percentile(offered.latencies, 0.95),
+            after_write_p50_s=percentile(after_write, 0.5),
+            after_write_p95_s=percentile(after_write, 0.95),
             judged_twice=sum(1 for m in every if watch.counts[m] > 1),
             unjudged=sum(1 for m in every if watch.counts[m] == 0),
         )
@@ -343,8 +358,11 @@ def _text(report: WorkersReport) -> str:
             f"  round {r.round}, {r.processes} process(es): drain of {r.backlog}: {r.judged_per_second:.1f} judged/s"
             f" (CPU per judgement: workers {r.worker_cpu_ms_per_judgement:.1f} ms, PostgreSQL {server} ms;"
             f" machine {100 * r.machine_busy:.0f}% busy); steady: offered {r.offered_writes_per_second:.0f}"
-            f" writes/s, reached {r.writes_per_second:.1f}: lag p50 {r.lag_p50_s:.2f} s, p95 {r.lag_p95_s:.2f} s"
-            f" (target < {TARGET_LAG_P95_S:.0f} s) {verdict}; judged twice {r.judged_twice}, unjudged {r.unjudged}"
+            f" writes/s, reached {r.writes_per_second:.1f} (write p50 {r.write_p50_s:.2f} s, p95"
+            f" {r.write_p95_s:.2f} s): lag p50 {r.lag_p50_s:.2f} s, p95 {r.lag_p95_s:.2f} s"
+            f" (target < {TARGET_LAG_P95_S:.0f} s) {verdict}, after the write returned p50"
+            f" {r.after_write_p50_s:.2f} s, p95 {r.after_write_p95_s:.2f} s;"
+            f" judged twice {r.judged_twice}, unjudged {r.unjudged}"
         )
     lines.append(
         f"  reference: the nearest-neighbour query alone, in-process: {report.neighbours_per_second:.1f}/s"
