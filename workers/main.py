@@ -71,6 +71,7 @@ class WorkerProcess:
         # autopilot queue: its threads run whatever actor a message names.
         self.worker = dramatiq.Worker(self.broker, queues={AUTOPILOT_QUEUE}, worker_threads=threads)
         self.maintenance = dramatiq.Worker(self.broker, queues={MAINTENANCE_QUEUE}, worker_threads=1)
+        self.broker.logger.addFilter(_second_worker_is_meant)
 
     def _feeders(self) -> list[Background]:
         """Consolidation's dispatcher, the autopilot's sweep, the checkpoint ticker."""
@@ -112,6 +113,15 @@ def autopilot_dispatcher(
 ) -> Dispatcher[MemoryBatch]:
     """The autopilot's dispatcher: each batch's new memories of a namespace (``memory_batches``)."""
     return Dispatcher(runtime.ledger, send, select=memory_batches)
+
+
+def _second_worker_is_meant(record: logging.LogRecord) -> bool:
+    """Drop Dramatiq's warning that a second worker's middleware joins the broker's: two
+    workers, each consuming only its own queues, are what ``WorkerProcess`` means."""
+    return not (
+        record.getMessage().startswith("You're adding a middleware of the same type twice")
+        and "_WorkerMiddleware" in record.getMessage()
+    )
 
 
 def consolidation_dispatcher(runtime: Runtime, send: Callable[[str, int], object]) -> Dispatcher[str]:
