@@ -60,6 +60,7 @@ class Runtime:
                 neighbours,
                 judge,
                 lambda namespace: governance.effective_policy(namespace).conflict_review,
+                self.reads.pending_memories,
             )
             if judge is not None:
                 memory.band = SynchronousBand(neighbours, judge, memory.streams)

@@ -26,6 +26,7 @@ from projections.autopilot.views import (
     list_proposals,
     namespace_faults,
     namespace_memories,
+    pending_memories,
     unjudged_memories,
     worker_gauges,
 )
@@ -191,6 +192,12 @@ class ReadModels:
     def unjudged_memories(self, recorded_before: datetime, limit: int = 500) -> list[tuple[UUID, int]]:
         with self.ledger.datastore.get_connection() as conn:
             return unjudged_memories(conn, self.ledger.schema, recorded_before, limit)
+
+    def pending_memories(
+        self, namespace: str, recorded_since: datetime, limit: int
+    ) -> list[tuple[UUID, int]]:
+        with self.ledger.datastore.get_connection() as conn:
+            return pending_memories(conn, self.ledger.schema, namespace, recorded_since, limit)
 
     def worker_gauges(self) -> WorkerGauges:
         with self.ledger.datastore.get_connection() as conn:

@@ -34,7 +34,11 @@ from workers.tickets import TicketState, TicketStore, Write, apply_ticket
 
 log = logging.getLogger(__name__)
 AUTOPILOT_QUEUE = "autopilot"
+MAINTENANCE_QUEUE = "maintenance"
+"""Consolidation and checkpoints: long passes, on a queue and worker threads of their own,
+so one never holds up the autopilot's (a consolidation pass reads 500 memories' neighbours)."""
 AUTOPILOT_ACTOR = "autopilot_memory"
+AUTOPILOT_BATCH_ACTOR = "autopilot_memories"
 CONSOLIDATION_ACTOR = "consolidate_namespace"
 CHECKPOINT_ACTOR = "checkpoint_ledger"
 TICKETS_QUEUE = "tickets"
@@ -93,16 +97,49 @@ def run_pass(autopilot: AutopilotService, holder: str, memory_id: Any, position:
     return autopilot.judge_memory(memory, at, holder)
 
 
+MAX_BATCH_IDS = 256
+"""A batch message naming more memories than this is not ours: dropped."""
+
+
+def run_batch(
+    autopilot: AutopilotService, holder: str, memory_ids: Any, position: Any
+) -> list[PassResult] | None:
+    """One batch message's work (the dispatcher's memories of a namespace); a damaged one
+    is dropped with a log line."""
+    try:
+        ok = isinstance(memory_ids, list) and 0 < len(memory_ids) <= MAX_BATCH_IDS
+        memories = [UUID(str(m)) for m in memory_ids] if ok else []
+        at = int(position)
+    except (TypeError, ValueError):
+        memories = []
+    if not memories:
+        log.warning("autopilot: dropped a batch message that names no memories")
+        return None
+    return autopilot.judge_memories(memories, at, holder, take_along=True)
+
+
 def declare_autopilot(
     broker: RedisBroker, autopilot: Callable[[], AutopilotService], holder: str
 ) -> dramatiq.Actor[Any, Any]:
-    """The autopilot actor on ``broker``; ``autopilot`` gives the service (opened by the
-    worker process; a sender never calls it)."""
+    """The autopilot actor on ``broker`` for one memory (the sweep's); ``autopilot`` gives
+    the service (opened by the worker process; a sender never calls it)."""
 
     def autopilot_memory(memory_id: str, position: int) -> None:
         _soon_again_when_leased(lambda: run_pass(autopilot(), holder, memory_id, position))
 
     return _declared(broker, AUTOPILOT_ACTOR, autopilot_memory)
+
+
+def declare_autopilot_batches(
+    broker: RedisBroker, autopilot: Callable[[], AutopilotService], holder: str
+) -> dramatiq.Actor[Any, Any]:
+    """The autopilot actor on ``broker`` for a batch of a namespace's memories (the
+    dispatcher's): one lease take and one fenced append for them all."""
+
+    def autopilot_memories(memory_ids: list[str], position: int) -> None:
+        _soon_again_when_leased(lambda: run_batch(autopilot(), holder, memory_ids, position))
+
+    return _declared(broker, AUTOPILOT_BATCH_ACTOR, autopilot_memories)
 
 
 def run_consolidation(
@@ -130,7 +167,7 @@ def declare_consolidation(
     def consolidate_namespace(namespace: str, position: int) -> None:
         _soon_again_when_leased(lambda: run_consolidation(consolidation(), holder, namespace, position))
 
-    return _declared(broker, CONSOLIDATION_ACTOR, consolidate_namespace)
+    return _declared(broker, CONSOLIDATION_ACTOR, consolidate_namespace, MAINTENANCE_QUEUE)
 
 
 def run_checkpoint(checkpoints: CheckpointService, holder: str) -> Checkpoint | None:
@@ -152,7 +189,7 @@ def declare_checkpoints(
     def checkpoint_ledger() -> None:
         run_checkpoint(checkpoints(), holder)
 
-    return _declared(broker, CHECKPOINT_ACTOR, checkpoint_ledger)
+    return _declared(broker, CHECKPOINT_ACTOR, checkpoint_ledger, MAINTENANCE_QUEUE)
 
 
 def run_ticket(store: TicketStore, write: Write, ticket: Any) -> TicketState | None:

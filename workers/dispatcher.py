@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Generic, TypeVar, cast
 from uuid import UUID
 
+import msgspec
 import redis
 from psycopg.sql import SQL, Identifier
 
@@ -78,6 +79,39 @@ def new_memories(events: Sequence[Recorded]) -> list[tuple[UUID, int]]:
         for r in events
         if isinstance(r.event, MemoryWritten) and r.event.status == "active"
     ]
+
+
+MAX_MEMORIES_PER_BATCH = 32
+"""The most memories one autopilot message carries: a batch is one pass under one lease
+take and one fenced append, and a pass must end well inside its lease (30 s)."""
+
+
+class MemoryBatch(msgspec.Struct, frozen=True):
+    """One autopilot message: new memories of one namespace, in ledger order, and the
+    position of the last (the read models must reach it before the pass reads them)."""
+
+    memory_ids: tuple[UUID, ...]
+    position: int
+
+
+def memory_batches(events: Sequence[Recorded]) -> list[tuple[MemoryBatch, int]]:
+    """The autopilot's triggers, grouped: the new active memories of each namespace, at
+    most ``MAX_MEMORIES_PER_BATCH`` a batch, each batch at its *first* memory's position,
+    in that order. So whenever the batches sent so far end at position p, every memory at
+    or before p is in one of them: a failed send stops the record before its batch's
+    first memory, and a batch cut short by time commits the last first position sent."""
+    open_batches: dict[str, list[tuple[UUID, int]]] = {}
+    batches: list[list[tuple[UUID, int]]] = []
+    for r in events:
+        e = r.event
+        if not (isinstance(e, MemoryWritten) and e.status == "active"):
+            continue
+        members = open_batches.get(e.namespace)
+        if members is None or len(members) >= MAX_MEMORIES_PER_BATCH:
+            members = open_batches[e.namespace] = []
+            batches.append(members)
+        members.append((e.memory_id, int(r.position or 0)))
+    return [(MemoryBatch(tuple(m for m, _ in members), members[-1][1]), members[0][1]) for members in batches]
 
 
 def new_material(events: Sequence[Recorded]) -> list[tuple[str, int]]:

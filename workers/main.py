@@ -17,8 +17,10 @@ from domain.services.autopilot import PassResult
 from domain.settings import Settings
 from workers.actors import (
     AUTOPILOT_QUEUE,
+    MAINTENANCE_QUEUE,
     TICKETS_QUEUE,
     declare_autopilot,
+    declare_autopilot_batches,
     declare_checkpoints,
     declare_consolidation,
     declare_tickets,
@@ -29,8 +31,10 @@ from workers.actors import (
 from workers.dispatcher import (
     Background,
     Dispatcher,
+    MemoryBatch,
     Sweeper,
     Ticker,
+    memory_batches,
     new_material,
 )
 from workers.metrics import count_in_process, uncount
@@ -77,6 +81,7 @@ class WorkerProcess:
         self.holder = holder_id()
         self.broker = redis_broker(settings)
         self.actor = declare_autopilot(self.broker, lambda: self.runtime.autopilot, self.holder)
+        self.batch_actor = declare_autopilot_batches(self.broker, lambda: self.runtime.autopilot, self.holder)
         self.consolidation = declare_consolidation(
             self.broker, lambda: self.runtime.consolidation, self.holder
         )
@@ -85,17 +90,21 @@ class WorkerProcess:
         self.ticket_actor = declare_tickets(
             self.broker, lambda: self.tickets, lambda: self.runtime.memory.run_queued
         )
-        self.dispatcher: Dispatcher[UUID] | None = None
+        self.dispatcher: Dispatcher[MemoryBatch] | None = None
         self.loops: list[Background] = []
         if dispatch:
-            self.dispatcher = Dispatcher(self.runtime.ledger, self._send)
+            self.dispatcher = autopilot_dispatcher(self.runtime, self._send_batch)
             self.loops = [self.dispatcher, *self._feeders()]
             for loop in self.loops:
                 if isinstance(loop, Dispatcher):
                     loop.register()
+        # An older worker's consolidation and checkpoint messages may still be on the
+        # autopilot queue: its threads run whatever actor a message names.
         self.worker = dramatiq.Worker(
             self.broker, queues={AUTOPILOT_QUEUE, TICKETS_QUEUE}, worker_threads=threads
         )
+        self.maintenance = dramatiq.Worker(self.broker, queues={MAINTENANCE_QUEUE}, worker_threads=1)
+        self.broker.logger.addFilter(_second_worker_is_meant)
 
     def _feeders(self) -> list[Background]:
         """Consolidation's dispatcher, the autopilot's and the tickets' sweeps, the
@@ -116,8 +125,12 @@ class WorkerProcess:
     def _send(self, memory_id: UUID, position: int) -> None:
         self.actor.send(str(memory_id), position)
 
+    def _send_batch(self, batch: MemoryBatch, _first: int) -> None:
+        self.batch_actor.send([str(m) for m in batch.memory_ids], batch.position)
+
     def start(self) -> None:
         self.worker.start()
+        self.maintenance.start()
         for loop in self.loops:
             loop.start()
 
@@ -125,8 +138,25 @@ class WorkerProcess:
         for loop in reversed(self.loops):
             loop.stop()
         self.worker.stop()
+        self.maintenance.stop()
         self.broker.close()
         self.runtime.close()
+
+
+def autopilot_dispatcher(
+    runtime: Runtime, send: Callable[[MemoryBatch, int], object]
+) -> Dispatcher[MemoryBatch]:
+    """The autopilot's dispatcher: each batch's new memories of a namespace (``memory_batches``)."""
+    return Dispatcher(runtime.ledger, send, select=memory_batches)
+
+
+def _second_worker_is_meant(record: logging.LogRecord) -> bool:
+    """Drop Dramatiq's warning that a second worker's middleware joins the broker's: two
+    workers, each consuming only its own queues, are what ``WorkerProcess`` means."""
+    return not (
+        record.getMessage().startswith("You're adding a middleware of the same type twice")
+        and "_WorkerMiddleware" in record.getMessage()
+    )
 
 
 def consolidation_dispatcher(runtime: Runtime, send: Callable[[str, int], object]) -> Dispatcher[str]:
@@ -146,9 +176,11 @@ class InProcessAutopilot:
     def __init__(self, runtime: Runtime) -> None:
         holder = holder_id()
         autopilot, consolidation, checkpoints = runtime.autopilot, runtime.consolidation, runtime.checkpoints
-        self.dispatcher: Dispatcher[UUID] = Dispatcher(
-            runtime.ledger,
-            lambda memory_id, position: _judged(autopilot.judge_memory(memory_id, position, holder)),
+        self.dispatcher = autopilot_dispatcher(
+            runtime,
+            lambda batch, _first: _judged(
+                autopilot.judge_memories(batch.memory_ids, batch.position, holder, take_along=True)
+            ),
         )
         self.consolidation = consolidation_dispatcher(
             runtime, lambda namespace, position: consolidation.consolidate(namespace, position, holder)
@@ -174,8 +206,8 @@ class InProcessAutopilot:
             loop.stop()
 
 
-def _judged(result: PassResult) -> None:
-    log.debug("autopilot: %s", result)
+def _judged(results: list[PassResult]) -> None:
+    log.debug("autopilot: %s", results)
 
 
 def run_worker(settings: Settings, stop: threading.Event, threads: int = 2) -> None:

@@ -14,7 +14,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from domain.settings import Settings
-from workers.actors import AUTOPILOT_QUEUE, TICKETS_QUEUE, redis_broker
+from workers.actors import AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, TICKETS_QUEUE, redis_broker
 from workers.dispatcher import Dispatcher
 
 CONNECT_SECONDS = 0.5
@@ -53,7 +53,9 @@ class QueueDepth:
             return [((("queue", d.name), ("broker", "in-process")), float(d.backlog)) for d in local]
         try:
             broker = self._redis()
-            depths = [(queue, broker.do_qsize(queue)) for queue in (AUTOPILOT_QUEUE, TICKETS_QUEUE)]
+            depths = [
+                (queue, broker.do_qsize(queue)) for queue in (AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, TICKETS_QUEUE)
+            ]
         except (redis.RedisError, OSError):  # no Redis: no queue to count
             return []
         return [((("queue", queue), ("broker", "redis")), float(depth)) for queue, depth in depths]

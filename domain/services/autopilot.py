@@ -11,8 +11,8 @@ declared in domain/services/ports.py, which the search index implements
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -49,15 +49,20 @@ from domain.model.events import (
 from domain.model.identity import Identity
 from domain.model.judging import Judge, JudgeUnavailable, Statement
 from domain.model.leases import Lease
-from domain.model.memory import Claim, MemoryState
+from domain.model.memory import Claim, MemoryState, evolve_memory
 from domain.services.commands import Decided, Note, Retry
 from domain.services.leases import Leases
 from domain.services.memory import MemoryService
-from domain.services.ports import Neighbours
+from domain.services.ports import Neighbours, Pending
 from domain.services.streams import fold
 
 log = logging.getLogger(__name__)
 S = TypeVar("S")
+MAX_PASS_MEMORIES = 32
+"""The most memories one pass judges (its message's and those pending it takes along): a
+pass must end well inside its lease."""
+PENDING_WINDOW = timedelta(minutes=2)
+"""How far back a pass looks for other memories of its namespace waiting to be judged."""
 
 
 class PassResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,12 +93,14 @@ class AutopilotService:
         neighbours: Neighbours,
         judge: Judge | None,
         dial_for: Callable[[str], ConflictReview],
+        pending: Pending | None = None,
     ) -> None:
         self.memory = memory
         self.leases = leases
         self.neighbours = neighbours
         self.judge = judge
         self.dial_for = dial_for
+        self.pending = pending
 
     @property
     def ledger(self) -> Ledger:
@@ -106,63 +113,159 @@ class AutopilotService:
         under ``holder``'s lease on the memory's namespace (``judge_with_lease``).
         Idempotent: a memory already judged is left alone, without a lease. ``LeaseBusy``:
         another holder has the namespace now (try later)."""
-        memory = self.memory.streams.memories([memory_id]).get(memory_id)
-        if memory is None or self._judged(memory_id)[0]:
-            return PassResult(memory_id=memory_id, outcome=None)
-        lease = self.leases.acquire(AUTOPILOT, memory.namespace, holder)
-        return self.judge_with_lease(lease, memory_id, position)
+        return self.judge_memories([memory_id], position, holder)[0]
+
+    def judge_memories(
+        self, memory_ids: Sequence[UUID], position: int, holder: str, *, take_along: bool = False
+    ) -> list[PassResult]:
+        """``judge_memory`` for several memories (the dispatcher's batch of a namespace, all
+        committed by ``position``): the passes of one namespace's memories share one lease
+        take and one fenced append. ``take_along``: with the other recent memories of the
+        namespace still waiting for a pass (``_pending``). A result per id asked, in order.
+        ``LeaseBusy``: another holder has a namespace now; the namespaces passed before it
+        keep what they appended, and a retry of the whole batch leaves them alone."""
+        ids = list(dict.fromkeys(memory_ids))
+        memories = self.memory.streams.memories(ids)
+        judged = self._judged(ids)
+        by_namespace: dict[str, list[UUID]] = {}
+        for memory_id in ids:
+            if memory_id in memories and not judged[memory_id][0]:
+                by_namespace.setdefault(memories[memory_id].namespace, []).append(memory_id)
+        results = {m: PassResult(memory_id=m, outcome=None) for m in ids}
+        for namespace, todo in by_namespace.items():
+            lease = self.leases.acquire(AUTOPILOT, namespace, holder)
+            more = self._pending(namespace, todo) if take_along else []
+            batch = [*todo, *(m for m, _ in more)]
+            # the judged state of those taken along is read with the others' again, in one query
+            read = None if more else {m: judged[m][1] for m in todo}
+            at = max([position, *(p for _, p in more)])
+            results.update((r.memory_id, r) for r in self.judge_batch_with_lease(lease, batch, at, read))
+        return [results[m] for m in ids]
+
+    def _pending(self, namespace: str, todo: list[UUID]) -> list[tuple[UUID, int]]:
+        """Other recent memories of the namespace waiting for a pass (their own messages
+        queued behind this one, or lost): judged with these under the same lease take and
+        append, so a backlog is judged in batches however the messages were cut; their own
+        messages then find them judged."""
+        room = MAX_PASS_MEMORIES - len(todo)
+        if self.pending is None or room <= 0:
+            return []
+        since = self.memory.clock() - PENDING_WINDOW
+        mine = set(todo)
+        return [(m, p) for m, p in self.pending(namespace, since, room + len(todo)) if m not in mine][:room]
 
     def judge_with_lease(self, lease: Lease, memory_id: UUID, position: int) -> PassResult:
         """The pass, in one append fenced by ``lease``: the append releases the lease at its
         stream's next version. ``LeaseLost``: the lease was taken over meanwhile and the
         append was refused; nothing of the pass was applied."""
+        return self.judge_batch_with_lease(lease, [memory_id], position, None)[0]
 
-        def decide(now: datetime, held: Lease) -> Decided[PassResult]:
-            judged, judged_version = self._judged(memory_id)
-            memory = self.memory.streams.memories([memory_id])[memory_id]
-            events, neighbours = ([], []) if judged else self._decide(memory, position, held, now)
-            versions = {m.id: m.version for m in (memory, *neighbours)}
-            versions[judgement_stream(memory_id)] = judged_version
+    def judge_batch_with_lease(
+        self, lease: Lease, memory_ids: list[UUID], position: int, read: dict[UUID, int] | None = None
+    ) -> list[PassResult]:
+        """The passes of ``memory_ids`` (one namespace's) in one append fenced by ``lease``
+        (``LeaseLost``: refused whole). ``read``: the versions of the judgement streams of
+        those not judged yet, as just read (the first attempt need not read them again:
+        the append is refused if one moved meanwhile)."""
+        first = [read]
+
+        def decide(now: datetime, held: Lease) -> Decided[list[PassResult]]:
+            versions = first.pop() if first else None
+            if versions is None:  # a retry (or no read given): what is judged may have moved
+                versions = {m: v for m, (done, v) in self._judged(memory_ids).items() if not done}
+            memories = self.memory.streams.memories(versions)
+            todo = sorted((memories[m] for m in versions if m in memories), key=_age)
+            if any(m.namespace != held.namespace for m in todo):
+                raise ValueError("a lease covers the passes of its own namespace's memories only")
+            per_memory, read_states = self._decide_all(todo, position, held, now)
+            stream_versions = {m.id: m.version for m in read_states}
+            stream_versions.update((judgement_stream(m), v) for m, v in versions.items())
+            events = [e for m in todo for e in per_memory[m.id]]
             return Decided(
-                result=lambda appended: _result(memory_id, events, appended), events=events, versions=versions
+                result=lambda appended: [_result(m, per_memory.get(m, []), appended) for m in memory_ids],
+                events=events,
+                versions=stream_versions,
             )
 
         contended = "the memory's neighbours kept changing; the pass will run again"
         return self.leases.run_fenced(self.memory.runner, lease, decide, contended)
 
-    def _decide(
-        self, memory: MemoryState, position: int, lease: Lease, now: datetime
-    ) -> tuple[list[Event], list[MemoryState]]:
-        if not memory.is_current(now):
-            return [judged_event(memory, "not_current", now, lease.token)], []
+    def _decide_all(
+        self, todo: list[MemoryState], position: int, lease: Lease, now: datetime
+    ) -> tuple[dict[UUID, list[Event]], list[MemoryState]]:
+        """Each memory's pass, oldest first, as if each had been appended before the next
+        decides (a settlement may retire a neighbour a later memory would judge); and the
+        states read, at the versions read."""
+        events: dict[UUID, list[Event]] = {
+            m.id: [judged_event(m, "not_current", now, lease.token)] for m in todo if not m.is_current(now)
+        }
+        current = [m for m in todo if m.id not in events]
         if self.judge is None:
-            return [judged_event(memory, "judge_unavailable", now, lease.token)], []
-        found = self.neighbours.nearest(memory.id, NEIGHBOURS_K, MIN_COSINE, position)
-        if found is None:
-            return [judged_event(memory, "unembedded", now, lease.token)], []
-        states = self.memory.streams.memories(n for n, _ in found)
+            events.update((m.id, [judged_event(m, "judge_unavailable", now, lease.token)]) for m in current)
+            return events, todo
+        found = self.neighbours.nearest_many([m.id for m in current], NEIGHBOURS_K, MIN_COSINE, position)
+        states = self.memory.streams.memories(n for hits in found.values() for n, _ in hits)
+        overlay = {**states, **{m.id: m for m in todo}}
+        dials: dict[str, ConflictReview] = {}
+        for memory in (overlay[m.id] for m in current):  # as the passes before it left it
+            if memory.id not in found:
+                events[memory.id] = [judged_event(memory, "unembedded", now, lease.token)]
+                continue
+            if memory.namespace not in dials:
+                dials[memory.namespace] = self.dial_for(memory.namespace)
+            pairs = self._pairs(memory, found[memory.id], overlay, now)
+            events[memory.id] = (
+                decide_pass(
+                    memory,
+                    pairs,
+                    dials[memory.namespace],
+                    self.judge.name,
+                    lease.token,
+                    now,
+                    _ids(self.memory.new_id),
+                )
+                if pairs is not None
+                else [judged_event(memory, "judge_unavailable", now, lease.token, self.judge.name)]
+            )
+            for event in events[memory.id]:
+                state = overlay.get(event.stream_id)
+                if state is not None:
+                    overlay[event.stream_id] = evolve_memory(state, event)
+        return events, [*states.values(), *todo]
+
+    def _pairs(
+        self,
+        memory: MemoryState,
+        found: list[tuple[UUID, float]],
+        states: dict[UUID, MemoryState],
+        now: datetime,
+    ) -> list[Pair] | None:
+        """The memory judged against each of its older current neighbours; None when the
+        judge is unavailable."""
+        assert self.judge is not None
         older = [(states[n], c) for n, c in found if n in states and _older(states[n], memory)]
         try:
-            pairs = [
+            return [
                 Pair(neighbour=n, cosine=c, judgement=self.judge.judge(_statement(n), _statement(memory)))
                 for n, c in older
                 if n.is_current(now)
             ]
         except JudgeUnavailable as error:
             log.warning("judge %s unavailable: %s", self.judge.name, error)
-            return [judged_event(memory, "judge_unavailable", now, lease.token, self.judge.name)], []
-        dial = self.dial_for(memory.namespace)
-        events = decide_pass(memory, pairs, dial, self.judge.name, lease.token, now, _ids(self.memory.new_id))
-        return events, [p.neighbour for p in pairs]
+            return None
 
-    def _judged(self, memory_id: UUID) -> tuple[bool, int]:
-        """Whether the memory is judged for good (a later pass only retries an unjudged
-        outcome), and its judgement stream's version."""
-        stream = judgement_stream(memory_id)
-        head = self.ledger.stream_heads([stream]).get(stream)
-        if head is None or not isinstance(head.event, ConflictsJudged):
-            return False, 0
-        return head.event.outcome in {"judged", "not_current"}, head.originator_version
+    def _judged(self, memory_ids: Sequence[UUID]) -> dict[UUID, tuple[bool, int]]:
+        """Whether each memory is judged for good (a later pass only retries an unjudged
+        outcome), and its judgement stream's version; one query for them all."""
+        streams = {judgement_stream(m): m for m in memory_ids}
+        found = dict.fromkeys(memory_ids, (False, 0))
+        for stream, head in self.ledger.stream_heads(list(streams)).items():
+            if isinstance(head.event, ConflictsJudged):
+                found[streams[stream]] = (
+                    head.event.outcome in {"judged", "not_current"},
+                    head.originator_version,
+                )
+        return found
 
     # -- reviewers ------------------------------------------------------------------------------
 
@@ -253,9 +356,13 @@ def _present(state: S | None) -> S:
     return state
 
 
+def _age(memory: MemoryState) -> tuple[datetime, str]:
+    return (memory.recorded_at, str(memory.id))
+
+
 def _older(neighbour: MemoryState, memory: MemoryState) -> bool:
     """The newer memory's pass judges a pair: ``neighbour`` came first."""
-    return (neighbour.recorded_at, str(neighbour.id)) < (memory.recorded_at, str(memory.id))
+    return _age(neighbour) < _age(memory)
 
 
 def _statement(memory: MemoryState) -> Statement:

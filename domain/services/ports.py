@@ -26,6 +26,21 @@ class Neighbours(Protocol):
         self, memory_id: UUID, k: int, min_cosine: float, position: int
     ) -> list[tuple[UUID, float]] | None: ...
 
+    def nearest_many(
+        self, memory_ids: Sequence[UUID], k: int, min_cosine: float, position: int
+    ) -> dict[UUID, list[tuple[UUID, float]]]:
+        """``nearest`` for several memories at once (one wait, one lookup of their vectors,
+        one read transaction per writer's scope); a memory without a vector is left out."""
+        ...
+
+
+class Pending(Protocol):
+    """A namespace's current memories recorded since a time that no pass has judged for
+    good, oldest first, at most ``limit``, with their ledger positions (a read model: only
+    a hint, the pass checks the ledger)."""
+
+    def __call__(self, namespace: str, recorded_since: datetime, limit: int) -> list[tuple[UUID, int]]: ...
+
 
 class Members(Protocol):
     """The ids of a namespace's newest memories (``Members``), or of its newest faults

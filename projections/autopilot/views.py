@@ -223,13 +223,33 @@ def unjudged_memories(
     """Current memories recorded before ``recorded_before`` that no pass has judged (left
     ``judge_unavailable`` or ``unembedded``, or never reached), oldest first, with their
     positions: what a sweep hands to the autopilot again."""
+    return _unjudged(conn, schema, "m.recorded_at < %s", (recorded_before,), limit)
+
+
+def pending_memories(
+    conn: Connection[Any], schema: str, namespace: str, recorded_since: datetime, limit: int
+) -> list[tuple[UUID, int]]:
+    """A namespace's current memories recorded since ``recorded_since`` that no pass has
+    judged for good, oldest first, with their positions: what a pass holding the
+    namespace's lease judges along with its own (the window keeps the scan to the recent
+    end of the namespace's index; older ones are the sweep's)."""
+    return _unjudged(
+        conn, schema, "m.namespace = %s AND m.recorded_at >= %s", (namespace, recorded_since), limit
+    )
+
+
+def _unjudged(
+    conn: Connection[Any], schema: str, where: str, params: tuple[Any, ...], limit: int
+) -> list[tuple[UUID, int]]:
     rows = conn.execute(
         SQL(
-            "SELECT m.id, m.position FROM {s}.memory_objects m WHERE m.recorded_at < %s AND "
+            "SELECT m.id, m.position FROM {s}.memory_objects m WHERE "
+            + where
+            + " AND "
             + _UNJUDGED
             + " ORDER BY m.recorded_at, m.id LIMIT %s"
         ).format(s=Identifier(schema)),
-        (recorded_before, limit),
+        (*params, limit),
     ).fetchall()
     return [(row["id"], int(row["position"])) for row in rows]
 

@@ -9,7 +9,7 @@ current memories only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -26,37 +26,48 @@ class SearchNeighbours:
         self.search = search
         self.wait_for = wait_for
 
-    def _stored(self, memory_id: UUID) -> tuple[str, np.ndarray[Any, Any]] | None:
-        """The memory's namespace and embedding, if the index holds one of the current model."""
+    def _stored(self, memory_ids: Sequence[UUID]) -> dict[UUID, tuple[str, np.ndarray[Any, Any]]]:
+        """Each memory's namespace and embedding, where the index holds one of the current
+        model; one query for them all."""
         model = self.search.vector_model
-        if model is None:
-            return None
+        if model is None or not memory_ids:
+            return {}
         ledger = self.search.ledger
         with ledger.datastore.get_connection() as conn:
-            row = conn.execute(
+            rows = conn.execute(
                 SQL(
-                    "SELECT namespace, embedding::text AS vector FROM {s}.search_docs"
-                    " WHERE ref = %s AND model = %s AND embedding IS NOT NULL"
+                    "SELECT ref, namespace, embedding::text AS vector FROM {s}.search_docs"
+                    " WHERE ref = ANY(%s) AND model = %s AND embedding IS NOT NULL"
                 ).format(s=Identifier(ledger.schema)),
-                (memory_id, model[0]),
-            ).fetchone()
-        if row is None:
-            return None
-        vector = np.array([float(x) for x in row["vector"].strip("[]").split(",")], dtype=np.float32)
-        return row["namespace"], vector
+                (list(memory_ids), model[0]),
+            ).fetchall()
+        return {
+            r["ref"]: (r["namespace"], np.fromstring(r["vector"].strip("[]"), dtype=np.float32, sep=","))
+            for r in rows
+        }
 
     def nearest(
         self, memory_id: UUID, k: int, min_cosine: float, position: int
     ) -> list[tuple[UUID, float]] | None:
+        return self.nearest_many([memory_id], k, min_cosine, position).get(memory_id)
+
+    def nearest_many(
+        self, memory_ids: Sequence[UUID], k: int, min_cosine: float, position: int
+    ) -> dict[UUID, list[tuple[UUID, float]]]:
         self.wait_for(position)
-        stored = self._stored(memory_id)
-        if stored is None:
-            return None
-        namespace, vector = stored
-        writer = Identity(namespace=namespace, actor="autopilot", role="agent")
-        with self.search.view(writer, SearchQuery(query="", k=k), lambda: vector) as (view, *_):
-            hits = view.vector_lane(k + 1)
-        return [(h.ref, h.score) for h in hits if h.ref != memory_id and h.score >= min_cosine][:k]
+        by_namespace: dict[str, list[tuple[UUID, np.ndarray[Any, Any]]]] = {}
+        for memory_id, (namespace, vector) in self._stored(memory_ids).items():
+            by_namespace.setdefault(namespace, []).append((memory_id, vector))
+        found: dict[UUID, list[tuple[UUID, float]]] = {}
+        for namespace, members in by_namespace.items():
+            writer = Identity(namespace=namespace, actor="autopilot", role="agent")
+            with self.search.view(writer, SearchQuery(query="", k=k), _per_memory) as (view, *_):
+                for memory_id, vector in members:
+                    hits = view.for_vector(vector).vector_lane(k + 1)
+                    found[memory_id] = [
+                        (h.ref, h.score) for h in hits if h.ref != memory_id and h.score >= min_cosine
+                    ][:k]
+        return found
 
     def similar(self, namespace: str, vector: bytes, k: int, min_cosine: float) -> list[tuple[UUID, float]]:
         """The synchronous band's neighbours: nearest to a new fact's vector among the
@@ -69,3 +80,8 @@ class SearchNeighbours:
         with self.search.view(writer, SearchQuery(query="", k=k), lambda: query) as (view, *_):
             hits = view.vector_lane(2 * k)
         return [(h.ref, h.score) for h in hits if h.score >= min_cosine]
+
+
+def _per_memory() -> np.ndarray[Any, Any]:
+    """The query vector of a view whose every lookup brings its own (``for_vector``)."""
+    raise LookupError("each lookup of this view brings its own vector")

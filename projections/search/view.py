@@ -9,6 +9,7 @@ estimates and returns references; the service turns references into results.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -118,6 +119,14 @@ class ScopedView:
         if self._query_vector is None:
             raise LookupError("no embedder configured")
         return self._query_vector()
+
+    def for_vector(self, vector: np.ndarray[Any, Any]) -> ScopedView:
+        """This view (its transaction, scope and filters) with another query vector: the
+        autopilot looks up the neighbours of a writer's memories in one view."""
+        other = copy.copy(self)
+        other._query_vector = lambda: vector
+        other._query_bound = None
+        return other
 
     def _query_param(self) -> HalfvecParam:
         """The query vector as a bound parameter, made once however many lanes use it."""

@@ -4,6 +4,7 @@ answering over HTTP. Plus the dispatcher's promise: a broker outage delays, neve
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -194,3 +195,34 @@ def test_a_slow_batch_commits_how_far_it_got(api: Api) -> None:
     assert 0 < dispatcher.position() < api.runtime.ledger.head_position()
     dispatcher.catch_up()
     assert sent == ids
+
+
+def test_a_long_consolidation_pass_does_not_hold_up_the_autopilot(
+    settings: Settings, api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.runtime.memory.band = None
+    process = WorkerProcess(settings, threads=1)  # one autopilot thread: nothing to spare
+    process.broker.flush_all()
+    consolidation = process.runtime.consolidation
+    started, release = threading.Event(), threading.Event()
+    real = consolidation.consolidate
+
+    def slow(namespace: str, position: int, holder: str) -> object:
+        started.set()
+        release.wait(60)
+        return real(namespace, position, holder)
+
+    monkeypatch.setattr(consolidation, "consolidate", slow)
+    process.start()
+    try:
+        process.consolidation.send(NS, api.runtime.ledger.head_position())
+        assert started.wait(30)  # the maintenance thread is held in a pass
+        agent = api.key(NS, "bot", "agent")
+        admin = api.key("acme/eng", "rev", "admin")
+        write(api, agent, "Standup is at 9:30")
+        write(api, agent, "Standup is at 10:00")
+        assert eventually(lambda: get(api, admin, "/v1/admin/findings"))  # judged meanwhile
+        assert not release.is_set()
+    finally:
+        release.set()
+        process.stop()

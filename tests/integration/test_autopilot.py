@@ -5,7 +5,8 @@ reversal, idempotent redelivery, leases with fencing tokens, ``judge_unavailable
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import NamedTuple
 from uuid import UUID
 
 import pytest
@@ -16,7 +17,7 @@ from domain.model.commands import ProvenanceClaim, WriteMemory
 from domain.model.errors import Forbidden, InvalidState, NotFound
 from domain.model.identity import Identity
 from domain.model.judging import RulesJudge
-from domain.model.leases import LeaseBusy, LeaseLost
+from domain.model.leases import Lease, LeaseBusy, LeaseLost
 from domain.model.policies import PolicyBody
 from domain.services.leases import Leases
 from domain.settings import Settings
@@ -188,15 +189,31 @@ def test_without_a_judge_the_memory_stays_unjudged_and_is_counted(runtime: Runti
     assert runtime.reads.autopilot_counts(AGENT, after=later.position).unjudged == 0
 
 
-def test_a_pass_whose_lease_was_taken_over_cannot_append(runtime: Runtime) -> None:
-    clock = runtime.memory.clock
-    start = clock()
+class Stalled(NamedTuple):
+    start: datetime
+    first: UUID
+    p1: int
+    second: UUID
+    p2: int
+    lease: Lease
+
+
+def worker_1_holds_a_short_lease(runtime: Runtime) -> Stalled:
+    """Leases of 5 s on the runtime's clock (late-bound: a test moves it), three memories
+    of one namespace, and worker-1 holding their namespace's lease."""
+    start = runtime.memory.clock()
     late_clock = lambda: runtime.memory.clock()  # noqa: E731, PLW0108 - late-bound: the test moves the clock
     runtime.autopilot.leases = Leases(runtime.ledger, late_clock, ttl=timedelta(seconds=5))
     write(runtime, AGENT, "Standup is at 9:30")
     first, p1 = write(runtime, AGENT, "Standup is at 10:00")
     second, p2 = write(runtime, AGENT, "Standup is at 11:00")
     lease = runtime.autopilot.leases.acquire("autopilot", AGENT.namespace, "worker-1")
+    return Stalled(start, first, p1, second, p2, lease)
+
+
+def test_a_pass_whose_lease_was_taken_over_cannot_append(runtime: Runtime) -> None:
+    clock = runtime.memory.clock
+    start, first, p1, second, p2, lease = worker_1_holds_a_short_lease(runtime)
     assert lease.token == 1
     for holder in ("worker-2", "worker-1"):  # one pass at a time, its own holder's too
         with pytest.raises(LeaseBusy):
