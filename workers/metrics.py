@@ -54,7 +54,8 @@ class QueueDepth:
         try:
             broker = self._redis()
             depths = [
-                (queue, broker.do_qsize(queue)) for queue in (AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, TICKETS_QUEUE)
+                (queue, broker.do_qsize(queue))
+                for queue in (AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, TICKETS_QUEUE)
             ]
         except (redis.RedisError, OSError):  # no Redis: no queue to count
             return []
