@@ -13,9 +13,8 @@ from typing import Any, TypeAlias
 import msgspec
 from psycopg.sql import SQL, Identifier
 
-from api.cli.bench.ingest import register as register_ingest_bench
-from api.cli.bench.load import register as register_load_bench
-from api.cli.bench.workers import register as register_workers_bench
+from api.cli.bench.commands import register as register_bench_commands
+from api.cli.bench.commands import register_service_benches
 from api.cli.erasure import register as register_erasure_commands
 from api.cli.importer import register as register_import_command
 from api.cli.knowledge import register as register_knowledge_commands
@@ -23,7 +22,6 @@ from api.cli.listening import announce_when_listening
 from api.cli.migrate import check_configured_database
 from api.cli.migrate import register as register_migrate_command
 from api.cli.timetravel import register as register_time_commands
-from api.cli.timetravel import register_time_bench
 from api.mcp.command import register as register_mcp_command
 from bootstrap.migrate import MigrationError
 from bootstrap.runtime import Runtime
@@ -96,12 +94,6 @@ def cmd_projections_status(args: argparse.Namespace) -> int:
     ]
     _emit(args, statuses, "\n".join(lines))
     return 0 if all(s.error is None for s in statuses) else 1
-
-
-def cmd_bench_write(args: argparse.Namespace) -> int:
-    from api.cli.bench.write import run_write_bench  # noqa: PLC0415
-
-    return run_write_bench(args)
 
 
 OPERATOR = "operator@cli"
@@ -236,34 +228,6 @@ def cmd_project(args: argparse.Namespace) -> int:
     return run_projector(exit_with_parent=args.exit_with_parent)
 
 
-def cmd_bench_time(args: argparse.Namespace) -> int:
-    from api.cli.bench.time import run_time_bench  # noqa: PLC0415
-
-    return run_time_bench(args)
-
-
-def cmd_bench_api(args: argparse.Namespace) -> int:
-    from api.cli.bench.api import run_api_bench  # noqa: PLC0415
-
-    return run_api_bench(args)
-
-
-def cmd_bench_search(args: argparse.Namespace) -> int:
-    if args.mode == "in-process":
-        from api.cli.bench.search import run_search_bench  # noqa: PLC0415
-
-        return run_search_bench(args)
-    from api.cli.bench.search_http import run_http_search_bench  # noqa: PLC0415
-
-    return run_http_search_bench(args)
-
-
-def cmd_bench_locomo(args: argparse.Namespace) -> int:
-    from api.cli.bench.locomo import run_locomo_bench  # noqa: PLC0415
-
-    return run_locomo_bench(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Every command: the ones of this module, then each command group's ``register``."""
     parser = argparse.ArgumentParser(prog="memwarden", description=__doc__)
@@ -273,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     _ledger_commands(sub)
     projections = _projection_commands(sub)
     register_time_commands(sub, projections)
-    bench = _bench_commands(sub)
+    bench = register_bench_commands(sub)
     keys = _key_commands(sub)
     _serve_commands(sub)
     register_migrate_command(sub)
@@ -281,9 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_knowledge_commands(sub)
     register_import_command(sub)
     register_mcp_command(sub)
-    register_ingest_bench(bench)
-    register_workers_bench(bench)
-    register_load_bench(bench)
+    register_service_benches(bench)
     register_worker_command(sub)
     show_defaults(parser)
     return parser
@@ -314,46 +276,6 @@ def _projection_commands(sub: Commands) -> Commands:
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_projections_status)
     return projections
-
-
-def _bench_commands(sub: Commands) -> Commands:
-    bench = sub.add_parser("bench", help="benchmarks, each with its reference").add_subparsers(
-        dest="bench_command", required=True
-    )
-    write = bench.add_parser("write", help="sustained writes through domain+ledger vs plain INSERT")
-    write.add_argument("--seconds", type=float, default=5.0, help="measuring time per run")
-    write.add_argument("--writers", default="1,4,16", help="comma-separated writer counts")
-    write.add_argument("--json", action="store_true")
-    write.set_defaults(handler=cmd_bench_write)
-    api = bench.add_parser(
-        "api", help="write and read over HTTP vs in-process, and a tool call over /mcp vs HTTP, same run"
-    )
-    api.add_argument("--seconds", type=float, default=3.0, help="measuring time per run")
-    api.add_argument("--clients", default="1,16", help="comma-separated client counts")
-    api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
-    api.add_argument("--json", action="store_true")
-    api.set_defaults(handler=cmd_bench_api)
-    search = bench.add_parser("search", help="search latency over HTTP (or in-process vs raw pgvector top-k)")
-    search.add_argument(
-        "--mode",
-        choices=("http", "in-process"),
-        default="http",
-        help="http: one client against a served namespace; in-process: the syscall vs raw pgvector",
-    )
-    search.add_argument(
-        "--sizes", help="comma-separated memory counts (default 5000 over HTTP, 10000,100000 in-process)"
-    )
-    search.add_argument("--queries", type=int, default=300, help="measured queries per size")
-    search.add_argument("--writers", type=int, default=4, help="writer threads for the ingest")
-    search.add_argument("--seed", type=int, default=7)
-    search.add_argument("--json", action="store_true")
-    search.set_defaults(handler=cmd_bench_search)
-    locomo = bench.add_parser("locomo", help="evidence recall on LoCoMo: lexical, vector, hybrid")
-    locomo.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
-    locomo.add_argument("--json", action="store_true")
-    locomo.set_defaults(handler=cmd_bench_locomo)
-    register_time_bench(bench, cmd_bench_time)
-    return bench
 
 
 def _key_commands(sub: Commands) -> Commands:

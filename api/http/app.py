@@ -19,7 +19,7 @@ from api.http.body import check_body_types
 from api.http.errors import handle
 from api.http.gate import KeyAuthentication, audit_unaudited, gate
 from api.http.metrics import metrics_middleware
-from api.http.openapi import docs_assets, document_errors, openapi_config
+from api.http.openapi import docs_assets, document_errors, openapi_config, share_document
 from api.http.route_docs import describe_routes
 from api.http.routes.admin import AdminController
 from api.http.routes.compliance import ComplianceController
@@ -80,8 +80,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     )
     check_body_types(app)
     mcp.bind(app)
-    document_errors(app)
-    describe_routes(app)
+    share_document(app, (document_errors, describe_routes))
     return app
 
 

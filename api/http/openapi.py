@@ -11,15 +11,18 @@ return, with ``Retry-After`` on 429 and 503.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from litestar import Litestar
+from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.enums import HttpMethod
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin, YamlRenderPlugin
 from litestar.openapi.spec import (
     Components,
+    OpenAPI,
     OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
@@ -184,3 +187,23 @@ def _schema_ref(response: Any) -> str | None:
         if isinstance(ref, str):
             return ref
     return None
+
+
+_DOCUMENTS: dict[str, OpenAPI] = {}
+"""The OpenAPI document of this process's apps: every app has the same routes, so the first
+app's document, built and rewritten, serves every later one (building it takes a tenth of a
+second or more, and the tests make an app per test)."""
+
+
+def share_document(app: Litestar, rewrites: tuple[Callable[[Litestar], None], ...]) -> None:
+    """Give ``app`` the process's document, or make it from this app's: Litestar's own
+    document (built at the first ``app.openapi_schema``) with ``rewrites`` applied in place."""
+    document = _DOCUMENTS.get("app")
+    if document is None:
+        for rewrite in rewrites:
+            rewrite(app)
+        _DOCUMENTS["app"] = app.openapi_schema
+        return
+    # Litestar keeps the document it built in the plugin and hands it out from there; it
+    # has no public setter. A renamed slot raises here rather than serving another document.
+    app.plugins.get(OpenAPIPlugin)._openapi = document

@@ -5,85 +5,83 @@ header (api/mcp/syscalls.py), so it is gated, rate-limited and audited as over H
 
 Stateless, JSON answers: a tool call is one POST, and any API process can answer it. The
 common one (a ``tools/call`` of the current protocol) is answered by api/mcp/fast.py; the
-SDK answers everything else."""
+SDK answers everything else (api/mcp/streamable.py, imported on the first request: most
+processes that serve the API never answer one, and the SDK costs a second to import)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
+import anyio
+import anyio.to_thread
+from anyio.abc import TaskGroup
 from litestar import Litestar, asgi
 from litestar.handlers import ASGIRouteHandler
 from litestar.types import Receive, Scope, Send
-from mcp.server.context import ServerRequestContext
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from api.http.routing import SYSCALL, Syscall
-from api.http.state import MAX_BODY_BYTES
-from api.mcp.fast import response, routing_headers, tool_call
-from api.mcp.server import build_server, call_tool
-from api.mcp.syscalls import AppSyscalls
+
+if TYPE_CHECKING:
+    from api.mcp.streamable import McpService
 
 MCP_PATH = "/mcp"
-MAX_MCP_BODY = 4 * MAX_BODY_BYTES
-"""A syscall body over the API's limit still reaches the gate, which answers too_large."""
 logging.getLogger("mcp").setLevel(logging.WARNING)
 """The SDK logs a line at INFO for every stateless request it serves; the API's own
 metrics and audit records say what was called."""
 
 
-def _authorization(ctx: ServerRequestContext[Any, Any]) -> str:
-    request = ctx.request
-    headers = getattr(request, "headers", None)
-    return str(headers.get("authorization", "")) if headers is not None else ""
+def _service_class() -> type[McpService]:
+    from api.mcp.streamable import McpService  # noqa: PLC0415 - the SDK on the first /mcp request
+
+    return McpService
 
 
 class McpEndpoint:
-    """The mount and its session manager; ``bind`` gives it the app its tool calls enter."""
+    """The mount; ``bind`` gives it the app its tool calls enter. The SDK's session manager
+    is made and started on the first request, inside the app's lifespan."""
 
     def __init__(self) -> None:
-        self._syscalls: AppSyscalls | None = None
-        self._manager: StreamableHTTPSessionManager | None = None
-        self._server_info: dict[str, Any] = {}
+        self._app: Litestar | None = None
+        self._service: McpService | None = None
+        self._tasks: TaskGroup | None = None
+        self._closing: anyio.Event | None = None
+        self._starting: anyio.Lock | None = None
 
     def bind(self, app: Litestar) -> None:
-        self._syscalls = AppSyscalls(app)
-        server = build_server(self._syscalls, _authorization)
-        self._server_info = server.server_info_stamp  # encoded at once into each answer, never kept
-        self._manager = StreamableHTTPSessionManager(
-            server, json_response=True, stateless=True, max_request_body_size=MAX_MCP_BODY
-        )
+        self._app = app
+
+    async def _started(self) -> McpService:
+        assert self._starting is not None, "McpEndpoint.lifespan first"
+        async with self._starting:
+            if self._service is None:
+                assert self._app is not None, "McpEndpoint.bind(app) first"
+                assert self._tasks is not None
+                assert self._closing is not None
+                service = (await anyio.to_thread.run_sync(_service_class))(self._app)
+                await self._tasks.start(service.run, self._closing)
+                self._service = service
+        return self._service
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A common tool call on the fast path, anything else (its body replayed) by the SDK."""
-        assert self._manager is not None
-        assert self._syscalls is not None
-        headers = routing_headers(scope["headers"]) if scope.get("method") == "POST" else None
-        length = _content_length(scope["headers"])
-        if headers is None or length is None or length > MAX_MCP_BODY:
-            await self._manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
-            return
-        body = await _read_body(receive)
-        if body is None:
-            return  # the client went away before its request was read: nobody to answer
-        call = tool_call(headers, body)
-        if call is None:
-            await self._manager.handle_request(scope, _replay(body, receive), send)  # type: ignore[arg-type]
-            return
-        request_id, name, arguments = call
-        answer = await call_tool(self._syscalls, name, arguments, headers.get("authorization", ""))
-        payload = response(request_id, answer, self._server_info)
-        start = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": start})
-        await send({"type": "http.response.body", "body": payload, "more_body": False})
+        service = self._service or await self._started()
+        await service.serve(scope, receive, send)
 
     @asynccontextmanager
     async def lifespan(self, _app: Litestar) -> AsyncIterator[None]:
-        assert self._manager is not None, "McpEndpoint.bind(app) first"
-        async with self._manager.run():
-            yield
+        assert self._app is not None, "McpEndpoint.bind(app) first"
+        self._closing, self._starting = anyio.Event(), anyio.Lock()
+        try:
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
+                try:
+                    yield
+                finally:
+                    self._closing.set()  # the session manager, if started, stops
+        finally:
+            self._service = self._tasks = None
 
     def handler(self) -> ASGIRouteHandler:
         endpoint = self
@@ -95,34 +93,3 @@ class McpEndpoint:
             await endpoint.serve(scope, receive, send)
 
         return mcp_endpoint
-
-
-def _content_length(raw: Any) -> int | None:
-    for name, value in raw:
-        if name == b"content-length":
-            return int(value) if value.isdigit() and len(value) <= 12 else None
-    return None
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body (its length is bounded by Content-Length), or None on a disconnect."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the SDK the body already read, then the client's own events."""
-    pending = [body]
-
-    async def replay() -> Any:
-        if pending:
-            return {"type": "http.request", "body": pending.pop(), "more_body": False}
-        return await receive()
-
-    return replay

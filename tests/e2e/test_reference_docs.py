@@ -3,6 +3,10 @@ documented route has a summary, a description and its roles."""
 
 from __future__ import annotations
 
+import pytest
+from litestar.testing import TestClient
+
+from api.http import openapi
 from api.http.app import create_app
 from api.http.reference import REFERENCE, main, render
 
@@ -32,3 +36,24 @@ def test_the_generated_reference_is_up_to_date() -> None:
     for route in ("POST /v1/mem/write", "GET /v1/compliance/audit", "PUT /v1/admin/policies/{namespace}"):
         assert f"`{route}`" in text
     assert "| `budget_tokens` | integer | yes |" in text
+
+
+def test_every_app_of_a_process_serves_the_document_the_first_one_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(openapi, "_DOCUMENTS", {})  # as in a fresh process
+    first = create_app()
+    second = create_app()
+    assert second.openapi_schema is first.openapi_schema  # built once
+    document = second.openapi_schema.to_schema()
+    assert openapi.ERROR_SCHEMA in document["components"]["schemas"]  # rewritten before it was shared
+    assert document["paths"]["/v1/mem/write"]["post"]["summary"]
+    served = []
+    for app in (first, second):
+        with TestClient(app=app) as client:
+            served.append(client.get("/schema/openapi.json").json())
+    assert served[1] == served[0]
+    assert (
+        served[1]["paths"]["/v1/mem/write"]["post"]["summary"]
+        == document["paths"]["/v1/mem/write"]["post"]["summary"]
+    )

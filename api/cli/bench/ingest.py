@@ -39,7 +39,6 @@ from domain.embedding.base import EmbedderWrapper
 from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.model.policies import PolicyBody
-from domain.services.memory import MAX_BATCH_ITEMS
 from domain.settings import Settings
 
 TARGET = 0.75
@@ -321,16 +320,3 @@ def report_text(report: IngestReport) -> str:
             f"  ingest / embedder alone: {report.ratio:.1%} (target >= {report.target:.0%}) {verdict}"
         )
     return "\n".join(lines)
-
-
-def register(bench: Any) -> None:
-    """``memwarden bench ingest``; called by api/cli/main.py."""
-    parser = bench.add_parser(
-        "ingest", help="write_batch over HTTP vs the embedder alone and the plain ledger"
-    )
-    parser.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
-    parser.add_argument("--limit", type=int, help="only the first N turns")
-    parser.add_argument("--clients", type=int, default=2, help="concurrent HTTP clients")
-    parser.add_argument("--batch", type=int, default=MAX_BATCH_ITEMS, help="turns per write_batch request")
-    parser.add_argument("--json", action="store_true")
-    parser.set_defaults(handler=run_ingest_bench)

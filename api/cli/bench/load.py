@@ -358,15 +358,3 @@ def _text(report: LoadReport) -> str:
     ]
     lines += [f"  check {name}: {'ok' if ok else 'FAILED'} {detail}".rstrip() for name, detail, ok in checks]
     return "\n".join(lines)
-
-
-def register(bench: Any) -> None:
-    """``memwarden bench load``; called by api/cli/main.py."""
-    parser = bench.add_parser("load", help="N agents, mixed syscalls, workers running: latency, errors, RSS")
-    parser.add_argument("--agents", type=int, default=16, help="simulated agents, one key and thread each")
-    parser.add_argument("--seconds", type=float, default=600.0, help="how long the load lasts")
-    parser.add_argument("--namespaces", type=int, default=4, help="teams in the namespace tree")
-    parser.add_argument("--workers", type=int, default=2, help="`memwarden worker` processes (with Redis)")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--json", action="store_true")
-    parser.set_defaults(handler=run_load_bench)

@@ -30,7 +30,6 @@ import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import msgspec
@@ -374,20 +373,3 @@ def _text(report: WorkersReport) -> str:
             f"  2 processes / 1: {report.scaling:.2f}x median of {each} (target >= {TARGET_SCALING}x) {verdict}"
         )
     return "\n".join(lines)
-
-
-def register(bench: Any) -> None:
-    """``memwarden bench workers``; called by api/cli/main.py."""
-    parser = bench.add_parser(
-        "workers", help="the conflict autopilot: judged/s and lag, 1 and 2 worker processes"
-    )
-    parser.add_argument("--processes", default="1,2", help="worker process counts to run")
-    parser.add_argument("--namespaces", type=int, default=8)
-    parser.add_argument("--backlog", type=int, default=600, help="memories written before the workers start")
-    parser.add_argument("--rate", type=float, default=50.0, help="steady writes per second offered")
-    parser.add_argument("--writers", type=int, default=8, help="writer threads offering the steady load")
-    parser.add_argument("--seconds", type=float, default=10.0, help="how long the steady load lasts")
-    parser.add_argument("--repeat", type=int, default=1, help="rounds of all process counts, back to back")
-    parser.add_argument("--timeout", type=float, default=120.0, help="the longest wait for the judgements")
-    parser.add_argument("--json", action="store_true")
-    parser.set_defaults(handler=run_workers_bench)

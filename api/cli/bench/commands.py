@@ -1,0 +1,107 @@
+"""The ``memwarden bench …`` commands: their arguments here, their code imported only when
+one of them runs (a benchmark pulls in HTTP clients, worker processes and their helpers,
+which no other command needs: every ``memwarden`` process would pay for them at start-up)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from api.cli.timetravel import register_time_bench
+from domain.services.memory import MAX_BATCH_ITEMS
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def lazy(module: str, function: str) -> Handler:
+    """A handler that imports ``module`` when the command runs and calls its ``function``."""
+
+    def run(args: argparse.Namespace) -> int:
+        code: int = getattr(importlib.import_module(module), function)(args)
+        return code
+
+    return run
+
+
+def cmd_bench_search(args: argparse.Namespace) -> int:
+    if args.mode == "in-process":
+        return lazy("api.cli.bench.search", "run_search_bench")(args)
+    return lazy("api.cli.bench.search_http", "run_http_search_bench")(args)
+
+
+def register(sub: Any) -> Any:
+    """``memwarden bench`` and the benchmarks of this package but ingest, workers and load
+    (``register_service_benches``, after the other groups'); the bench subcommands."""
+    bench = sub.add_parser("bench", help="benchmarks, each with its reference").add_subparsers(
+        dest="bench_command", required=True
+    )
+    write = bench.add_parser("write", help="sustained writes through domain+ledger vs plain INSERT")
+    write.add_argument("--seconds", type=float, default=5.0, help="measuring time per run")
+    write.add_argument("--writers", default="1,4,16", help="comma-separated writer counts")
+    write.add_argument("--json", action="store_true")
+    write.set_defaults(handler=lazy("api.cli.bench.write", "run_write_bench"))
+    api = bench.add_parser(
+        "api", help="write and read over HTTP vs in-process, and a tool call over /mcp vs HTTP, same run"
+    )
+    api.add_argument("--seconds", type=float, default=3.0, help="measuring time per run")
+    api.add_argument("--clients", default="1,16", help="comma-separated client counts")
+    api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
+    api.add_argument("--json", action="store_true")
+    api.set_defaults(handler=lazy("api.cli.bench.api", "run_api_bench"))
+    search = bench.add_parser("search", help="search latency over HTTP (or in-process vs raw pgvector top-k)")
+    search.add_argument(
+        "--mode",
+        choices=("http", "in-process"),
+        default="http",
+        help="http: one client against a served namespace; in-process: the syscall vs raw pgvector",
+    )
+    search.add_argument(
+        "--sizes", help="comma-separated memory counts (default 5000 over HTTP, 10000,100000 in-process)"
+    )
+    search.add_argument("--queries", type=int, default=300, help="measured queries per size")
+    search.add_argument("--writers", type=int, default=4, help="writer threads for the ingest")
+    search.add_argument("--seed", type=int, default=7)
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(handler=cmd_bench_search)
+    locomo = bench.add_parser("locomo", help="evidence recall on LoCoMo: lexical, vector, hybrid")
+    locomo.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
+    locomo.add_argument("--json", action="store_true")
+    locomo.set_defaults(handler=lazy("api.cli.bench.locomo", "run_locomo_bench"))
+    register_time_bench(bench, lazy("api.cli.bench.time", "run_time_bench"))
+    return bench
+
+
+def register_service_benches(bench: Any) -> None:
+    """``memwarden bench ingest``, ``bench workers`` and ``bench load``."""
+    ingest = bench.add_parser(
+        "ingest", help="write_batch over HTTP vs the embedder alone and the plain ledger"
+    )
+    ingest.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
+    ingest.add_argument("--limit", type=int, help="only the first N turns")
+    ingest.add_argument("--clients", type=int, default=2, help="concurrent HTTP clients")
+    ingest.add_argument("--batch", type=int, default=MAX_BATCH_ITEMS, help="turns per write_batch request")
+    ingest.add_argument("--json", action="store_true")
+    ingest.set_defaults(handler=lazy("api.cli.bench.ingest", "run_ingest_bench"))
+    workers = bench.add_parser(
+        "workers", help="the conflict autopilot: judged/s and lag, 1 and 2 worker processes"
+    )
+    workers.add_argument("--processes", default="1,2", help="worker process counts to run")
+    workers.add_argument("--namespaces", type=int, default=8)
+    workers.add_argument("--backlog", type=int, default=600, help="memories written before the workers start")
+    workers.add_argument("--rate", type=float, default=50.0, help="steady writes per second offered")
+    workers.add_argument("--writers", type=int, default=8, help="writer threads offering the steady load")
+    workers.add_argument("--seconds", type=float, default=10.0, help="how long the steady load lasts")
+    workers.add_argument("--repeat", type=int, default=1, help="rounds of all process counts, back to back")
+    workers.add_argument("--timeout", type=float, default=120.0, help="the longest wait for the judgements")
+    workers.add_argument("--json", action="store_true")
+    workers.set_defaults(handler=lazy("api.cli.bench.workers", "run_workers_bench"))
+    load = bench.add_parser("load", help="N agents, mixed syscalls, workers running: latency, errors, RSS")
+    load.add_argument("--agents", type=int, default=16, help="simulated agents, one key and thread each")
+    load.add_argument("--seconds", type=float, default=600.0, help="how long the load lasts")
+    load.add_argument("--namespaces", type=int, default=4, help="teams in the namespace tree")
+    load.add_argument("--workers", type=int, default=2, help="`memwarden worker` processes (with Redis)")
+    load.add_argument("--seed", type=int, default=7)
+    load.add_argument("--json", action="store_true")
+    load.set_defaults(handler=lazy("api.cli.bench.load", "run_load_bench"))
