@@ -22,6 +22,7 @@ def default_data_dir() -> Path:
 PROJECTORS = ("thread", "external")
 JUDGES = ("rules", "openai", "none")
 SHARED_STATES = ("process", "redis")
+LEDGER_CHAINS = ("global", "tenant")
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
@@ -95,6 +96,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_every_seconds: float = 600.0
     """The periodic checkpoint pass signs the head once this many events followed the last
     checkpoint, or this many seconds passed and anything was appended meanwhile."""
+    ledger_chains: str = "global"
+    """``global``: one hash chain and one append lock for every tenant. ``tenant``: each
+    tenant's appends also form a chain of their own and lock only that tenant's head, so
+    tenants never wait on each other's appends; a short second transaction then gives them
+    their global positions (deploy/SCALE.md §3)."""
     worker_heartbeat_seconds: float = 60.0
     """After this long without a heartbeat a worker process counts as dead, and the
     messages it had taken go back to the queue."""
@@ -118,6 +124,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             shared_state=_one_of(
                 "MEMWARDEN_SHARED_STATE", values.get("MEMWARDEN_SHARED_STATE") or "process", SHARED_STATES
+            ),
+            ledger_chains=_one_of(
+                "MEMWARDEN_LEDGER_CHAINS", values.get("MEMWARDEN_LEDGER_CHAINS") or "global", LEDGER_CHAINS
             ),
             **_extractor(values),
             judge=_one_of("MEMWARDEN_JUDGE", values.get("MEMWARDEN_JUDGE") or "rules", JUDGES),

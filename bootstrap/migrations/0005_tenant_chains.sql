@@ -1,0 +1,292 @@
+-- 0005: one ledger chain per tenant, behind MEMWARDEN_LEDGER_CHAINS=tenant (deploy/SCALE.md §3, §6).
+--
+-- In tenant mode an append locks only its tenant's head row (tenant_heads), chains its
+-- events onto the tenant's chain (tenant_chain) at the next gapless tenant positions, and
+-- commits them with no global position yet (notification_id NULL: "pending"). A second,
+-- short transaction, mw_sequence(), then gives every committed pending row the next
+-- gapless global position and its global chain link, under ONE advisory lock held through
+-- its commit: global positions still become visible in order and without gaps, so the
+-- notification log, the projections, read-your-writes and the global chain are unchanged.
+-- The global-mode mw_append takes the same advisory lock (instead of the table lock), so
+-- processes of both modes never hand out the same position.
+
+ALTER TABLE memwarden.events ALTER COLUMN notification_id DROP NOT NULL;
+ALTER TABLE memwarden.events ADD COLUMN IF NOT EXISTS tenant text, ADD COLUMN IF NOT EXISTS tenant_position bigint;
+
+-- A tenant position is taken once; global-mode rows (tenant NULL) are not in the index.
+CREATE UNIQUE INDEX IF NOT EXISTS events_tenant_position_idx
+    ON memwarden.events (tenant, tenant_position) WHERE tenant IS NOT NULL;
+-- The rows not sequenced yet: empty but for the moment between an append and its sequencing
+-- (or after a process died between the two), so "is anything pending?" is one cheap probe.
+CREATE INDEX IF NOT EXISTS events_pending_idx
+    ON memwarden.events (tenant, tenant_position) WHERE notification_id IS NULL;
+
+CREATE TABLE IF NOT EXISTS memwarden.tenant_chain (
+    tenant text NOT NULL,
+    position bigint NOT NULL,
+    hash bytea NOT NULL,
+    PRIMARY KEY (tenant, position)
+);
+
+CREATE TABLE IF NOT EXISTS memwarden.tenant_heads (
+    tenant text PRIMARY KEY,
+    position bigint NOT NULL,
+    hash bytea NOT NULL
+);
+
+-- The links of events appended after (p_pos, p_hash), in the arrays' order: the chain
+-- formula of the global chain (domain/ledger/chain.py), h_n = sha256(h_{n-1} || canonical).
+-- Arrays are walked with unnest, never subscripted in a loop (O(n) per access).
+CREATE OR REPLACE FUNCTION memwarden.mw_links(
+    p_pos bigint, p_hash bytea, p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[])
+RETURNS bytea[]
+LANGUAGE plpgsql IMMUTABLE AS $body$
+DECLARE
+    hashes bytea[] := '{}';
+    h bytea := p_hash;
+    at_pos bigint := p_pos;
+    topic_bytes bytea;
+    r record;
+BEGIN
+    FOR r IN
+        SELECT u.id, u.ver, u.topic, u.state
+          FROM unnest(p_ids, p_versions, p_topics, p_states) WITH ORDINALITY AS u(id, ver, topic, state, ord)
+         ORDER BY u.ord
+    LOOP
+        at_pos := at_pos + 1;
+        topic_bytes := convert_to(r.topic, 'UTF8');
+        h := sha256(h || int8send(at_pos) || uuid_send(r.id) || int8send(r.ver)
+                    || int4send(octet_length(topic_bytes)) || topic_bytes
+                    || int4send(octet_length(r.state)) || r.state);
+        hashes := array_append(hashes, h);
+    END LOOP;
+    RETURN hashes;
+END
+$body$;
+
+-- The groups of an append one of whose stream versions is already taken (optimistic
+-- concurrency, reported per group).
+CREATE OR REPLACE FUNCTION memwarden.mw_taken_groups(p_ids uuid[], p_versions bigint[], p_groups int[])
+RETURNS int[]
+LANGUAGE sql STABLE AS $body$
+    SELECT coalesce(array_agg(DISTINCT u.g), '{}')
+      FROM unnest(p_ids, p_versions, p_groups) AS u(id, ver, g)
+     WHERE EXISTS (SELECT 1 FROM memwarden.events e WHERE e.originator_id = u.id AND e.originator_version = u.ver);
+$body$;
+
+-- The appended groups' data keys: new memories' stored, erased memories' deleted
+-- (crypto-shredding: in the same transaction as their MemoryErased events, or not at all).
+CREATE OR REPLACE FUNCTION memwarden.mw_store_keys(
+    p_bad int[], p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[],
+    p_destroy_ids uuid[], p_destroy_groups int[])
+RETURNS void
+LANGUAGE plpgsql AS $body$
+BEGIN
+    IF cardinality(p_key_ids) > 0 THEN
+        INSERT INTO memwarden.data_keys (memory_id, kek_id, wrapped)
+        SELECT k.id, k.kek, k.wrapped
+          FROM unnest(p_key_ids, p_key_groups, p_key_keks, p_key_wrapped) AS k(id, g, kek, wrapped)
+         WHERE NOT (k.g = ANY(p_bad))
+        ON CONFLICT (memory_id) DO NOTHING;
+    END IF;
+    IF cardinality(p_destroy_ids) > 0 THEN
+        DELETE FROM memwarden.data_keys d
+         USING unnest(p_destroy_ids, p_destroy_groups) AS k(id, g)
+         WHERE d.memory_id = k.id AND NOT (k.g = ANY(p_bad));
+    END IF;
+END
+$body$;
+
+-- Give every committed pending row the next global positions and links. The caller holds
+-- the sequence lock (hashtext('memwarden ledger sequence'), domain/ledger/locks.py) until
+-- it commits. A tenant's rows keep their tenant order.
+CREATE OR REPLACE FUNCTION memwarden.mw_sequence_pending()
+RETURNS TABLE(originator_id uuid, originator_version bigint, notification_id bigint)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    head_pos bigint;
+    head_hash bytea;
+    ids uuid[];
+    vers bigint[];
+    topics text[];
+    states bytea[];
+BEGIN
+    SELECT array_agg(e.originator_id ORDER BY e.tenant, e.tenant_position),
+           array_agg(e.originator_version ORDER BY e.tenant, e.tenant_position),
+           array_agg(e.topic ORDER BY e.tenant, e.tenant_position),
+           array_agg(e.state ORDER BY e.tenant, e.tenant_position)
+      INTO ids, vers, topics, states
+      FROM memwarden.events e WHERE e.notification_id IS NULL;
+    IF ids IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT c.position, c.hash INTO head_pos, head_hash
+      FROM memwarden.ledger_chain c ORDER BY c.position DESC LIMIT 1;
+    IF head_pos IS NULL THEN
+        head_pos := 0;
+        head_hash := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
+    END IF;
+    UPDATE memwarden.events e SET notification_id = head_pos + u.o
+      FROM unnest(ids, vers) WITH ORDINALITY AS u(id, ver, o)
+     WHERE e.originator_id = u.id AND e.originator_version = u.ver;
+    INSERT INTO memwarden.ledger_chain (position, hash)
+    SELECT head_pos + x.o, x.hh FROM unnest(memwarden.mw_links(head_pos, head_hash, ids, vers, topics, states))
+           WITH ORDINALITY AS x(hh, o);
+    PERFORM pg_notify('events', '');
+    RETURN QUERY SELECT u.id, u.ver, head_pos + u.o FROM unnest(ids, vers) WITH ORDINALITY AS u(id, ver, o);
+END
+$body$;
+
+CREATE OR REPLACE FUNCTION memwarden.mw_sequence()
+RETURNS TABLE(originator_id uuid, originator_version bigint, notification_id bigint)
+LANGUAGE plpgsql AS $body$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('memwarden ledger sequence'));
+    RETURN QUERY SELECT * FROM memwarden.mw_sequence_pending();
+END
+$body$;
+
+-- Tenant mode: append groups of one tenant. Returns each appended event's group and tenant
+-- position (in the arrays' order), and each refused group with a NULL position.
+CREATE OR REPLACE FUNCTION memwarden.mw_append_tenant(
+    p_tenant text,
+    p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[], p_groups int[],
+    p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[],
+    p_destroy_ids uuid[], p_destroy_groups int[])
+RETURNS TABLE(grp int, pos bigint)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    bad int[] := '{}';
+    head_pos bigint;
+    head_hash bytea;
+    last_pos bigint;
+    hashes bytea[];
+    appended int[];
+    i int;
+    attempt int;
+BEGIN
+    -- Only this tenant's appends wait here: the head row, made on the tenant's first append.
+    INSERT INTO memwarden.tenant_heads (tenant, position, hash)
+    VALUES (p_tenant, 0, sha256(convert_to('memwarden chain' || p_tenant, 'UTF8')))
+    ON CONFLICT (tenant) DO NOTHING;
+    SELECT h.position, h.hash INTO head_pos, head_hash
+      FROM memwarden.tenant_heads h WHERE h.tenant = p_tenant FOR UPDATE;
+    FOR attempt IN 1 .. 2 LOOP
+        SELECT array_agg(u.g ORDER BY u.ord) INTO appended
+          FROM unnest(p_groups) WITH ORDINALITY AS u(g, ord) WHERE NOT (u.g = ANY(bad));
+        appended := coalesce(appended, '{}');
+        SELECT memwarden.mw_links(head_pos, head_hash, array_agg(u.id ORDER BY u.ord),
+                                  array_agg(u.ver ORDER BY u.ord), array_agg(u.topic ORDER BY u.ord),
+                                  array_agg(u.state ORDER BY u.ord))
+          INTO hashes
+          FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
+               WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
+         WHERE NOT (u.g = ANY(bad));
+        hashes := coalesce(hashes, '{}');
+        BEGIN
+            INSERT INTO memwarden.events
+                (notification_id, tenant, tenant_position, originator_id, originator_version, topic, state)
+            SELECT NULL, p_tenant, head_pos + row_number() OVER (ORDER BY u.ord), u.id, u.ver, u.topic, u.state
+              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
+                   WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
+             WHERE NOT (u.g = ANY(bad));
+            INSERT INTO memwarden.tenant_chain (tenant, position, hash)
+            SELECT p_tenant, head_pos + x.o, x.hh FROM unnest(hashes) WITH ORDINALITY AS x(hh, o);
+            PERFORM memwarden.mw_store_keys(bad, p_key_ids, p_key_groups, p_key_keks, p_key_wrapped,
+                                            p_destroy_ids, p_destroy_groups);
+            EXIT;
+        EXCEPTION WHEN unique_violation THEN
+            IF attempt = 2 THEN
+                RAISE;
+            END IF;
+            bad := memwarden.mw_taken_groups(p_ids, p_versions, p_groups);
+        END;
+    END LOOP;
+    last_pos := head_pos + cardinality(hashes);
+    IF cardinality(hashes) > 0 THEN
+        UPDATE memwarden.tenant_heads SET position = last_pos, hash = hashes[cardinality(hashes)]
+         WHERE tenant = p_tenant;
+    END IF;
+    FOR i IN 1 .. cardinality(appended) LOOP
+        grp := appended[i];
+        pos := head_pos + i;
+        RETURN NEXT;
+    END LOOP;
+    FOREACH grp IN ARRAY bad LOOP
+        pos := NULL;
+        RETURN NEXT;
+    END LOOP;
+END
+$body$;
+
+-- Global mode: as in 0001, but under the sequence lock instead of the events table's
+-- EXCLUSIVE lock (which would also make every tenant-mode append wait), and after
+-- sequencing the rows pending from tenant-mode appends: a committed event always comes
+-- before any event appended after it, whichever mode appended either.
+CREATE OR REPLACE FUNCTION memwarden.mw_append(
+    p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[], p_groups int[],
+    p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[],
+    p_destroy_ids uuid[], p_destroy_groups int[])
+RETURNS TABLE(grp int, pos bigint)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    bad int[] := '{}';
+    head_pos bigint;
+    head_hash bytea;
+    hashes bytea[];
+    appended int[];
+    i int;
+    attempt int;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('memwarden ledger sequence'));
+    IF EXISTS (SELECT 1 FROM memwarden.events e WHERE e.notification_id IS NULL) THEN
+        PERFORM memwarden.mw_sequence_pending();
+    END IF;
+    PERFORM pg_notify('events', '');
+    SELECT c.position, c.hash INTO head_pos, head_hash
+      FROM memwarden.ledger_chain c ORDER BY c.position DESC LIMIT 1;
+    IF head_pos IS NULL THEN
+        head_pos := 0;
+        head_hash := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
+    END IF;
+    FOR attempt IN 1 .. 2 LOOP
+        SELECT array_agg(u.g ORDER BY u.ord) INTO appended
+          FROM unnest(p_groups) WITH ORDINALITY AS u(g, ord) WHERE NOT (u.g = ANY(bad));
+        appended := coalesce(appended, '{}');
+        SELECT memwarden.mw_links(head_pos, head_hash, array_agg(u.id ORDER BY u.ord),
+                                  array_agg(u.ver ORDER BY u.ord), array_agg(u.topic ORDER BY u.ord),
+                                  array_agg(u.state ORDER BY u.ord))
+          INTO hashes
+          FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
+               WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
+         WHERE NOT (u.g = ANY(bad));
+        hashes := coalesce(hashes, '{}');
+        BEGIN
+            INSERT INTO memwarden.events (notification_id, originator_id, originator_version, topic, state)
+            SELECT head_pos + row_number() OVER (ORDER BY u.ord), u.id, u.ver, u.topic, u.state
+              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
+                   WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
+             WHERE NOT (u.g = ANY(bad));
+            INSERT INTO memwarden.ledger_chain (position, hash)
+            SELECT head_pos + x.o, x.hh FROM unnest(hashes) WITH ORDINALITY AS x(hh, o);
+            PERFORM memwarden.mw_store_keys(bad, p_key_ids, p_key_groups, p_key_keks, p_key_wrapped,
+                                            p_destroy_ids, p_destroy_groups);
+            EXIT;
+        EXCEPTION WHEN unique_violation THEN
+            IF attempt = 2 THEN
+                RAISE;
+            END IF;
+            bad := memwarden.mw_taken_groups(p_ids, p_versions, p_groups);
+        END;
+    END LOOP;
+    FOR i IN 1 .. cardinality(appended) LOOP
+        grp := appended[i];
+        pos := head_pos + i;
+        RETURN NEXT;
+    END LOOP;
+    FOREACH grp IN ARRAY bad LOOP
+        pos := NULL;
+        RETURN NEXT;
+    END LOOP;
+END
+$body$;
