@@ -196,7 +196,9 @@ def test_a_database_made_before_migrations_is_adopted_without_losing_a_row(
     assert report.version == len(LABELS)
     after = rows_of(old)
     assert {table: after.get(table) for table in before} == before, "a row changed, appeared or went missing"
-    assert all(count == 0 for table, (count, _) in after.items() if table not in before), "a new table has rows"
+    assert all(count == 0 for table, (count, _) in after.items() if table not in before), (
+        "a new table has rows"
+    )
     with psycopg.connect(old.conninfo()) as conn:
         tenanted = conn.execute("SELECT count(*) FROM memwarden.events WHERE tenant IS NOT NULL").fetchone()
     assert tenanted == (0,), "an adopted event is on no tenant chain"
