@@ -9,11 +9,13 @@ the data keys of erased ones. One round trip, one transaction, so a group commit
 writers costs one lock, one fsync and one call.
 
 With a chain per tenant (``MEMWARDEN_LEDGER_CHAINS=tenant``, deploy/SCALE.md §3) the
-groups are split by tenant and each tenant's go through ``mw_append_tenant``, which locks
-only that tenant's head row and leaves the events' global positions NULL ("pending"); then
-``mw_sequence``, a second and short transaction, gives every pending row its global
-position and global link under the sequence lock. Appends of two tenants never wait on
-each other's lock; only the sequencing, a few row updates, is global.
+groups are split by tenant and each tenant's go, in one round trip, through the procedure
+``mw_append_tenant_sequenced``: ``mw_append_tenant`` locks only that tenant's head row and
+commits the events with their global positions NULL ("pending"); then ``mw_sequence_for``,
+a second and short transaction, gives every pending row its global position and global
+link under the sequence lock (or finds that a concurrent sequencer already did). Appends
+of two tenants never wait on each other's lock; only the sequencing, a few row updates,
+is global.
 """
 
 from __future__ import annotations
@@ -78,18 +80,15 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
         self._append_tenant_sql = SQL("SELECT grp, pos FROM {s}.mw_append_tenant(%s, " + arrays + ")").format(
             s=s
         )
+        self._append_sequenced_sql = SQL(
+            "CALL {s}.mw_append_tenant_sequenced(%s, " + arrays + ", NULL)"
+        ).format(s=s)
         self._sequence_sql = SQL(
             "SELECT originator_id, originator_version, notification_id FROM {s}.mw_sequence()"
         ).format(s=s)
-        self._positions_sql = SQL(
-            "SELECT e.originator_id, e.originator_version, e.notification_id FROM {s}.{events} e"
-            " JOIN unnest(%s::uuid[], %s::bigint[]) AS u(id, ver)"
-            " ON e.originator_id = u.id AND e.originator_version = u.ver"
-        ).format(s=s, events=Identifier(EVENTS_TABLE))
         self._pending_sql = SQL(
-            "SELECT tenant, tenant_position FROM {s}.{events} WHERE notification_id IS NULL"
-            " ORDER BY tenant, tenant_position LIMIT 1"
-        ).format(s=s, events=Identifier(EVENTS_TABLE))
+            "SELECT tenant, done + 1 AS tenant_position FROM {s}.tenant_pending ORDER BY tenant LIMIT 1"
+        ).format(s=s)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **_: Any) -> Sequence[int] | None:
         result = self.append_groups([AppendGroup(events=stored_events, tenant=LIBRARY_TENANT)])[0]
@@ -116,8 +115,9 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
         ]
 
     def append_tenant_groups(self, groups: Sequence[AppendGroup]) -> set[int]:
-        """The first transaction(s) of a tenant-chain append: each tenant's groups on its own
-        chain, committed pending (no global position yet). Returns the refused groups."""
+        """Only the first transaction of a tenant-chain append: each tenant's groups on its own
+        chain, committed pending (no global position yet; ``sequence`` gives them theirs).
+        Returns the refused groups. What a process that died in between leaves behind."""
         conflicts = _groups_colliding_in_batch(groups)
         live = sorted(((i, g) for i, g in enumerate(groups) if i not in conflicts), key=lambda x: x[1].tenant)
         for tenant, of_tenant in groupby(live, key=lambda x: x[1].tenant):
@@ -126,21 +126,24 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
         return conflicts
 
     def _append_per_tenant(self, groups: Sequence[AppendGroup]) -> list[GroupResult]:
-        conflicts = self.append_tenant_groups(groups)
-        appended = [
-            (e.originator_id, e.originator_version)
-            for i, g in enumerate(groups)
-            if i not in conflicts
-            for e in g.events
-        ]
-        found = self.sequence_and_find(appended)
+        """Each tenant's groups in one round trip (``mw_append_tenant_sequenced``): appended on
+        the tenant's chain and committed, then given their global positions."""
+        conflicts = _groups_colliding_in_batch(groups)
+        positions: dict[int, list[int]] = {i: [] for i in range(len(groups))}
+        live = sorted(((i, g) for i, g in enumerate(groups) if i not in conflicts), key=lambda x: x[1].tenant)
+        for tenant, grouped in groupby(live, key=lambda x: x[1].tenant):
+            of_tenant = list(grouped)
+            rows = self._call(self._append_sequenced_sql, (tenant,), of_tenant)
+            found = rows[0]["r_positions"] if rows else []
+            events = [i for i, g in of_tenant for _ in g.events]
+            for i, position in zip(events, found, strict=True):
+                if position is None:
+                    conflicts.add(i)
+                else:
+                    positions[i].append(position)
         return [
-            GroupResult(conflict=True)
-            if i in conflicts
-            else GroupResult(
-                positions=tuple(found[(e.originator_id, e.originator_version)] for e in g.events)
-            )
-            for i, g in enumerate(groups)
+            GroupResult(conflict=True) if i in conflicts else GroupResult(positions=tuple(positions[i]))
+            for i in range(len(groups))
         ]
 
     def sequence(self) -> int:
@@ -149,31 +152,10 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
             curs.execute(self._sequence_sql, prepare=True)
             return len(curs.fetchall())
 
-    def sequence_and_find(self, events: Sequence[tuple[Any, int]]) -> dict[tuple[Any, int], int]:
-        """Sequence, and return the global positions of ``events`` (committed, perhaps pending
-        until now): those this call sequenced, else the ones another sequencer gave them."""
-        if not events:
-            return {}
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            curs.execute(self._sequence_sql, prepare=True)
-            found = {
-                (r["originator_id"], r["originator_version"]): r["notification_id"] for r in curs.fetchall()
-            }
-            missing = [key for key in events if key not in found]
-            if missing:
-                params = (_array(str(i) for i, _ in missing), _array(str(v) for _, v in missing))
-                curs.execute(self._positions_sql, params, prepare=True)
-                found.update(
-                    ((r["originator_id"], r["originator_version"]), r["notification_id"])
-                    for r in curs.fetchall()
-                )
-        unsequenced = [key for key in events if found.get(key) is None]
-        if unsequenced:  # committed before the sequencing began, so never: a broken invariant
-            raise RuntimeError(f"{len(unsequenced)} appended events have no global position after sequencing")
-        return found
-
     def oldest_pending(self) -> tuple[str, int] | None:
-        """The first event still waiting for a global position (the partial index answers)."""
+        """The first event still waiting for a global position: (tenant, tenant position).
+        One row per tenant answers (``tenant_pending``: heads against how far each tenant
+        is sequenced), whatever the history."""
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(self._pending_sql, prepare=True)
             row = curs.fetchone()
