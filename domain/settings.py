@@ -23,6 +23,7 @@ PROJECTORS = ("thread", "external")
 JUDGES = ("rules", "openai", "none")
 SHARED_STATES = ("process", "redis")
 LEDGER_CHAINS = ("global", "tenant")
+AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
@@ -101,6 +102,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tenant's appends also form a chain of their own and lock only that tenant's head, so
     tenants never wait on each other's appends; a short second transaction then gives them
     their global positions (deploy/SCALE.md §3)."""
+    audit_spool_max_bytes: int = AUDIT_SPOOL_MAX_BYTES
+    """The most a process keeps on disk of the audit records the ledger could not take (a
+    database that takes no writes); past it, the calls they record are refused."""
     worker_heartbeat_seconds: float = 60.0
     """After this long without a heartbeat a worker process counts as dead, and the
     messages it had taken go back to the queue."""
@@ -147,6 +151,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             checkpoint_every_seconds=positive_number(values, "MEMWARDEN_CHECKPOINT_EVERY_SECONDS", float)
             or 600.0,
+            audit_spool_max_bytes=int(
+                positive_number(values, "MEMWARDEN_AUDIT_SPOOL_MAX_BYTES", int) or AUDIT_SPOOL_MAX_BYTES
+            ),
         )
 
     @property

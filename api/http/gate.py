@@ -42,6 +42,7 @@ from domain.model.identity import Identity
 from domain.model.keys import parse_key
 from domain.model.policies import EffectivePolicy, check_not_suspended
 from domain.model.text import escape_unprintable, quote_text, storable_text_problem
+from domain.services.commands import SPOOLED, Note
 from domain.services.governance import GovernanceService
 
 T = TypeVar("T")
@@ -221,7 +222,8 @@ def audit(
 ) -> int:
     position: int = state.governance.record_audit(call.identity, call.op, outcome, detail, subject_id)
     call.audited = True
-    state.metrics.count(f"audit_{outcome}")
+    if position != SPOOLED:  # a spooled one is counted by the spool (``audit_spool_records``)
+        state.metrics.count(f"audit_{outcome}")
     return position
 
 
@@ -268,7 +270,7 @@ def query(
         _audit_read(state, call, audit_outcome(error), f"{error.code}: {error.detail}", subject)
         raise
     except Exception as error:
-        _audit_failure(state, call, error)
+        _audit_failure(state, call, error, spool=True)
         raise
     if result is None:
         _audit_read(state, call, "miss", "not_found", subject)
@@ -277,26 +279,30 @@ def query(
     return result
 
 
-def _audit_read(state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject: UUID | None) -> None:
+def _audit_read(
+    state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject: UUID | None
+) -> None:
     """The record of a read, appended once its answer is known. A database that answers
     but takes no writes (read only, a full disk, a role without write rights) does not stop
-    the reads it can still serve: the record that could not be appended is counted
-    (``audit_failed``, as in an outage) and the answer goes out."""
-    try:
-        audit(state, call, outcome, detail, subject)
-    except Exception as error:
-        if not unavailable(error):
-            raise
-        call.audited = True  # settled: the fallback hook does not try (and count) again
-        state.metrics.count("audit_failed")
+    the reads it can still serve: their records wait in the audit spool and reach the ledger once it takes writes. A record that cannot even be spooled
+    refuses the read (503): no answer goes out off the record."""
+    audit(state, call, outcome, detail, subject)
 
 
-def _audit_failure(state: ApiState, call: Call, error: BaseException) -> None:
-    """Record a failed call. Not when the failure is the database's: the record would wait
-    for the same database (a connection timeout per request) and fail anyway."""
+def _audit_failure(state: ApiState, call: Call, error: BaseException, *, spool: bool = False) -> None:
+    """Record a failed call. When the failure is the database's, the record is not tried on
+    it (it would wait for the same database, a connection timeout per request, and fail):
+    with ``spool`` it goes to the audit spool at once; without, the service that failed has
+    spooled its own record already."""
     if unavailable(error):
         call.audited = True  # settled: the fallback hook does not try (and count) again
-        state.metrics.count("audit_failed")
+        if not spool or not isinstance(error, Exception):
+            return
+        _status, code, detail, _ = classify(error)
+        try:
+            state.governance.runner.keep(call.identity, call.op, Note(f"{code}: {detail}", "error"), error)
+        except Exception:  # noqa: BLE001 - the original failure is what the caller must see
+            state.metrics.count("audit_failed")
         return
     _status, code, detail, _ = classify(error)
     try:
@@ -304,6 +310,10 @@ def _audit_failure(state: ApiState, call: Call, error: BaseException) -> None:
     except Exception:  # noqa: BLE001 - the original failure is what the caller must see
         call.audited = True  # settled, as above
         state.metrics.count("audit_failed")
+
+
+def _audit_failure_spooled(state: ApiState, call: Call, error: BaseException) -> None:
+    _audit_failure(state, call, error, spool=True)
 
 
 def _position_of(result: Any) -> int | None:
@@ -335,4 +345,4 @@ async def audit_unaudited(error: Exception, scope: Scope) -> None:
         return
     state = api_state(connection)
     with anyio.move_on_after(AUDIT_FALLBACK_SECONDS):
-        await anyio.to_thread.run_sync(_audit_failure, state, call, error, abandon_on_cancel=True)
+        await anyio.to_thread.run_sync(_audit_failure_spooled, state, call, error, abandon_on_cancel=True)

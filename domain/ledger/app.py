@@ -15,6 +15,7 @@ from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from psycopg.sql import SQL, Identifier
 
 from domain.ledger import locks
+from domain.ledger.audit_spool import AuditSpool
 from domain.ledger.certificates import CertificateCheck, check_certificate_signature, sign_certificate
 from domain.ledger.chain import ChainReport
 from domain.ledger.checkpoints import (
@@ -36,7 +37,8 @@ from domain.ledger.recorder import (
 )
 from domain.ledger.sealing import DataKeys, unwrap_key, wrap_key
 from domain.model.certificates import DeletionCertificate
-from domain.model.events import EVENT_TYPES, ErasureCertified, KnowledgeErased, MemoryErased
+from domain.model.events import EVENT_TYPES, AuditRecorded, ErasureCertified, KnowledgeErased, MemoryErased
+from domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
 from domain.settings import LEDGER_CHAINS, SCHEMA
 
 
@@ -84,6 +86,8 @@ class Ledger(Application[UUID]):
     """Append-only, hash-chained, sealed per memory and per document. The only authority."""
 
     name = "memwarden"
+    audit_spool: AuditSpool | None = None
+    """Where the audit records this ledger cannot take now wait for it (set by the core)."""
 
     def __init__(
         self, env: dict[str, str], kek: KeyEncryptionKey, signing_key: SigningKey, chains: str = "global"
@@ -193,6 +197,12 @@ class Ledger(Application[UUID]):
         if destroy_keys:
             self.data_keys.forget(destroy_keys)
         return max(result.positions)
+
+    def append_spooled(self, record: AuditRecorded) -> None:
+        """Append an audit record that waited in the spool, under its own id: a second
+        append of it is a ``StreamConflict``, never a second record."""
+        tenant = tenant_of(record.namespace) if record.namespace else ANONYMOUS_TENANT
+        self.append([Recorded(record.record_id, 1, record)], tenant=tenant)
 
     # -- reading -------------------------------------------------------------------------
 

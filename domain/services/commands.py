@@ -79,6 +79,8 @@ class Retry:
 
 
 LONE_RECORD = Retry("the audit record could not be appended", attempts=1)
+SPOOLED = 0
+"""The position ``record`` answers for a record kept in the spool (no position yet)."""
 
 
 def version_events(events: Iterable[Event], versions: Mapping[UUID, int]) -> list[Recorded]:
@@ -186,10 +188,34 @@ class CommandRunner:
         detail: str,
         subjects: Sequence[UUID] = (),
     ) -> int:
-        """Append an audit record on its own (a read, a denial, a failure); its position.
+        """Append an audit record on its own (a read, a denial, a failure); its position, or
+        ``SPOOLED`` when the ledger takes no writes now and the record waits in the spool.
         ``identity`` None: a request without a valid key."""
         note = Note(detail, outcome, tuple(subjects))
-        return self.run(identity, op, lambda _at: Decided(result=lambda p: p, note=note), LONE_RECORD)
+        try:
+            return self.run(identity, op, lambda _at: Decided(result=lambda p: p, note=note), LONE_RECORD)
+        except Exception as error:
+            if not unavailable(error):
+                raise
+            self.keep(identity, op, note, error)
+            return SPOOLED
+
+    def keep(self, identity: Identity | None, op: str, note: Note, cause: Exception) -> None:
+        """Keep the record the ledger cannot take now (``cause``) in the ledger's spool, to
+        be appended once it can. Without a spool, or when it cannot keep it, ``cause`` is
+        raised: the call is refused rather than left off the record."""
+        spool = self.ledger.audit_spool
+        if spool is None:
+            raise cause
+        record = audit_record(
+            self.new_id(), identity, op, note.outcome, note.detail, self.clock(), note.subjects
+        )
+        try:
+            spool.keep(record)
+        except OSError as error:
+            # ``cause`` keeps its own chain: it is what says the database is unavailable
+            cause.add_note(f"the audit spool could not keep the record either: {error}")
+            raise cause from cause.__cause__
 
     def audited(self, identity: Identity, op: str, work: Callable[[], T]) -> T:
         """Run a syscall: a refusal is audited (denied, or miss for not found) and so is a
@@ -219,11 +245,16 @@ class CommandRunner:
     def failed(
         self, identity: Identity, op: str, error: Exception, detail: str, subject: UUID | None = None
     ) -> None:
-        """Audit a failure (error), unless the database itself is away (the record would wait
-        for it, and fail). When the record fails too, ``error`` is raised from that failure."""
-        if unavailable(error):
-            return
+        """Audit a failure (error). When the database itself is away its record goes to the
+        spool at once (an append would wait for the database, and fail). When the record
+        fails too, ``error`` is raised from that failure."""
+        subjects = (subject,) if subject is not None else ()
         try:
-            self.record(identity, op, "error", detail, (subject,) if subject is not None else ())
+            if unavailable(error):
+                self.keep(identity, op, Note(detail, "error", subjects), error)
+            else:
+                self.record(identity, op, "error", detail, subjects)
         except Exception as audit_error:  # the ledger itself may be what failed
+            if audit_error is error:
+                raise
             raise error from audit_error

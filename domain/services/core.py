@@ -7,7 +7,8 @@ from types import TracebackType
 
 from domain.embedding import Embedder, embedder_from_env
 from domain.extraction import extractor_from_settings
-from domain.ledger.app import Ledger, ledger_env
+from domain.ledger.app import Ledger, StreamConflict, ledger_env
+from domain.ledger.audit_spool import AuditSpool
 from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
 from domain.services.erasure import ErasureService
@@ -47,6 +48,13 @@ class Core:
         except BaseException:
             self._stop_server()
             raise
+        self.ledger.audit_spool = AuditSpool(
+            settings.data_dir / "audit-spool",
+            self.ledger.append_spooled,
+            lambda error: isinstance(error, StreamConflict),
+            settings.audit_spool_max_bytes,
+        )
+        self.ledger.audit_spool.start_if_pending()
         self.governance = GovernanceService(self.ledger, settings.max_content_bytes)
         self.memory = MemoryService(
             self.ledger,
@@ -67,6 +75,8 @@ class Core:
         return self.params
 
     def close(self) -> None:
+        if self.ledger.audit_spool is not None:
+            self.ledger.audit_spool.close()
         self.ledger.close()
         self._stop_server()
 

