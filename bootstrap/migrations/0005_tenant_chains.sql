@@ -215,39 +215,29 @@ BEGIN
 END
 $body$;
 
--- Tenant mode: append groups of one tenant. Returns each appended event's group and tenant
--- position (in the arrays' order), and each refused group with a NULL position.
-CREATE OR REPLACE FUNCTION memwarden.mw_append_tenant(
-    p_tenant text,
+-- The insert of an append, both modes: the groups' events after (p_pos, p_hash), on the
+-- single chain (p_tenant NULL: global positions and links) or on p_tenant's chain (tenant
+-- positions and links; no global position yet), and their data keys. Optimistic
+-- concurrency: a stream version already taken violates the primary key; rare, so the common
+-- path does no lookups and the rare one finds the groups and tries once more without them.
+-- Returns the appended events' groups (in order), the refused groups and the last link.
+CREATE OR REPLACE FUNCTION memwarden.mw_insert_groups(
+    p_tenant text, p_pos bigint, p_hash bytea,
     p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[], p_groups int[],
     p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[],
-    p_destroy_ids uuid[], p_destroy_groups int[])
-RETURNS TABLE(grp int, pos bigint)
+    p_destroy_ids uuid[], p_destroy_groups int[],
+    OUT appended int[], OUT bad int[], OUT last_hash bytea)
 LANGUAGE plpgsql AS $body$
 DECLARE
-    bad int[] := '{}';
-    head_pos bigint;
-    head_hash bytea;
-    last_pos bigint;
     hashes bytea[];
-    appended int[];
-    i int;
     attempt int;
 BEGIN
-    -- Only this tenant's appends wait here: the head row, made on the tenant's first append.
-    INSERT INTO memwarden.tenant_heads (tenant, position, hash)
-    VALUES (p_tenant, 0, sha256(convert_to('memwarden chain' || p_tenant, 'UTF8')))
-    ON CONFLICT (tenant) DO NOTHING;
-    SELECT h.position, h.hash INTO head_pos, head_hash
-      FROM memwarden.tenant_heads h WHERE h.tenant = p_tenant FOR UPDATE;
+    bad := '{}';
     FOR attempt IN 1 .. 2 LOOP
-        SELECT array_agg(u.g ORDER BY u.ord) INTO appended
-          FROM unnest(p_groups) WITH ORDINALITY AS u(g, ord) WHERE NOT (u.g = ANY(bad));
-        appended := coalesce(appended, '{}');
-        SELECT memwarden.mw_links(head_pos, head_hash, array_agg(u.id ORDER BY u.ord),
-                                  array_agg(u.ver ORDER BY u.ord), array_agg(u.topic ORDER BY u.ord),
-                                  array_agg(u.state ORDER BY u.ord))
-          INTO hashes
+        SELECT coalesce(array_agg(u.g ORDER BY u.ord), '{}'),
+               memwarden.mw_links(p_pos, p_hash, array_agg(u.id ORDER BY u.ord), array_agg(u.ver ORDER BY u.ord),
+                                  array_agg(u.topic ORDER BY u.ord), array_agg(u.state ORDER BY u.ord))
+          INTO appended, hashes
           FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
                WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
          WHERE NOT (u.g = ANY(bad));
@@ -255,12 +245,20 @@ BEGIN
         BEGIN
             INSERT INTO memwarden.events
                 (notification_id, tenant, tenant_position, originator_id, originator_version, topic, state)
-            SELECT NULL, p_tenant, head_pos + row_number() OVER (ORDER BY u.ord), u.id, u.ver, u.topic, u.state
+            SELECT CASE WHEN p_tenant IS NULL THEN p_pos + row_number() OVER (ORDER BY u.ord) END,
+                   p_tenant,
+                   CASE WHEN p_tenant IS NOT NULL THEN p_pos + row_number() OVER (ORDER BY u.ord) END,
+                   u.id, u.ver, u.topic, u.state
               FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
                    WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
              WHERE NOT (u.g = ANY(bad));
-            INSERT INTO memwarden.tenant_chain (tenant, position, hash)
-            SELECT p_tenant, head_pos + x.o, x.hh FROM unnest(hashes) WITH ORDINALITY AS x(hh, o);
+            IF p_tenant IS NULL THEN
+                INSERT INTO memwarden.ledger_chain (position, hash)
+                SELECT p_pos + x.o, x.hh FROM unnest(hashes) WITH ORDINALITY AS x(hh, o);
+            ELSE
+                INSERT INTO memwarden.tenant_chain (tenant, position, hash)
+                SELECT p_tenant, p_pos + x.o, x.hh FROM unnest(hashes) WITH ORDINALITY AS x(hh, o);
+            END IF;
             PERFORM memwarden.mw_store_keys(bad, p_key_ids, p_key_groups, p_key_keks, p_key_wrapped,
                                             p_destroy_ids, p_destroy_groups);
             EXIT;
@@ -271,21 +269,49 @@ BEGIN
             bad := memwarden.mw_taken_groups(p_ids, p_versions, p_groups);
         END;
     END LOOP;
-    last_pos := head_pos + cardinality(hashes);
-    IF cardinality(hashes) > 0 THEN
-        UPDATE memwarden.tenant_heads SET position = last_pos, hash = hashes[cardinality(hashes)]
+    last_hash := CASE WHEN cardinality(hashes) > 0 THEN hashes[cardinality(hashes)] ELSE p_hash END;
+END
+$body$;
+
+-- Tenant mode: append groups of one tenant. Returns each appended event's group and tenant
+-- position (in the arrays' order), and each refused group with a NULL position.
+CREATE OR REPLACE FUNCTION memwarden.mw_append_tenant(
+    p_tenant text,
+    p_ids uuid[], p_versions bigint[], p_topics text[], p_states bytea[], p_groups int[],
+    p_key_ids uuid[], p_key_groups int[], p_key_keks text[], p_key_wrapped bytea[],
+    p_destroy_ids uuid[], p_destroy_groups int[])
+RETURNS TABLE(grp int, pos bigint)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    head_pos bigint;
+    head_hash bytea;
+    r record;
+BEGIN
+    -- Only this tenant's appends wait here: the head row, made on the tenant's first append.
+    INSERT INTO memwarden.tenant_heads (tenant, position, hash)
+    VALUES (p_tenant, 0, sha256(convert_to('memwarden chain' || p_tenant, 'UTF8')))
+    ON CONFLICT (tenant) DO NOTHING;
+    SELECT h.position, h.hash INTO head_pos, head_hash
+      FROM memwarden.tenant_heads h WHERE h.tenant = p_tenant FOR UPDATE;
+    SELECT * INTO r FROM memwarden.mw_insert_groups(p_tenant, head_pos, head_hash, p_ids, p_versions, p_topics, p_states,
+                                                   p_groups, p_key_ids, p_key_groups, p_key_keks, p_key_wrapped,
+                                                   p_destroy_ids, p_destroy_groups);
+    IF cardinality(r.appended) > 0 THEN
+        UPDATE memwarden.tenant_heads SET position = head_pos + cardinality(r.appended), hash = r.last_hash
          WHERE tenant = p_tenant;
     END IF;
-    FOR i IN 1 .. cardinality(appended) LOOP
-        grp := appended[i];
-        pos := head_pos + i;
-        RETURN NEXT;
-    END LOOP;
-    FOREACH grp IN ARRAY bad LOOP
-        pos := NULL;
-        RETURN NEXT;
-    END LOOP;
+    RETURN QUERY SELECT * FROM memwarden.mw_positions(head_pos, r.appended, r.bad);
 END
+$body$;
+
+-- What an append function returns: each appended event's group and position (after p_pos,
+-- in order), then each refused group with a NULL position.
+CREATE OR REPLACE FUNCTION memwarden.mw_positions(p_pos bigint, p_appended int[], p_bad int[])
+RETURNS TABLE(grp int, pos bigint)
+LANGUAGE sql IMMUTABLE AS $body$
+    SELECT a.g, p_pos + a.o FROM unnest(p_appended) WITH ORDINALITY AS a(g, o)
+    UNION ALL
+    SELECT b.g, NULL::bigint FROM unnest(p_bad) AS b(g);
 $body$;
 
 -- Tenant mode in one round trip: the append (committed here), then its events' global
@@ -315,6 +341,7 @@ BEGIN
 END
 $body$;
 
+
 -- Global mode: as in 0001, but under the sequence lock instead of the events table's
 -- EXCLUSIVE lock (which would also make every tenant-mode append wait), and after
 -- sequencing the rows pending from tenant-mode appends: a committed event always comes
@@ -326,13 +353,9 @@ CREATE OR REPLACE FUNCTION memwarden.mw_append(
 RETURNS TABLE(grp int, pos bigint)
 LANGUAGE plpgsql AS $body$
 DECLARE
-    bad int[] := '{}';
     head_pos bigint;
     head_hash bytea;
-    hashes bytea[];
-    appended int[];
-    i int;
-    attempt int;
+    r record;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('memwarden ledger sequence'));
     IF EXISTS (SELECT 1 FROM memwarden.tenant_pending) THEN
@@ -345,44 +368,9 @@ BEGIN
         head_pos := 0;
         head_hash := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
     END IF;
-    FOR attempt IN 1 .. 2 LOOP
-        SELECT array_agg(u.g ORDER BY u.ord) INTO appended
-          FROM unnest(p_groups) WITH ORDINALITY AS u(g, ord) WHERE NOT (u.g = ANY(bad));
-        appended := coalesce(appended, '{}');
-        SELECT memwarden.mw_links(head_pos, head_hash, array_agg(u.id ORDER BY u.ord),
-                                  array_agg(u.ver ORDER BY u.ord), array_agg(u.topic ORDER BY u.ord),
-                                  array_agg(u.state ORDER BY u.ord))
-          INTO hashes
-          FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
-               WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
-         WHERE NOT (u.g = ANY(bad));
-        hashes := coalesce(hashes, '{}');
-        BEGIN
-            INSERT INTO memwarden.events (notification_id, originator_id, originator_version, topic, state)
-            SELECT head_pos + row_number() OVER (ORDER BY u.ord), u.id, u.ver, u.topic, u.state
-              FROM unnest(p_ids, p_versions, p_topics, p_states, p_groups)
-                   WITH ORDINALITY AS u(id, ver, topic, state, g, ord)
-             WHERE NOT (u.g = ANY(bad));
-            INSERT INTO memwarden.ledger_chain (position, hash)
-            SELECT head_pos + x.o, x.hh FROM unnest(hashes) WITH ORDINALITY AS x(hh, o);
-            PERFORM memwarden.mw_store_keys(bad, p_key_ids, p_key_groups, p_key_keks, p_key_wrapped,
-                                            p_destroy_ids, p_destroy_groups);
-            EXIT;
-        EXCEPTION WHEN unique_violation THEN
-            IF attempt = 2 THEN
-                RAISE;
-            END IF;
-            bad := memwarden.mw_taken_groups(p_ids, p_versions, p_groups);
-        END;
-    END LOOP;
-    FOR i IN 1 .. cardinality(appended) LOOP
-        grp := appended[i];
-        pos := head_pos + i;
-        RETURN NEXT;
-    END LOOP;
-    FOREACH grp IN ARRAY bad LOOP
-        pos := NULL;
-        RETURN NEXT;
-    END LOOP;
+    SELECT * INTO r FROM memwarden.mw_insert_groups(NULL, head_pos, head_hash, p_ids, p_versions, p_topics, p_states,
+                                                   p_groups, p_key_ids, p_key_groups, p_key_keks, p_key_wrapped,
+                                                   p_destroy_ids, p_destroy_groups);
+    RETURN QUERY SELECT * FROM memwarden.mw_positions(head_pos, r.appended, r.bad);
 END
 $body$;

@@ -112,7 +112,7 @@ class Ledger(Application[UUID]):
             self.recorder.append_groups, fails_queue=unavailable
         )
         self._tenant_committers: CommitterPerKey[AppendGroup, GroupResult] = CommitterPerKey(
-            self.recorder.append_groups, fails_queue=unavailable
+            lambda: GroupCommitter(self.recorder.append_groups, fails_queue=unavailable)
         )
         self.checkpoints = CheckpointSigner(self.datastore, self.schema, signing_key)
         self.checkpoints.register_public_key()

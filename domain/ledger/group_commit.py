@@ -96,16 +96,11 @@ class GroupCommitter(Generic[G, R]):
 
 
 class CommitterPerKey(Generic[G, R]):
-    """A ``GroupCommitter`` per key, made at the key's first group: groups of one key share
-    commits; groups of two keys are committed concurrently."""
+    """A ``GroupCommitter`` per key, made (``make``) at the key's first group: groups of one
+    key share commits; groups of two keys are committed concurrently."""
 
-    def __init__(
-        self,
-        commit: Callable[[Sequence[G]], list[R]],
-        fails_queue: Callable[[BaseException], bool] = lambda _error: False,
-    ) -> None:
-        self._commit = commit
-        self._fails_queue = fails_queue
+    def __init__(self, make: Callable[[], GroupCommitter[G, R]]) -> None:
+        self._make = make
         self._committers: dict[str, GroupCommitter[G, R]] = {}
         self._made = threading.Lock()
 
@@ -115,6 +110,6 @@ class CommitterPerKey(Generic[G, R]):
             with self._made:
                 committer = self._committers.get(key)
                 if committer is None:
-                    committer = GroupCommitter(self._commit, self._fails_queue)
+                    committer = self._make()
                     self._committers[key] = committer
         return committer.submit(group)
