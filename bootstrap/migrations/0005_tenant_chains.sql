@@ -178,41 +178,53 @@ $body$;
 -- (p_ids, p_versions), sequencing them only if no other sequencer has. Under N concurrent
 -- appenders this matters: a caller whose events are still pending while another sequencer
 -- runs waits for that one's commit (a shared wait on the same key, so every waiter wakes at
--- once) and then usually finds them sequenced, by that one or by the first waiter to take
--- the lock, instead of queueing for the lock N times, one commit after another.
+-- once) and then often finds them sequenced, instead of every caller queueing for the lock
+-- and sequencing in turn, one commit after another.
 CREATE OR REPLACE FUNCTION memwarden.mw_sequence_for(p_ids uuid[], p_versions bigint[])
 RETURNS TABLE(originator_id uuid, originator_version bigint, notification_id bigint)
 LANGUAGE plpgsql AS $body$
 DECLARE
     lock_key bigint := hashtext('memwarden ledger sequence');
 BEGIN
-    LOOP
-        IF NOT EXISTS (
-            SELECT 1 FROM unnest(p_ids, p_versions) AS u(id, ver)
-              JOIN memwarden.events e ON e.originator_id = u.id AND e.originator_version = u.ver
-             WHERE e.notification_id IS NULL
-        ) THEN
-            EXIT;
-        END IF;
+    IF memwarden.mw_any_pending(p_ids, p_versions) THEN
         IF pg_try_advisory_xact_lock(lock_key) THEN
             PERFORM memwarden.mw_sequence_pending();
-            EXIT;
+        ELSE
+            -- Another sequencer holds the lock: wait for its commit with every other waiter
+            -- (a shared lock of the session, released at once; one cancelled in between is
+            -- released too), then look again. Only if they are still pending (committed after
+            -- that sequencer looked), queue for the lock itself. A bounded number of steps,
+            -- no retry loop: a waiter that only tried the lock again could spin.
+            BEGIN
+                PERFORM pg_advisory_lock_shared(lock_key);
+                PERFORM pg_advisory_unlock_shared(lock_key);
+            EXCEPTION WHEN query_canceled OR others THEN
+                PERFORM pg_advisory_unlock_shared(lock_key);
+                RAISE;
+            END;
+            IF memwarden.mw_any_pending(p_ids, p_versions) THEN
+                PERFORM pg_advisory_xact_lock(lock_key);
+                IF memwarden.mw_any_pending(p_ids, p_versions) THEN
+                    PERFORM memwarden.mw_sequence_pending();
+                END IF;
+            END IF;
         END IF;
-        -- another sequencer holds the lock: wait for its commit, then look again. The shared
-        -- lock is the session's, released at once; one cancelled in between is released too.
-        BEGIN
-            PERFORM pg_advisory_lock_shared(lock_key);
-            PERFORM pg_advisory_unlock_shared(lock_key);
-        EXCEPTION WHEN query_canceled OR others THEN
-            PERFORM pg_advisory_unlock_shared(lock_key);
-            RAISE;
-        END;
-    END LOOP;
+    END IF;
     RETURN QUERY
         SELECT e.originator_id, e.originator_version, e.notification_id
           FROM unnest(p_ids, p_versions) AS u(id, ver)
           JOIN memwarden.events e ON e.originator_id = u.id AND e.originator_version = u.ver;
 END
+$body$;
+
+-- Whether any of these events is still pending (VOLATILE: a fresh snapshot at each call).
+CREATE OR REPLACE FUNCTION memwarden.mw_any_pending(p_ids uuid[], p_versions bigint[])
+RETURNS boolean
+LANGUAGE sql VOLATILE AS $body$
+    SELECT EXISTS (
+        SELECT 1 FROM unnest(p_ids, p_versions) AS u(id, ver)
+          JOIN memwarden.events e ON e.originator_id = u.id AND e.originator_version = u.ver
+         WHERE e.notification_id IS NULL);
 $body$;
 
 -- The insert of an append, both modes: the groups' events after (p_pos, p_hash), on the

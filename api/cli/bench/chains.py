@@ -111,6 +111,7 @@ def writer_process(
             results.put((tenant, latencies, elapsed, cpu, None))
             finish.wait(timeout=120)
     except BaseException as error:  # noqa: BLE001 - reported by the parent, which exits 1
+        start.abort()  # a writer that cannot start: the parent stops waiting for it
         results.put((tenant, [], 0.0, 0.0, f"{type(error).__name__}: {error}"))
 
 
@@ -240,7 +241,11 @@ def _run_processes(
     for p in procs:
         p.start()
     try:
-        start.wait(timeout=300)
+        try:
+            start.wait(timeout=300)
+        except threading.BrokenBarrierError:
+            failed = results.get(timeout=60)
+            raise RuntimeError(f"the writer process of tenant {failed[0]} failed: {failed[4]}") from None
         with measuring(params) as found:
             outcomes = [results.get(timeout=seconds + 300) for _ in procs]
     finally:
