@@ -24,6 +24,7 @@ JUDGES = ("rules", "openai", "none")
 DRAFTERS = ("extractive", "openai")
 TICKET_RUNNERS = ("thread", "queue")
 SHARED_STATES = ("process", "redis")
+LEDGER_CHAINS = ("global", "tenant")
 AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 
 
@@ -110,6 +111,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_every_seconds: float = 600.0
     """The periodic checkpoint pass signs the head once this many events followed the last
     checkpoint, or this many seconds passed and anything was appended meanwhile."""
+    ledger_chains: str = "global"
+    """``global``: one hash chain and one append lock for every tenant. ``tenant``: each
+    tenant's appends also form a chain of their own and lock only that tenant's head, so
+    tenants never wait on each other's appends; a short second transaction then gives them
+    their global positions (deploy/SCALE.md §3)."""
     audit_spool_max_bytes: int = AUDIT_SPOOL_MAX_BYTES
     """The most a process keeps on disk of the audit records the ledger could not take (a
     database that takes no writes); past it, the calls they record are refused."""
@@ -136,6 +142,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             ),
             shared_state=_one_of(
                 "MEMWARDEN_SHARED_STATE", values.get("MEMWARDEN_SHARED_STATE") or "process", SHARED_STATES
+            ),
+            ledger_chains=_one_of(
+                "MEMWARDEN_LEDGER_CHAINS", values.get("MEMWARDEN_LEDGER_CHAINS") or "global", LEDGER_CHAINS
             ),
             **_extractor(values),
             judge=_one_of("MEMWARDEN_JUDGE", values.get("MEMWARDEN_JUDGE") or "rules", JUDGES),

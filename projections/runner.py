@@ -35,6 +35,11 @@ STOP_CHECK_SECONDS = 1.0
 """How often a runner with a stopped projection asks whether a rebuild (in any process)
 has since carried it past its stop."""
 
+PENDING_CHECK_SECONDS = 1.0
+"""How often a runner at the head looks for events committed without a global position
+(chains per tenant: the appending process died between its append and its sequencing);
+one found again at the next look is sequenced here."""
+
 Positions = dict[str, Position]
 """Each projection's tracked position, by name."""
 
@@ -91,6 +96,8 @@ class ProjectionRunner:
         self._follower = Follower(lambda: self.listen_conninfo)
         self._applies_here = False
         self._next_stop_check = 0.0
+        self._next_pending_check = 0.0
+        self._pending_seen: tuple[str, int] | None = None
 
     def projection(self, name: str) -> Projection:
         for projection in self.projections:
@@ -169,7 +176,23 @@ class ProjectionRunner:
             self.reached_hint = max(self.reached_hint, applied.reached)
         if defer and applied.events < BATCH_SIZE and self.deferred.pending:
             self.deferred.build_pending(self.errors)
+        if applied.events < BATCH_SIZE:
+            self._sequence_left_behind()
         return applied
+
+    def _sequence_left_behind(self) -> None:
+        """At the head, at most once a ``PENDING_CHECK_SECONDS``: an event still pending since
+        the last look was left by an appender that died before sequencing it (a live one
+        sequences within milliseconds): sequence it, so nothing committed stays unread."""
+        if time.monotonic() < self._next_pending_check:
+            return
+        self._next_pending_check = time.monotonic() + PENDING_CHECK_SECONDS
+        oldest = self.ledger.oldest_pending()
+        if oldest is not None and oldest == self._pending_seen:
+            sequenced = self.ledger.sequence_pending()
+            log.warning("sequenced %s events an appender committed but did not sequence", sequenced)
+            oldest = self.ledger.oldest_pending()
+        self._pending_seen = oldest
 
     def _apply_batch(self, *, careful: bool, defer: bool = False) -> Applied:
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
@@ -296,7 +319,15 @@ class ProjectionRunner:
 
     def start(self) -> None:
         """Apply batches in a background thread of this process; at the head, sleep until
-        the ledger announces an append."""
+        the ledger announces an append. First, sequence whatever an appender that died left
+        pending (chains per tenant), so the log this runner follows holds every commit."""
+        try:
+            if self.ledger.oldest_pending() is not None:
+                self.ledger.sequence_pending()
+        except Exception as error:
+            if not unavailable(error):
+                raise
+            log.warning("could not look for unsequenced events at start-up (the loop will): %s", error)
         step = projecting(lambda: self._apply_next_batch().events < BATCH_SIZE)
         channel = self.ledger.recorder.channel_name
         if self._follower.start(channel, step, thread="memwarden-projections", label="projector"):

@@ -69,10 +69,22 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
         except InvalidCheckpoint as error:
             sys.stderr.write(f"checkpoint refused: {error}\n")
             return 1
+    tenants = (
+        f"; {report.tenant_chains} tenant chains, {report.tenant_events} events"
+        if report.tenant_chains
+        else ""
+    )
     if report.ok:
-        text = f"ok: {report.checked} events; head {report.head_position} {report.head_hash}"
+        text = f"ok: {report.checked} events; head {report.head_position} {report.head_hash}{tenants}"
+    elif report.first_bad_position is None:  # the single chain holds; a tenant chain does not
+        text = (
+            f"FAILED: tenant {report.first_bad_tenant!r}, first bad tenant position"
+            f" {report.first_bad_tenant_position} ({report.problem})"
+        )
     else:
         text = f"FAILED: first bad position {report.first_bad_position} ({report.problem})"
+        if report.first_bad_tenant is not None:
+            text += f"; tenant {report.first_bad_tenant!r} from tenant position {report.first_bad_tenant_position}"
     _emit(args, report, text)
     return 0 if report.ok else 1
 

@@ -25,7 +25,7 @@ from domain.ledger.checkpoints import (
     verify_checkpoint_signature,
 )
 from domain.ledger.database import ConnectionParams, unavailable
-from domain.ledger.group_commit import GroupCommitter
+from domain.ledger.group_commit import CommitterPerKey, GroupCommitter
 from domain.ledger.keys import KeyEncryptionKey, SigningKey
 from domain.ledger.mapper import Recorded, SealingMapper
 from domain.ledger.recorder import (
@@ -38,7 +38,8 @@ from domain.ledger.recorder import (
 from domain.ledger.sealing import DataKeys, unwrap_key, wrap_key
 from domain.model.certificates import DeletionCertificate
 from domain.model.events import EVENT_TYPES, AuditRecorded, ErasureCertified, KnowledgeErased, MemoryErased
-from domain.settings import SCHEMA
+from domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
+from domain.settings import LEDGER_CHAINS, SCHEMA
 
 
 class StreamConflict(Exception):
@@ -88,7 +89,13 @@ class Ledger(Application[UUID]):
     audit_spool: AuditSpool | None = None
     """Where the audit records this ledger cannot take now wait for it (set by the core)."""
 
-    def __init__(self, env: dict[str, str], kek: KeyEncryptionKey, signing_key: SigningKey) -> None:
+    def __init__(
+        self, env: dict[str, str], kek: KeyEncryptionKey, signing_key: SigningKey, chains: str = "global"
+    ) -> None:
+        """``chains``: ``MEMWARDEN_LEDGER_CHAINS``, ``global`` (one chain, one lock for every
+        tenant) or ``tenant`` (a chain per tenant as well, sequenced onto the global one)."""
+        if chains not in LEDGER_CHAINS:
+            raise ValueError(f"ledger chains must be one of {', '.join(LEDGER_CHAINS)}, not {chains!r}")
         self.kek = kek
         self.signing_key = signing_key
         super().__init__(env)
@@ -100,8 +107,12 @@ class Ledger(Application[UUID]):
         # up to minutes after an outage.
         self.datastore.pool.reconnect_timeout = self.datastore.pool.timeout
         self.schema = self.datastore.schema
+        self.tenant_chains = self.recorder.tenant_chains = chains == "tenant"
         self._committer: GroupCommitter[AppendGroup, GroupResult] = GroupCommitter(
             self.recorder.append_groups, fails_queue=unavailable
+        )
+        self._tenant_committers: CommitterPerKey[AppendGroup, GroupResult] = CommitterPerKey(
+            lambda: GroupCommitter(self.recorder.append_groups, fails_queue=unavailable)
         )
         self.checkpoints = CheckpointSigner(self.datastore, self.schema, signing_key)
         self.checkpoints.register_public_key()
@@ -155,9 +166,13 @@ class Ledger(Application[UUID]):
         events: Sequence[Recorded],
         new_keys: Sequence[NewMemoryKey] = (),
         destroy_keys: Sequence[UUID] = (),
+        *,
+        tenant: str,
     ) -> int:
-        """Append one syscall's events atomically; return the last position.
+        """Append one syscall's events atomically; return the last (global) position.
 
+        ``tenant``: the syscall's tenant, whose chain the events go on with a chain per
+        tenant (``tenant_of`` its namespace).
         ``new_keys``: data keys stored in the same transaction; the events are sealed with
         them, and they are cached once committed. ``destroy_keys``: owners whose data keys
         are deleted in the same transaction (erasure); they are dropped from this process's
@@ -168,10 +183,14 @@ class Ledger(Application[UUID]):
         stored = [self.sealing.encode(r, fresh) for r in events]
         group = AppendGroup(
             events=stored,
+            tenant=tenant,
             data_keys=[DataKeyRow(k.owner, self.kek.key_id, k.wrapped) for k in new_keys],
             destroy_keys=list(destroy_keys),
         )
-        result = self._committer.submit(group)
+        if self.tenant_chains:
+            result = self._tenant_committers.submit(tenant, group)
+        else:
+            result = self._committer.submit(group)
         if result.conflict:
             raise StreamConflict("a stream this append expected to extend has moved on")
         self.data_keys.remember(fresh.items())
@@ -182,7 +201,8 @@ class Ledger(Application[UUID]):
     def append_spooled(self, record: AuditRecorded) -> None:
         """Append an audit record that waited in the spool, under its own id: a second
         append of it is a ``StreamConflict``, never a second record."""
-        self.append([Recorded(record.record_id, 1, record)])
+        tenant = tenant_of(record.namespace) if record.namespace else ANONYMOUS_TENANT
+        self.append([Recorded(record.record_id, 1, record)], tenant=tenant)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -237,6 +257,14 @@ class Ledger(Application[UUID]):
             )
             for row in rows
         ]
+
+    def sequence_pending(self) -> int:
+        """Sequence the events a tenant-chain append committed but did not sequence (its
+        process died between its two transactions); how many were."""
+        return self.recorder.sequence()
+
+    def oldest_pending(self) -> tuple[str, int] | None:
+        return self.recorder.oldest_pending()
 
     def head_position(self) -> int:
         return self.recorder.head()[0]

@@ -2,13 +2,19 @@
 
 ``canonical`` is a length-prefixed binary form of the stored row, computed the same way
 by the append function in PostgreSQL (see recorder.py) and by ``verify_chain`` here.
+
+With a chain per tenant (``MEMWARDEN_LEDGER_CHAINS=tenant``) each tenant's events are also
+chained among themselves by the same formula over their tenant positions, from the
+tenant's own genesis ``sha256('memwarden chain' || tenant)``, so one tenant's chain cannot
+be passed off as another's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from itertools import groupby
 from typing import Any
 from uuid import UUID
 
@@ -24,6 +30,25 @@ class ChainReport(msgspec.Struct, frozen=True, kw_only=True):
     head_hash: str
     first_bad_position: int | None = None
     problem: str | None = None
+    tenant_chains: int = 0
+    """How many tenant chains were verified (0: every event is on the single chain only)."""
+    tenant_events: int = 0
+    first_bad_tenant: str | None = None
+    """The tenant whose chain is broken, and the tenant position of its first bad link."""
+    first_bad_tenant_position: int | None = None
+
+
+class TenantChainReport(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    tenants: int
+    checked: int
+    first_bad_tenant: str | None = None
+    first_bad_position: int | None = None
+    problem: str | None = None
+
+
+def tenant_genesis(tenant: str) -> bytes:
+    return hashlib.sha256(b"memwarden chain" + tenant.encode()).digest()
 
 
 def canonical(position: int, originator_id: UUID, version: int, topic: str, state: bytes) -> bytes:
@@ -49,7 +74,10 @@ ANCHOR_PROBLEM = "the ledger does not reach the checkpoint's head with its hash"
 
 
 def verify_rows(
-    rows: Iterable[tuple[Any, ...]], stop_at: int | None = None, anchor: tuple[int, str] | None = None
+    rows: Iterable[tuple[Any, ...]],
+    stop_at: int | None = None,
+    anchor: tuple[int, str] | None = None,
+    genesis: bytes = GENESIS,
 ) -> ChainReport:
     """Check rows of (event position, id, version, topic, state, chain position, chain hash).
 
@@ -57,7 +85,7 @@ def verify_rows(
     missing on either side shows up as nulls on that side. ``anchor`` is a checkpoint's
     (position, hex hash): the recomputed chain must pass through it, in the same pass.
     """
-    previous = GENESIS
+    previous = genesis
     expected = 1
     checked = 0
     for position, originator_id, version, topic, state, chain_position, chain_hash in rows:
@@ -100,3 +128,44 @@ def verify_rows(
             problem=ANCHOR_PROBLEM,
         )
     return ChainReport(ok=True, checked=checked, head_position=expected - 1, head_hash=previous.hex())
+
+
+def verify_tenant_rows(
+    rows: Iterable[tuple[Any, ...]], heads: Mapping[str, tuple[int, bytes]]
+) -> TenantChainReport:
+    """Check every tenant chain: rows of (tenant, tenant position, id, version, topic, state,
+    chain position, chain hash), ordered by tenant and position (a full outer join of the
+    tenants' events and ``tenant_chain``). Each chain starts from its tenant's genesis and
+    must pass through its head row (``heads``: position, hash), so a truncated chain fails."""
+    checked = tenants = 0
+    seen: set[str] = set()
+    for tenant, group in groupby(rows, key=lambda row: str(row[0])):
+        seen.add(tenant)
+        tenants += 1
+        head = heads.get(tenant)
+        if head is None:
+            return _bad_tenant(tenants, checked, tenant, 1, "the tenant's head row is missing")
+        report = verify_rows(
+            (row[1:] for row in group), anchor=(head[0], head[1].hex()), genesis=tenant_genesis(tenant)
+        )
+        checked += report.checked
+        if not report.ok:
+            assert report.problem is not None
+            return _bad_tenant(tenants, checked, tenant, report.first_bad_position, report.problem)
+    for tenant, (position, _hash) in sorted(heads.items()):
+        if tenant not in seen and position > 0:
+            return _bad_tenant(tenants + 1, checked, tenant, 1, ANCHOR_PROBLEM)
+    return TenantChainReport(ok=True, tenants=len(seen | set(heads)), checked=checked)
+
+
+def _bad_tenant(
+    tenants: int, checked: int, tenant: str, position: int | None, problem: str
+) -> TenantChainReport:
+    return TenantChainReport(
+        ok=False,
+        tenants=tenants,
+        checked=checked,
+        first_bad_tenant=tenant,
+        first_bad_position=position,
+        problem=problem,
+    )

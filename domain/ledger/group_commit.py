@@ -4,8 +4,13 @@ Every writer queues its group. When no commit is in flight, the writer that noti
 becomes the leader: it takes everything queued so far and appends it in one call, while
 new writers keep queueing behind it. Followers sleep on a condition until their group is
 done, so a commit wakes them all at once instead of passing a lock from one to the next.
-The table lock in PostgreSQL serializes appends anyway; batching turns N lock waits,
+The ledger's lock in PostgreSQL serializes appends anyway; batching turns N lock waits,
 N round trips and N fsyncs into one.
+
+With a chain per tenant (``MEMWARDEN_LEDGER_CHAINS=tenant``) there is one committer per
+tenant (``CommitterPerKey``): a tenant's writers share its commits, and two tenants'
+commits run at once, since in the database they no longer wait on one lock (PostgreSQL
+then flushes their commits to the WAL together).
 
 A commit that failed because the database is down (``fails_queue``) fails the writers
 queued behind it too: they would each wait for the same database again, one timeout
@@ -88,3 +93,23 @@ class GroupCommitter(Generic[G, R]):
             raise pending.error
         assert pending.result is not None
         return pending.result
+
+
+class CommitterPerKey(Generic[G, R]):
+    """A ``GroupCommitter`` per key, made (``make``) at the key's first group: groups of one
+    key share commits; groups of two keys are committed concurrently."""
+
+    def __init__(self, make: Callable[[], GroupCommitter[G, R]]) -> None:
+        self._make = make
+        self._committers: dict[str, GroupCommitter[G, R]] = {}
+        self._made = threading.Lock()
+
+    def submit(self, key: str, group: G) -> R:
+        committer = self._committers.get(key)
+        if committer is None:
+            with self._made:
+                committer = self._committers.get(key)
+                if committer is None:
+                    committer = self._make()
+                    self._committers[key] = committer
+        return committer.submit(group)

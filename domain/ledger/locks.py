@@ -22,6 +22,12 @@ PROJECTIONS = LockKey("memwarden projections")
 """Held by the one runner applying a batch, and by a rebuild while it switches tables."""
 
 
+SEQUENCE = LockKey("memwarden ledger sequence")
+"""Held by whatever hands out global positions, until it commits: ``mw_append`` (a
+single chain) and ``mw_sequence`` (chains per tenant), both in
+bootstrap/migrations/0005_tenant_chains.sql, which spells the key out."""
+
+
 def secret(name: str) -> LockKey:
     """Held while a service secret is looked up and, the first time, made."""
     return LockKey(f"memwarden secret {name}")

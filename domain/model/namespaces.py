@@ -45,6 +45,11 @@ def ancestors(namespace: str) -> tuple[str, ...]:
     return tuple("/".join(segments[:i]) for i in range(len(segments), 0, -1))
 
 
+ANONYMOUS_TENANT = "/anonymous"
+"""The tenant of what no namespace names (the audit record of a request without a valid
+key): no tenant, since no namespace's first segment can hold a '/'."""
+
+
 def tenant_of(namespace: str) -> str:
     return namespace.split("/", 1)[0]
 

@@ -26,6 +26,7 @@ from domain.ledger.mapper import Recorded
 from domain.model.errors import DomainError, InvalidState, NotFound
 from domain.model.events import AuditOutcome, Event
 from domain.model.identity import Identity
+from domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
 from domain.services.audit import audit_record
 from domain.services.streams import Streams
 
@@ -92,6 +93,19 @@ def version_events(events: Iterable[Event], versions: Mapping[UUID, int]) -> lis
         next_version[stream] = version
         recorded.append(Recorded(stream, version, event))
     return recorded
+
+
+def append_tenant(identity: Identity | None, records: Sequence[Recorded]) -> str:
+    """The tenant of an append (whose chain it goes on, ``MEMWARDEN_LEDGER_CHAINS=tenant``):
+    the caller's; for a worker pass (no identity) the tenant of the first namespace its
+    events name (its lease's, its findings'); a request without a valid key has none."""
+    if identity is not None:
+        return tenant_of(identity.namespace)
+    for recorded in records:
+        namespace = getattr(recorded.event, "namespace", None)
+        if isinstance(namespace, str) and namespace:
+            return tenant_of(namespace)
+    return ANONYMOUS_TENANT
 
 
 class CommandRunner:
@@ -161,7 +175,8 @@ class CommandRunner:
         if note is not None:
             audit = audit_record(self.new_id(), identity, op, note.outcome, note.detail, at, note.subjects)
             records.append(Recorded(audit.record_id, 1, audit))
-        return self.ledger.append(records, decided.new_keys, decided.destroy_keys)
+        tenant = append_tenant(identity, records)
+        return self.ledger.append(records, decided.new_keys, decided.destroy_keys, tenant=tenant)
 
     # -- audit records ----------------------------------------------------------------------
 

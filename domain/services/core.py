@@ -43,6 +43,7 @@ class Core:
                 ledger_env(self.params, settings.pool_size, settings.db_timeout_seconds),
                 KeyEncryptionKey.load(settings),
                 SigningKey.load(settings),
+                chains=settings.ledger_chains,
             )
         except BaseException:
             self._stop_server()

@@ -449,7 +449,7 @@ def test_a_version_recorded_in_the_clear_before_sealing_still_decodes(
         topic="KnowledgePublished",
         state=msgspec.json.encode(old),
     )
-    (appended,) = core.ledger.recorder.append_groups([AppendGroup(events=[clear])])
+    (appended,) = core.ledger.recorder.append_groups([AppendGroup(events=[clear], tenant="acme")])
     assert not appended.conflict
     assert data_key_owners(core.params.conninfo()) == []
 

@@ -40,6 +40,26 @@ def register(sub: Any) -> Any:
     write = bench.add_parser("write", help="sustained writes through domain+ledger vs plain INSERT")
     write.add_argument("--seconds", type=float, default=5.0, help="measuring time per run")
     write.add_argument("--writers", default="1,4,16", help="comma-separated writer counts")
+    write.add_argument(
+        "--tenants",
+        type=int,
+        default=0,
+        help="instead: this many tenants writing at once, on one chain and on a chain per tenant"
+        " (MEMWARDEN_LEDGER_CHAINS), same run, separate scratch databases; a writer PROCESS per"
+        " tenant, since threads of one process share one group commit and one GIL and cannot"
+        " show the cost of the ledger's lock",
+    )
+    write.add_argument(
+        "--writers-per-tenant",
+        type=int,
+        default=2,
+        help="writer threads in each tenant's process (with --tenants)",
+    )
+    write.add_argument(
+        "--thread-reference",
+        action="store_true",
+        help="with --tenants: also run the same writers as threads of one process (the GIL's reference)",
+    )
     write.add_argument("--json", action="store_true")
     write.set_defaults(handler=lazy("api.cli.bench.write", "run_write_bench"))
     api = bench.add_parser(

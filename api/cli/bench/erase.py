@@ -26,6 +26,7 @@ from domain.model.commands import WriteMemory
 from domain.model.erasure import Forget
 from domain.model.events import AuditRecorded, MemoryWritten, Provenance
 from domain.model.identity import Identity
+from domain.model.namespaces import tenant_of
 from domain.services.memory import utcnow
 
 SIZES = (1, 100, 10_000)
@@ -97,7 +98,7 @@ def _generate(runtime: Runtime, store: int) -> dict[str, list[UUID]]:
             detail=f"{len(events)} memories",
             at=now,
         )
-        ledger.append([*events, Recorded(audit.record_id, 1, audit)], keys)
+        ledger.append([*events, Recorded(audit.record_id, 1, audit)], keys, tenant=tenant_of(NAMESPACE))
     return groups
 
 

@@ -1,5 +1,6 @@
 """`memwarden bench write`: sustained writes through the domain and the ledger (no HTTP),
-next to a plain single-row INSERT+commit into a scratch table on the same server."""
+next to a plain single-row INSERT+commit into a scratch table on the same server. With
+``--tenants``: one chain vs a chain per tenant (api/cli/bench/chains.py)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,10 @@ def _plain_worker(conninfo: str) -> Callable[[int], Callable[[int], None]]:
 
 
 def run_write_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "tenants", 0):
+        from api.cli.bench.chains import run_chains_bench  # noqa: PLC0415 - only this mode
+
+        return run_chains_bench(args)
     counts = [int(c) for c in str(args.writers).split(",") if c.strip()]
     rows: list[WriteBenchRow] = []
     with scratch_database("memwarden_bench_write") as (scratch, params):

@@ -1,0 +1,352 @@
+"""`memwarden bench write --tenants N --writers-per-tenant W`: N tenants writing at once on
+one ledger chain (``MEMWARDEN_LEDGER_CHAINS=global``) and on a chain per tenant
+(``tenant``), same run, each mode on a scratch database of its own.
+
+Writers are PROCESSES, one per tenant (each with W writer threads sharing its ledger, so a
+tenant's writers share its group commits, as in an API process): threads of one process
+cannot show the cost of the ledger's lock, because one process's group commit already
+turns all of its writers into one append at a time (nobody else waits on its lock) and
+the GIL caps it at one core of Python work, so the lock is never what the writers wait
+for. N processes are N appenders, as N API processes or machines would be: on one chain
+they queue on one lock (held through each commit); on a chain per tenant they do not.
+
+Next to the throughput the bench shows where the time goes: the writer processes' CPU per
+write (Python: deciding, sealing, embedding), the share of the database's active sessions
+found waiting on a lock (sampled every 10 ms), and how busy the machine's CPUs were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import resource
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psycopg
+
+from api.cli.bench.common import RunStats, scratch_database, summarize, timed_threads
+from domain.ledger.database import ConnectionParams
+from domain.model.identity import Identity
+from domain.services.core import Core
+from domain.settings import Settings
+
+TARGET = 1.5
+"""A chain per tenant writes at least this many times as fast as the single chain."""
+MODES = ("global", "tenant")
+WARM_UP_WRITES = 20
+SAMPLE_SECONDS = 0.01
+
+
+class ChainsRow(msgspec.Struct, frozen=True, kw_only=True):
+    chains: str
+    writers_as: str
+    """``processes`` (a process per tenant: the measurement) or ``threads`` (the reference:
+    every writer a thread of one process)."""
+    tenants: int
+    writers_per_tenant: int
+    stats: RunStats
+    writer_cpu_ms_per_write: float
+    """User+system CPU of the writer processes per write (all their threads)."""
+    writer_cores: float
+    """The writer processes' CPU over the run's wall time: cores of Python kept busy."""
+    server_cpu_ms_per_write: float
+    """CPU of the PostgreSQL server processes serving the bench's database, per write."""
+    wal_flushes_per_write: float
+    """WAL fsyncs of the server per write: below one, commits shared a flush."""
+    lock_wait_share: float
+    """Of the database sessions found active in a sample, the share waiting on a lock."""
+    machine_busy: float
+    """How busy the machine's CPUs were over the run (every process, not only ours)."""
+    chain_ok: bool
+
+
+class ChainsReport(msgspec.Struct, frozen=True, kw_only=True):
+    rows: list[ChainsRow]
+    ratio: float
+    target: float
+    embedder: str
+
+
+def tenant_writer(core: Core, tenant: int) -> Callable[[int], Callable[[int], None]]:
+    from api.cli.bench.write import sentence  # noqa: PLC0415 - write.py imports this module
+
+    def make(index: int) -> Callable[[int], None]:
+        identity = Identity(f"tenant{tenant}/team", f"agent-{index}", "agent")
+
+        def work(n: int) -> None:
+            result = core.memory.write(identity, sentence(tenant * 100 + index, n))
+            if result.outcome == "rejected":
+                raise RuntimeError(f"benchmark write rejected: {result.rejected}")
+
+        return work
+
+    return make
+
+
+def writer_process(
+    settings: Settings, tenant: int, writers: int, seconds: float, sync: tuple[Any, Any, Any]
+) -> None:
+    """One tenant's writers (the target of a spawned process): warm up, wait for every
+    tenant, write for ``seconds``, report latencies, elapsed time and CPU used, and keep its
+    connections open until told (the parent reads their server processes' CPU)."""
+    start, results, finish = sync
+    try:
+        with Core(settings) as core:
+            make = tenant_writer(core, tenant)
+            warm = make(writers)  # a writer of its own: the measured ones start at n = 0
+            for n in range(WARM_UP_WRITES):
+                warm(n)
+            start.wait()
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            latencies, elapsed = timed_threads(writers, seconds, make)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            results.put((tenant, latencies, elapsed, cpu, None))
+            finish.wait(timeout=120)
+    except BaseException as error:  # noqa: BLE001 - reported by the parent, which exits 1
+        start.abort()  # a writer that cannot start: the parent stops waiting for it
+        results.put((tenant, [], 0.0, 0.0, f"{type(error).__name__}: {error}"))
+
+
+def backend_cpu(dbname: str) -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL server process serving ``dbname`` (found by
+    its process title, ``postgres: user dbname …``), on this machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[int, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not title.startswith("postgres: ") or f" {dbname} " not in title:
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[int(proc.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the machine since boot, from /proc/stat."""
+    first = Path("/proc/stat").read_text(encoding="ascii").splitlines()[0]
+    fields = [int(x) for x in first.split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+@contextmanager
+def lock_sampler(params: ConnectionParams) -> Iterator[list[tuple[int, int]]]:
+    """Sample, every ``SAMPLE_SECONDS``, (active sessions, of them waiting on a lock) of the
+    database; the samples are in the yielded list once the block ends."""
+    samples: list[tuple[int, int]] = []
+    stop = threading.Event()
+    query = (
+        "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock') FROM pg_stat_activity"
+        " WHERE datname = %s AND state = 'active' AND pid <> pg_backend_pid()"
+    )
+
+    def sample() -> None:
+        with psycopg.connect(params.conninfo(), autocommit=True) as conn:
+            while not stop.wait(SAMPLE_SECONDS):
+                row = conn.execute(query, (params.dbname,)).fetchone()
+                if row is not None:
+                    samples.append((int(row[0]), int(row[1])))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+class Measured(msgspec.Struct, frozen=True, kw_only=True):
+    latencies: list[float]
+    elapsed: float
+    writer_cpu: float
+    server_cpu: float
+    wal_flushes: int
+    machine_busy: float
+    samples: list[tuple[int, int]]
+
+
+def wal_flushes(params: ConnectionParams) -> int:
+    """The server's WAL fsyncs so far (every database of it: run the bench on a server of its
+    own, as the embedded default is), from ``pg_stat_io`` (PostgreSQL 16 and later)."""
+    with psycopg.connect(params.conninfo(), autocommit=True) as conn:
+        row = conn.execute("SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'").fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+@contextmanager
+def measuring(params: ConnectionParams) -> Iterator[dict[str, Any]]:
+    """Measure the machine, the database's server processes and its lock waits over the
+    block; the figures are in the yielded dict once it ends."""
+    found: dict[str, Any] = {}
+    busy0, total0 = _machine_ticks()
+    server0 = backend_cpu(params.dbname)
+    flushes0 = wal_flushes(params)
+    with lock_sampler(params) as samples:
+        yield found
+    busy1, total1 = _machine_ticks()
+    server1 = backend_cpu(params.dbname)
+    found["wal_flushes"] = wal_flushes(params) - flushes0
+    found["server_cpu"] = sum(cpu - server0.get(pid, 0.0) for pid, cpu in server1.items())
+    found["machine_busy"] = round((busy1 - busy0) / max(1, total1 - total0), 3)
+    found["samples"] = samples
+
+
+def _run_threads(
+    settings: Settings, params: ConnectionParams, tenants: int, writers: int, seconds: float
+) -> Measured:
+    """The reference: every tenant's writers as threads of this one process."""
+    with Core(msgspec.structs.replace(settings, pool_size=tenants * writers + 2)) as core:
+        makers = [tenant_writer(core, t) for t in range(tenants)]
+        warm = [makers[t](writers) for t in range(tenants)]
+        for n in range(WARM_UP_WRITES):
+            warm[n % tenants](n)
+
+        def make(index: int) -> Callable[[int], None]:
+            return makers[index // writers](index % writers)
+
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        with measuring(params) as found:
+            latencies, elapsed = timed_threads(tenants * writers, seconds, make)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Measured(latencies=latencies, elapsed=elapsed, writer_cpu=cpu, **found)
+
+
+def _run_processes(
+    settings: Settings, params: ConnectionParams, tenants: int, writers: int, seconds: float
+) -> Measured:
+    """Start a writer process per tenant, let them write at once, and measure meanwhile."""
+    ctx = multiprocessing.get_context("spawn")
+    start, results, finish = ctx.Barrier(tenants + 1), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(
+            target=writer_process, args=(settings, t, writers, seconds, (start, results, finish)), daemon=True
+        )
+        for t in range(tenants)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        try:
+            start.wait(timeout=300)
+        except threading.BrokenBarrierError:
+            failed = results.get(timeout=60)
+            raise RuntimeError(f"the writer process of tenant {failed[0]} failed: {failed[4]}") from None
+        with measuring(params) as found:
+            outcomes = [results.get(timeout=seconds + 300) for _ in procs]
+    finally:
+        finish.set()
+        for p in procs:
+            p.join(timeout=60)
+    errors = [error for *_rest, error in outcomes if error]
+    if errors:
+        raise RuntimeError(f"a writer process failed: {errors[0]}")
+    return Measured(
+        latencies=[x for _, lat, *_ in outcomes for x in lat],
+        elapsed=max(o[2] for o in outcomes),
+        writer_cpu=sum(o[3] for o in outcomes),
+        **found,
+    )
+
+
+def run_mode(
+    settings: Settings,
+    params: ConnectionParams,
+    chains: str,
+    shape: tuple[int, int],
+    seconds: float,
+    writers_as: str = "processes",
+) -> ChainsRow:
+    """``shape``: (tenants, writers per tenant) writing at once on a fresh database, in one
+    chains mode; the writers are a process per tenant, or threads of this process."""
+    tenants, writers = shape
+    mode_settings = msgspec.structs.replace(settings, ledger_chains=chains, pool_size=writers + 2)
+    run = _run_processes if writers_as == "processes" else _run_threads
+    m = run(mode_settings, params, tenants, writers, seconds)
+    with Core(mode_settings) as core:
+        chain_ok = core.ledger.verify().ok
+    active = sum(a for a, _ in m.samples)
+    per_write = 1000 / max(1, len(m.latencies))
+    return ChainsRow(
+        chains=chains,
+        writers_as=writers_as,
+        tenants=tenants,
+        writers_per_tenant=writers,
+        stats=summarize(f"{chains} chains", tenants * writers, m.latencies, m.elapsed),
+        writer_cpu_ms_per_write=round(m.writer_cpu * per_write, 3),
+        writer_cores=round(m.writer_cpu / m.elapsed, 2) if m.elapsed else 0.0,
+        server_cpu_ms_per_write=round(m.server_cpu * per_write, 3),
+        wal_flushes_per_write=round(m.wal_flushes * per_write / 1000, 3),
+        lock_wait_share=round(sum(w for _, w in m.samples) / active, 3) if active else 0.0,
+        machine_busy=m.machine_busy,
+        chain_ok=chain_ok,
+    )
+
+
+def run_chains_bench(args: argparse.Namespace) -> int:
+    tenants, writers, seconds = int(args.tenants), int(args.writers_per_tenant), float(args.seconds)
+    if tenants < 1 or writers < 1:
+        sys.stderr.write("--tenants and --writers-per-tenant must be at least 1\n")
+        return 2
+    rows: list[ChainsRow] = []
+    with ExitStack() as stack:
+        scratch = {
+            mode: stack.enter_context(scratch_database(f"memwarden_bench_chains_{mode}")) for mode in MODES
+        }
+        for writers_as in (
+            ("processes", "threads") if getattr(args, "thread_reference", False) else ("processes",)
+        ):
+            for mode in MODES:
+                settings, params = scratch[mode]
+                rows.append(run_mode(settings, params, mode, (tenants, writers), seconds, writers_as))
+    single, per_tenant = rows[:2]
+    ratio = (
+        round(per_tenant.stats.per_second / single.stats.per_second, 3) if single.stats.per_second else 0.0
+    )
+    report = ChainsReport(
+        rows=rows, ratio=ratio, target=TARGET, embedder=os.environ.get("MEMWARDEN_EMBEDDER") or "minilm"
+    )
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+    else:
+        _print(report)
+    return 0 if all(r.chain_ok for r in rows) else 1
+
+
+def _print(report: ChainsReport) -> None:
+    out = sys.stdout.write
+    first = report.rows[0]
+    out(
+        f"memwarden bench write — {first.tenants} tenants x {first.writers_per_tenant} writers"
+        f" (a process per tenant), one chain vs a chain per tenant, same run; embedder {report.embedder}\n"
+    )
+    out(
+        f"{'chains':>7} {'writers':>9} | {'w/s':>8} {'p50 ms':>8} {'p95 ms':>8} | {'py ms/w':>8} {'py cores':>8}"
+        f" {'pg ms/w':>8} {'fsync/w':>7} {'lock wait':>9} {'machine':>7} | chain\n"
+    )
+    for r in report.rows:
+        out(
+            f"{r.chains:>7} {r.writers_as:>9} | {r.stats.per_second:>8.1f} {r.stats.p50_ms:>8.2f} {r.stats.p95_ms:>8.2f} |"
+            f" {r.writer_cpu_ms_per_write:>8.2f} {r.writer_cores:>8.2f} {r.server_cpu_ms_per_write:>8.2f}"
+            f" {r.wal_flushes_per_write:>7.2f}"
+            f" {r.lock_wait_share:>9.1%}"
+            f" {r.machine_busy:>7.0%} | {'verifies' if r.chain_ok else 'BROKEN'}\n"
+        )
+    verdict = "ok" if report.ratio >= report.target else "MISSED"
+    out(
+        f"per tenant / single chain (processes): {report.ratio:.2f}x (target >= {report.target:.1f}x) {verdict}\n"
+    )
