@@ -177,7 +177,9 @@ class AuditSpool:
             self._start_drainer()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        """Every ``drain_seconds`` (first after one: the ledger refused a moment ago), until
+        nothing is left."""
+        while not self._stop.wait(self.drain_seconds):
             try:
                 if self.drain():
                     with self._lock:
@@ -186,7 +188,6 @@ class AuditSpool:
                             return
             except Exception:
                 log.exception("the audit spool could not be drained; trying again")
-            self._stop.wait(self.drain_seconds)
 
     def close(self) -> None:
         """Stop the drainer; records not yet appended stay in the file for the next start."""
