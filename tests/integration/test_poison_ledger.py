@@ -133,10 +133,14 @@ def appended_as_poisoned(ledger: Ledger, poison: Poison) -> Iterator[None]:
     version, whose edge and deciders let such values through, put in the ledger."""
 
     def append(
-        events: Sequence[Recorded], new_keys: Sequence[NewMemoryKey] = (), destroy_keys: Sequence[UUID] = ()
+        events: Sequence[Recorded],
+        new_keys: Sequence[NewMemoryKey] = (),
+        destroy_keys: Sequence[UUID] = (),
+        *,
+        tenant: str,
     ) -> int:
         changed = [dataclasses.replace(r, event=poison(r.event)) for r in events]
-        return Ledger.append(ledger, changed, new_keys, destroy_keys)
+        return Ledger.append(ledger, changed, new_keys, destroy_keys, tenant=tenant)
 
     ledger.append = append  # type: ignore[method-assign]
     try:

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
+from api.http.routes.compliance import public_problem
 from bootstrap.runtime import Runtime
 from domain.ledger.chain import canonical, link, tenant_genesis
 from domain.ledger.mapper import Recorded
@@ -279,3 +280,21 @@ def test_erasure_on_a_tenant_chain_destroys_the_key_in_the_same_append(runtime: 
     assert still.content == "Dana's badge number is 4417"
     report = runtime.ledger.verify()
     assert report.ok, report
+
+
+def test_a_broken_tenant_chain_fails_verify_and_http_does_not_name_the_tenant(runtime: Runtime) -> None:
+    for who in (ACME, GLOBEX):
+        runtime.memory.write(who, WriteMemory(content=f"{who.namespace}: {FACTS[0]}"))
+    with psycopg.connect(runtime.core.params.conninfo()) as conn:
+        conn.execute(
+            "UPDATE memwarden.tenant_chain SET hash = %s WHERE tenant = 'globex' AND position = 1",
+            (bytes(32),),
+        )
+    report = runtime.ledger.verify()
+    assert not report.ok
+    assert report.first_bad_position is None  # the single chain still holds
+    assert (report.first_bad_tenant, report.first_bad_tenant_position) == ("globex", 1)
+    assert report.problem == "tenant 'globex' chain, tenant position 1: hash mismatch"
+    told = public_problem(report)
+    assert told is not None
+    assert "globex" not in told

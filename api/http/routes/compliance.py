@@ -105,7 +105,7 @@ class ComplianceController(Controller):
                 checked=report.checked,
                 head=Head(report.head_position, report.head_hash),
                 first_bad_position=report.first_bad_position,
-                problem=_unnamed(report),
+                problem=public_problem(report),
             )
 
         return query(request, run, lambda r: "ok" if r.ok else f"broken at {r.first_bad_position}")
@@ -168,7 +168,7 @@ class ComplianceController(Controller):
         )
 
 
-def _unnamed(report: ChainReport) -> str | None:
+def public_problem(report: ChainReport) -> str | None:
     """The problem, without naming another tenant: a broken tenant chain on a ledger whose
     single chain holds is said to be one, the operator's ``ledger verify`` names it."""
     if report.ok or report.first_bad_position is not None:
