@@ -29,7 +29,7 @@ from projections.search.neighbours import SearchNeighbours
 
 def search_drivers() -> dict[str, Driver]:
     """The drivers a namespace policy may name, with the reranking stage that
-    ``MEMWARDEN_RERANK`` asks for (none by default)."""
+    ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default)."""
     reranker, depth = reranker_from_env()
     return policy_drivers(reranker, depth or RERANK_DEPTH)
 

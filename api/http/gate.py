@@ -277,7 +277,9 @@ def query(
     return result
 
 
-def _audit_read(state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject: UUID | None) -> None:
+def _audit_read(
+    state: ApiState, call: Call, outcome: AuditOutcome, detail: str, subject: UUID | None
+) -> None:
     """The record of a read, appended once its answer is known. A database that answers
     but takes no writes (read only, a full disk, a role without write rights) does not stop
     the reads it can still serve: the record that could not be appended is counted

@@ -14,9 +14,7 @@ and without it a memory and a query are embedded alike (the cache serves both).
 
 from __future__ import annotations
 
-import threading
-
-from domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile
+from domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile, Shared
 
 MODEL_ID = "bge-small-en-v1.5-int8"
 DIMENSIONS = 384
@@ -44,15 +42,5 @@ def bge_small(batch_size: int = 32, threads: int | None = None) -> OnnxSentenceE
     return OnnxSentenceEmbedder(BGE_SMALL, batch_size=batch_size, threads=threads)
 
 
-_shared: OnnxSentenceEmbedder | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_bge_small() -> OnnxSentenceEmbedder:
-    """The process-wide bge-small-en-v1.5 embedder, made on first use; thread-safe."""
-    global _shared  # noqa: PLW0603 -- one model per process
-    if _shared is None:
-        with _shared_lock:
-            if _shared is None:
-                _shared = bge_small()
-    return _shared
+shared_bge_small: Shared[OnnxSentenceEmbedder] = Shared(bge_small)
+"""The process-wide bge-small-en-v1.5 embedder, made on first use; thread-safe."""

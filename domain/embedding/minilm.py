@@ -13,10 +13,9 @@ mask, L2 normalisation.
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
-from domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile, read_pinned
+from domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile, Shared, read_pinned
 
 __all__ = ["MODEL_SHA256", "TOKENIZER_SHA256", "MiniLMEmbedder", "read_pinned", "shared_minilm"]
 
@@ -77,15 +76,5 @@ class MiniLMEmbedder(OnnxSentenceEmbedder):
         )
 
 
-_shared: MiniLMEmbedder | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_minilm() -> MiniLMEmbedder:
-    """The process-wide :class:`MiniLMEmbedder`, made on first use; thread-safe."""
-    global _shared  # noqa: PLW0603 -- one model per process
-    if _shared is None:
-        with _shared_lock:
-            if _shared is None:
-                _shared = MiniLMEmbedder()
-    return _shared
+shared_minilm: Shared[MiniLMEmbedder] = Shared(MiniLMEmbedder)
+"""The process-wide :class:`MiniLMEmbedder`, made on first use; thread-safe."""

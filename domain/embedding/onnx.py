@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -131,6 +131,25 @@ def read_pinned(path: Path, expected_sha256: str) -> bytes:
             actual=actual,
         )
     return data
+
+
+T = TypeVar("T")
+
+
+class Shared(Generic[T]):
+    """One instance per process, made by ``make`` on first use; thread-safe."""
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._value: T | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> T:
+        if self._value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = self._make()
+        return self._value
 
 
 Encoded = tuple[list[int], list[int]]

@@ -12,13 +12,12 @@ cross-encoder as sentence-transformers publishes it (Apache-2.0).
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from domain.embedding.base import Matrix, check_texts
-from domain.embedding.onnx import Encoded, ModelSpec, OnnxEncoder, PinnedFile, by_length
+from domain.embedding.onnx import Encoded, ModelSpec, OnnxEncoder, PinnedFile, Shared, by_length
 from domain.settings import positive_number
 
 MODEL_ID = "ms-marco-MiniLM-L-12-v2-int8"
@@ -73,31 +72,21 @@ class CrossEncoder:
         return logits.reshape(len(batch), -1)[:, :1]
 
 
-_shared: CrossEncoder | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_cross_encoder() -> CrossEncoder:
-    """The process-wide cross-encoder, made on first use; thread-safe."""
-    global _shared  # noqa: PLW0603 -- one model per process
-    if _shared is None:
-        with _shared_lock:
-            if _shared is None:
-                _shared = CrossEncoder()
-    return _shared
+shared_cross_encoder: Shared[CrossEncoder] = Shared(CrossEncoder)
+"""The process-wide cross-encoder, made on first use; thread-safe."""
 
 
 RERANK_CHOICES = ("none", "ms-marco")
 
 
 def reranker_from_env(env: Mapping[str, str] | None = None) -> tuple[CrossEncoder | None, int | None]:
-    """``MEMWARDEN_RERANK`` (``none``, the default, or ``ms-marco``) and
+    """``MEMWARDEN_RERANK`` (``ms-marco``, the default, or ``none``) and
     ``MEMWARDEN_RERANK_DEPTH`` (how many of the hybrid driver's best it reorders; ``None``:
     the driver's default). ``ValueError`` for an unknown choice or a depth that is not a
     positive whole number; :class:`~domain.embedding.base.ModelFileRejected` when the files
     fail their pins."""
     values = os.environ if env is None else env
-    choice = (values.get("MEMWARDEN_RERANK") or "none").strip().lower()
+    choice = (values.get("MEMWARDEN_RERANK") or "ms-marco").strip().lower()
     if choice not in RERANK_CHOICES:
         raise ValueError(f"MEMWARDEN_RERANK={choice!r} is not one of {', '.join(RERANK_CHOICES)}")
     depth = positive_number(values, "MEMWARDEN_RERANK_DEPTH", int)

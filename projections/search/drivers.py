@@ -27,8 +27,10 @@ CONTEXT_SPAN = 2
 """How much of a hit's score its write-order neighbours get, and how far away they may be."""
 
 
-RERANK_DEPTH = 20
+RERANK_DEPTH = 30
 """How many of the hybrid driver's best a reranker reorders (the rest keep their order)."""
+RERANK_WEIGHT = 1.0
+"""The reranker's share of a reranked hit's score, beside its hybrid score (``reranked``)."""
 
 
 class Reranker(Protocol):
@@ -120,18 +122,35 @@ def finish(view: ScopedView, hits: list[Hit], request: SearchRequest) -> list[Hi
     return within_budget(head, view.token_estimates([h.ref for h in head]), request.token_budget, request.k)
 
 
-def reranked(view: ScopedView, hits: list[Hit], query: str, reranker: Reranker, depth: int) -> list[Hit]:
-    """The first ``depth`` hits in the reranker's order (each scored ``1 + sigmoid(logit)``,
-    so above every hit after them), the rest as they were. A hit the view no longer lets
-    through (its content gone) keeps its place behind the reranked ones."""
+def reranked(
+    view: ScopedView,
+    hits: list[Hit],
+    query: str,
+    reranker: Reranker,
+    depth: int,
+    weight: float = RERANK_WEIGHT,
+) -> list[Hit]:
+    """The first ``depth`` hits reordered by their hybrid score (over the best one's) plus
+    ``weight`` times the reranker's relevance (the logit's sigmoid), all above the hits
+    after them, which keep their order. A hit whose content the view no longer shows keeps
+    its place behind the reranked ones.
+
+    Why fused, not the reranker's order alone: on the LoCoMo development turns (MiniLM,
+    depth 30) the cross-encoder alone gives recall@5 / @10 0.706 / 0.768, fused with the
+    hybrid score 0.705 / 0.784 (hybrid alone 0.651 / 0.754): the lanes and the write-order
+    context know things the cross-encoder, reading one memory at a time, cannot."""
     head, tail = hits[:depth], hits[depth:]
     rows = view.memory_rows([h.ref for h in head])
     scored = [h for h in head if h.ref in rows and rows[h.ref]["content"] is not None]
     if not scored:
         return hits
     logits = reranker.score(query, [rows[h.ref]["content"] for h in scored])
+    best = max(h.score for h in scored)
+    scale = best if best > 0 else 1.0
+    floor = max((h.score for h in tail), default=0.0)  # every reranked hit stays above the tail
     lifted = {
-        h.ref: 1.0 + float(1.0 / (1.0 + np.exp(-logit))) for h, logit in zip(scored, logits, strict=True)
+        h.ref: floor + h.score / scale + weight * float(1.0 / (1.0 + np.exp(-float(logit))))
+        for h, logit in zip(scored, logits, strict=True)
     }
     rest = [h for h in head if h.ref not in lifted]
     return best_first(lifted) + rest + tail
@@ -152,6 +171,7 @@ class HybridDriver:
         context_span: int = CONTEXT_SPAN,
         reranker: Reranker | None = None,
         rerank_depth: int = RERANK_DEPTH,
+        rerank_weight: float = RERANK_WEIGHT,
     ) -> None:
         if rerank_depth < 1:
             raise ValueError("rerank_depth must be at least 1")
@@ -160,6 +180,7 @@ class HybridDriver:
         self.context_span = context_span
         self.reranker = reranker
         self.rerank_depth = rerank_depth
+        self.rerank_weight = rerank_weight
 
     def search(self, view: ScopedView, request: SearchRequest) -> list[Hit]:
         n = candidates_for(request.k)
@@ -170,7 +191,9 @@ class HybridDriver:
             nearby = view.neighbours([h.ref for h in merged], self.context_span)
             merged = with_context(merged, nearby, self.context_weight)
         if self.reranker is not None and merged:
-            merged = reranked(view, merged, request.query, self.reranker, self.rerank_depth)
+            merged = reranked(
+                view, merged, request.query, self.reranker, self.rerank_depth, self.rerank_weight
+            )
         return finish(view, merged, request)
 
 

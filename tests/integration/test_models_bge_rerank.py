@@ -74,7 +74,7 @@ def test_a_tampered_cross_encoder_tokenizer_is_rejected(tmp_path: Path) -> None:
 
 
 def test_the_rerank_settings() -> None:
-    assert reranker_from_env({}) == (None, None)
+    assert reranker_from_env({}) == (shared_cross_encoder(), None)  # the default
     assert reranker_from_env({"MEMWARDEN_RERANK": " None "}) == (None, None)
     reranker, depth = reranker_from_env({"MEMWARDEN_RERANK": "ms-marco", "MEMWARDEN_RERANK_DEPTH": "12"})
     assert reranker is shared_cross_encoder()

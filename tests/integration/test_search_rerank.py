@@ -72,11 +72,14 @@ def test_reranking_lifts_the_answer_from_below_the_distractors(
     plain = HybridDriver(context_weight=0.0)
     before = [h.ref for h in ranked(runtime, plain)]
     assert before.index(answer) > 0  # fewer of the query's words: below a distractor
-    reranking = HybridDriver(context_weight=0.0, reranker=cross_encoder)
+    # The cross-encoder's share made large: its order decides (the shipped weight, 1.0, only
+    # breaks what the lanes leave close, since its sigmoid saturates on relevant text).
+    reranking = HybridDriver(context_weight=0.0, reranker=cross_encoder, rerank_weight=1000.0)
     after = ranked(runtime, reranking)
     assert after[0].ref == answer
     assert {h.ref for h in after} == set(before) == {answer, *distractors}
-    assert all(h.score > 1.0 for h in after)  # every reranked hit sits above what was not
+    shipped = ranked(runtime, HybridDriver(context_weight=0.0, reranker=cross_encoder))
+    assert {h.ref for h in shipped} == set(before)
 
 
 def test_only_the_top_of_the_ranking_is_reordered(runtime: Runtime, cross_encoder: CrossEncoder) -> None:
@@ -84,9 +87,12 @@ def test_only_the_top_of_the_ranking_is_reordered(runtime: Runtime, cross_encode
         write(runtime, ALPHA, text)
     write(runtime, ALPHA, ANSWER)
     before = [h.ref for h in ranked(runtime, HybridDriver(context_weight=0.0))]
-    after = ranked(runtime, HybridDriver(context_weight=0.0, reranker=cross_encoder, rerank_depth=2))
+    after = ranked(
+        runtime, HybridDriver(context_weight=0.0, reranker=cross_encoder, rerank_depth=2, rerank_weight=1000.0)
+    )
     assert {h.ref for h in after[:2]} == set(before[:2])
     assert [h.ref for h in after[2:]] == before[2:]
+    assert min(h.score for h in after[:2]) > max(h.score for h in after[2:])
 
 
 def test_a_depth_below_one_is_refused() -> None:
