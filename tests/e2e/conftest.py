@@ -53,6 +53,7 @@ def module_env(
             "DATABASE_URL": url_of(database),
             "MEMWARDEN_DATA_DIR": str(tmp_path_factory.mktemp("home")),
             "MEMWARDEN_EMBEDDER": "hash",
+            "MEMWARDEN_RERANK": "none",
         }
 
 

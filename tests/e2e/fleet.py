@@ -204,6 +204,7 @@ def base_env(database_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
         "DATABASE_URL": database_url,
         "MEMWARDEN_DATA_DIR": str(data_dir),
         "MEMWARDEN_EMBEDDER": "hash",
+        "MEMWARDEN_RERANK": "none",
         **extra,
     }
 

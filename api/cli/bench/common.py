@@ -14,6 +14,8 @@ import psycopg
 from psycopg import sql
 
 from bootstrap.migrate import migrate
+from domain.embedding import Embedder, embedder_from_env
+from domain.embedding.base import EmbedderWrapper
 from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from domain.settings import Settings
 
@@ -26,6 +28,22 @@ class RunStats(msgspec.Struct, frozen=True, kw_only=True):
     per_second: float
     p50_ms: float
     p95_ms: float
+
+
+def bare(embedder: Embedder) -> Embedder:
+    """The model itself: no cache (that would answer repeats for free), no batcher."""
+    while isinstance(embedder, EmbedderWrapper):
+        embedder = embedder.inner
+    return embedder
+
+
+def configured_model(bench: str) -> Embedder:
+    """The model ``MEMWARDEN_EMBEDDER`` names (default MiniLM), bare; a bench that measures
+    vectors needs one, so ``none`` stops it with a clear message."""
+    configured = embedder_from_env()
+    if configured is None:
+        raise SystemExit(f"bench {bench} needs an embedder (MEMWARDEN_EMBEDDER=minilm or bge), not none")
+    return bare(configured)
 
 
 def percentile(values: list[float], fraction: float) -> float:

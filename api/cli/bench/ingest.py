@@ -30,12 +30,11 @@ import httpx
 import msgspec
 
 from api.cli.bench.api import _free_port, _serve
-from api.cli.bench.common import scratch_database
+from api.cli.bench.common import bare, scratch_database
 from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation
 from api.cli.bench.locomo import DEFAULT_DATA
 from bootstrap.runtime import Runtime
 from domain.embedding import Embedder, embedder_from_env
-from domain.embedding.base import EmbedderWrapper
 from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.model.policies import PolicyBody
@@ -103,13 +102,6 @@ def _session_number(key: str) -> int:
 
 
 # -- the embedder alone ----------------------------------------------------------------------------
-
-
-def bare(embedder: Embedder) -> Embedder:
-    """The model itself: no cache (that would answer repeats for free), no batcher."""
-    while isinstance(embedder, EmbedderWrapper):
-        embedder = embedder.inner
-    return embedder
 
 
 def length_sorted_batches(texts: Sequence[str], size: int) -> Iterator[list[str]]:

@@ -13,6 +13,9 @@ the top k, averaged over questions. Evidence ids that match no turn stay in the
 denominator (counted as unanswerable and reported); questions without any evidence are
 not scored (and reported).
 
+With ``MEMWARDEN_RERANK=ms-marco`` a fourth column, ``reranked``, is the hybrid driver with
+its reranking stage (``MEMWARDEN_RERANK_DEPTH``), measured in the same run on the same turns.
+
 Target: hybrid beats both single lanes overall.
 """
 
@@ -32,19 +35,27 @@ from uuid import UUID
 
 import msgspec
 
-from api.cli.bench.common import percentile, scratch_database
+from api.cli.bench.common import bare, percentile, scratch_database
 from bootstrap.runtime import Runtime
-from domain.embedding import shared_minilm
+from domain.embedding.rerank import reranker_from_env
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.services.memory import BatchItem
-from projections.search.drivers import BASELINE, Driver, HybridDriver, LexicalDriver, VectorDriver
+from projections.search.drivers import (
+    BASELINE,
+    RERANK_DEPTH,
+    Driver,
+    HybridDriver,
+    LexicalDriver,
+    VectorDriver,
+)
 from projections.search.service import SearchQuery, SearchService
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DRIVERS = ("lexical", "vector", "hybrid")
+RERANKED = "reranked"
 KS = (5, 10)
 INGEST_BATCH = 64
 _SESSION = re.compile(r"session_(\d+)")
@@ -178,14 +189,19 @@ class Tally:
     latencies: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     fallbacks: int = 0
 
+    def drivers(self) -> list[str]:
+        """The drivers measured, in the order they were first asked."""
+        return list(self.latencies)
+
     def add(self, driver: str, k: int, category: int, recall: float) -> None:
         key = f"{driver}@{k}/{category}"
         self.recall[key] = self.recall.get(key, 0.0) + recall
 
 
 def search_service(runtime: Runtime) -> SearchService:
-    """The real search machinery with all three drivers; the model is used without a cache,
-    so every search (whichever driver, whichever k) embeds its query."""
+    """The real search machinery with all three drivers and the configured embedder
+    (``MEMWARDEN_EMBEDDER``, the one the turns were written with); the model is used without
+    a cache, so every search (whichever driver, whichever k) embeds its query."""
     hybrid = HybridDriver()
     drivers: dict[str, Driver] = {
         BASELINE: hybrid,
@@ -193,7 +209,12 @@ def search_service(runtime: Runtime) -> SearchService:
         "lexical": LexicalDriver(),
         "vector": VectorDriver(),
     }
-    return SearchService(runtime.ledger, shared_minilm(), runtime.reads.wait_for, drivers=drivers)
+    reranker, depth = reranker_from_env()
+    if reranker is not None:
+        drivers[RERANKED] = HybridDriver(reranker=reranker, rerank_depth=depth or RERANK_DEPTH)
+    embedder = runtime.core.embedder
+    model = bare(embedder) if embedder is not None else None
+    return SearchService(runtime.ledger, model, runtime.reads.wait_for, drivers=drivers)
 
 
 def retrieved(
@@ -209,8 +230,13 @@ def retrieved(
     return [r.id for r in answer.results]
 
 
+def measured(service: SearchService) -> tuple[str, ...]:
+    return (*DRIVERS, RERANKED) if RERANKED in service.drivers else DRIVERS
+
+
 def score(service: SearchService, samples: Sequence[Sample], ingested: Ingested) -> Tally:
     tally = Tally()
+    drivers = measured(service)
     for sample in samples:
         who, mapping = agent_of(sample), ingested.memory_of[sample.sample_id]
         for q in sample.questions:
@@ -218,7 +244,7 @@ def score(service: SearchService, samples: Sequence[Sample], ingested: Ingested)
                 continue
             wanted = [mapping.get(e) for e in q.evidence]
             tally.questions[q.category] += 1
-            for driver in DRIVERS:
+            for driver in drivers:
                 ranked = retrieved(service, tally, who, q.text, driver, max(KS))
                 for k in KS:
                     found = set(ranked[:k])
@@ -239,10 +265,14 @@ class RecallRow(msgspec.Struct, kw_only=True):
     vector_at10: float
     hybrid_at5: float
     hybrid_at10: float
+    reranked_at5: float | None = None
+    reranked_at10: float | None = None
 
 
 class LocomoReport(msgspec.Struct, kw_only=True):
     data: str
+    embedder: str
+    reranker: str | None
     conversations: int
     turns: int
     outcomes: dict[str, int]
@@ -267,7 +297,7 @@ def recall_rows(tally: Tally) -> list[RecallRow]:
             f"{d}_at{k}": round(sum(tally.recall.get(f"{d}@{k}/{c}", 0.0) for c in categories) / n, 4)
             if n
             else 0.0
-            for d in DRIVERS
+            for d in tally.drivers()
             for k in KS
         }
         return RecallRow(category=label, questions=n, **values)
@@ -286,7 +316,9 @@ def unanswerable_ids(samples: Sequence[Sample]) -> tuple[int, list[str]]:
     return total, missing
 
 
-def report(path: Path, samples: Sequence[Sample], ingested: Ingested, tally: Tally) -> LocomoReport:
+def report(
+    path: Path, samples: Sequence[Sample], ingested: Ingested, tally: Tally, service: SearchService
+) -> LocomoReport:
     rows = recall_rows(tally)
     overall = rows[-1]
     beats = {
@@ -295,8 +327,11 @@ def report(path: Path, samples: Sequence[Sample], ingested: Ingested, tally: Tal
         for k in KS
     }
     total, missing = unanswerable_ids(samples)
+    reranker = getattr(service.drivers.get(RERANKED), "reranker", None)
     return LocomoReport(
         data=str(path),
+        embedder=service.embedder.model_id if service.embedder is not None else "none",
+        reranker=getattr(reranker, "model_id", None),
         conversations=len(samples),
         turns=sum(len(s.turns) for s in samples),
         outcomes=ingested.outcomes,
@@ -309,7 +344,7 @@ def report(path: Path, samples: Sequence[Sample], ingested: Ingested, tally: Tal
         unanswerable_evidence_ids=len(missing),
         unanswerable=missing,
         fallbacks=tally.fallbacks,
-        p50_ms={d: round(percentile(tally.latencies.get(d, []), 0.5) * 1000, 2) for d in DRIVERS},
+        p50_ms={d: round(percentile(tally.latencies.get(d, []), 0.5) * 1000, 2) for d in tally.drivers()},
         rows=rows,
         hybrid_beats_both=beats,
     )
@@ -324,12 +359,20 @@ def print_report(r: LocomoReport) -> None:
     out(
         f"{'category':16} {'questions':>9} | {'lexical R@5':>11} {'R@10':>6} | {'vector R@5':>10} {'R@10':>6} | "
     )
-    out(f"{'hybrid R@5':>10} {'R@10':>6}\n")
+    out(
+        f"{'hybrid R@5':>10} {'R@10':>6}"
+        + (f" | {'reranked R@5':>12} {'R@10':>6}" if r.reranker else "")
+        + "\n"
+    )
     for row in r.rows:
         out(
             f"{row.category:16} {row.questions:>9} | {row.lexical_at5:>11.3f} {row.lexical_at10:>6.3f} | "
-            f"{row.vector_at5:>10.3f} {row.vector_at10:>6.3f} | {row.hybrid_at5:>10.3f} {row.hybrid_at10:>6.3f}\n"
+            f"{row.vector_at5:>10.3f} {row.vector_at10:>6.3f} | {row.hybrid_at5:>10.3f} {row.hybrid_at10:>6.3f}"
         )
+        if row.reranked_at5 is not None and row.reranked_at10 is not None:
+            out(f" | {row.reranked_at5:>12.3f} {row.reranked_at10:>6.3f}")
+        out("\n")
+    out(f"embedder: {r.embedder}; reranker: {r.reranker or 'none'}\n")
     verdict = ", ".join(f"R@{k[2:]} {'yes' if ok else 'NO'}" for k, ok in r.hybrid_beats_both.items())
     out(f"target — hybrid beats both single lanes overall: {verdict}\n")
     out(
@@ -365,7 +408,7 @@ def run_locomo_bench(args: argparse.Namespace) -> int:
             tally = score(service, samples, ingested)
         finally:
             service.close()
-    result = report(path, samples, ingested, tally)
+    result = report(path, samples, ingested, tally, service)
     if args.json:
         sys.stdout.write(msgspec.json.encode(result).decode() + "\n")
     else:

@@ -41,10 +41,10 @@ import numpy as np
 import psycopg
 from psycopg.sql import SQL, Identifier
 
-from api.cli.bench.common import mean, percentile, scratch_database
+from api.cli.bench.common import configured_model, mean, percentile, scratch_database
 from api.cli.bench.corpus import Corpus, corpus, questions
 from bootstrap.runtime import Runtime
-from domain.embedding import CachingEmbedder, Embedder, MiniLMEmbedder, shared_minilm
+from domain.embedding import CachingEmbedder, Embedder
 from domain.embedding.base import EmbedderWrapper, Matrix
 from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
@@ -203,7 +203,7 @@ class Asked(msgspec.Struct, frozen=True):
     bound: Any  # HalfvecParam: the vector as both sides bind it
 
 
-def ask(data: Corpus, count: int, seed: int, model: MiniLMEmbedder) -> tuple[list[Asked], list[float]]:
+def ask(data: Corpus, count: int, seed: int, model: Embedder) -> tuple[list[Asked], list[float]]:
     """Distinct questions, each from an agent of a random leaf; also the time to embed each."""
     rng = random.Random(seed)  # noqa: S311 - reproducible data, not secrets
     stored = frozenset(text for _, text in data.items)
@@ -346,11 +346,11 @@ def check_embedder(runtime: Runtime, model: Embedder) -> None:
     if embedder is None or embedder.model_id != model.model_id:
         found = "none" if embedder is None else embedder.model_id
         raise SystemExit(
-            f"bench search needs the default embedder {model.model_id} (MEMWARDEN_EMBEDDER=minilm), not {found}"
+            f"bench search needs the configured embedder {model.model_id}, but the service has {found}"
         )
 
 
-def run_size(size: int, args: argparse.Namespace, model: MiniLMEmbedder) -> SearchBenchRow:
+def run_size(size: int, args: argparse.Namespace, model: Embedder) -> SearchBenchRow:
     data = corpus(size, args.seed)
     texts = [text for _, text in data.items]
     progress(f"size {size}: embedding {size} sentences in batches of {EMBED_BATCH}")
@@ -437,7 +437,7 @@ def query_timings(
 def run_search_bench(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in str(args.sizes or "10000,100000").split(",") if s.strip()]
     began = time.perf_counter()
-    model = shared_minilm()
+    model = configured_model("search --in-process")
     rows = [run_size(size, args, model) for size in sizes]
     wall = round(time.perf_counter() - began, 1)
     ok = all(verdicts(r) == (True, True) for r in rows)

@@ -31,7 +31,7 @@ import msgspec
 import psycopg
 
 from api.cli.bench.api import HttpClient, _free_port, _serve
-from api.cli.bench.common import mean, percentile, scratch_database
+from api.cli.bench.common import configured_model, mean, percentile, scratch_database
 from api.cli.bench.corpus import questions, sentences
 from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation
 from api.cli.bench.search import (
@@ -44,7 +44,7 @@ from api.cli.bench.search import (
     vacuum,
 )
 from bootstrap.runtime import Runtime
-from domain.embedding import Embedder, shared_minilm
+from domain.embedding import Embedder
 from domain.model.identity import Identity
 from domain.model.keys import IssueKey
 from domain.model.policies import PolicyBody
@@ -202,7 +202,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> HttpSearch
 def run_http_search_bench(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in str(args.sizes or "5000").split(",") if s.strip()]
     began = time.perf_counter()
-    model = shared_minilm()
+    model = configured_model("search")
     rows = [run_size(size, args, model) for size in sizes]
     wall = round(time.perf_counter() - began, 1)
     ok = all(met(r) for r in rows)

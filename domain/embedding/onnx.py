@@ -1,0 +1,314 @@
+"""Pinned ONNX text encoders, run in-process with onnxruntime on the CPU.
+
+What every offline model here shares: its files come from an installed Python package (or
+ship inside memwarden), each is pinned by SHA-256 and checked before anything is loaded
+from it (the bytes that were checked are the bytes that are loaded), nothing is ever
+downloaded, and onnxruntime's telemetry is off (it would otherwise write a device id under
+``~/.cache/Microsoft``). :class:`OnnxEncoder` tokenizes, pads per batch and runs the graph;
+the sentence embedders (``minilm``, ``bge``) pool its ``last_hidden_state`` and the
+cross-encoder (``rerank``) reads its ``logits``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from domain.embedding.base import EmbedderUnavailable, Matrix, ModelFileRejected, check_texts, normalize_rows
+
+
+@dataclass(frozen=True)
+class PinnedFile:
+    """A file inside an installed package (``package`` + ``relative``) or at ``path``."""
+
+    sha256: str
+    distribution: str
+    """What to ``pip install`` when the package is missing (pinned version)."""
+    package: str | None = None
+    relative: str = ""
+    path: Path | None = None
+
+    def locate(self) -> Path:
+        if self.path is not None:
+            return self.path
+        if self.package is None:
+            raise ValueError("a pinned file needs a package or a path")
+        return packaged_file(self.package, self.relative, self.distribution)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One offline model: its files, shape, and how its output becomes a vector."""
+
+    model_id: str
+    """Stored beside every vector the model makes: vectors of two models never mix."""
+    model: PinnedFile
+    tokenizer: PinnedFile
+    max_tokens: int
+    dimensions: int = 0
+    pooling: Literal["mean", "cls"] = "mean"
+    output: str = "last_hidden_state"
+
+
+def packaged_file(package: str, relative: str, distribution: str) -> Path:
+    """A data file inside an installed package, found without importing the package."""
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise ModelFileRejected(
+            package,
+            f"the package {package!r} is not installed, so its {relative} cannot be found "
+            f"(install it: pip install {distribution})",
+        )
+    return Path(locations[0]) / relative
+
+
+def onnxruntime_without_telemetry() -> Any:
+    """onnxruntime, imported with its telemetry off.
+
+    Its native library writes a device id and an event store under ``~/.cache/Microsoft``
+    as it is imported, unless ``ORT_DISABLE_TELEMETRY`` is set by then; turning events off
+    afterwards (``disable_telemetry_events``) does not undo that. Both are done, so the
+    events stay off even when something else imported onnxruntime first.
+    """
+    os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+    import onnxruntime  # noqa: PLC0415 -- heavy; only a model that is used loads it
+
+    onnxruntime.disable_telemetry_events()
+    return onnxruntime
+
+
+# (resolved path, device, inode, size, mtime_ns) -> the SHA-256 that file had when it was read.
+_verified: dict[tuple[str, int, int, int, int], str] = {}
+_verified_lock = threading.Lock()
+
+
+def read_pinned(path: Path, expected_sha256: str) -> bytes:
+    """The file's bytes, after checking their SHA-256 against the pin.
+
+    A file already hashed in this process, and unchanged since (same inode, size and
+    modification time), is not hashed again. Raises :class:`ModelFileRejected`.
+    """
+    try:
+        with path.open("rb") as file:
+            stat = os.fstat(file.fileno())
+            data = file.read()
+    except FileNotFoundError:
+        raise ModelFileRejected(
+            str(path),
+            f"{path}: missing (expected a file with sha256 {expected_sha256})",
+            expected=expected_sha256,
+        ) from None
+    except OSError as exc:
+        raise ModelFileRejected(
+            str(path),
+            f"{path}: cannot be read ({exc}); expected sha256 {expected_sha256}",
+            expected=expected_sha256,
+        ) from exc
+    key = (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    with _verified_lock:
+        actual = _verified.get(key)
+    if actual is None:
+        actual = hashlib.sha256(data).hexdigest()
+        if len(data) == stat.st_size:  # not changed while it was being read
+            with _verified_lock:
+                _verified[key] = actual
+    if actual != expected_sha256:
+        raise ModelFileRejected(
+            str(path),
+            f"{path}: sha256 mismatch: expected {expected_sha256}, actual {actual} "
+            f"({len(data)} bytes); refusing to load it",
+            expected=expected_sha256,
+            actual=actual,
+        )
+    return data
+
+
+T = TypeVar("T")
+
+
+class Shared(Generic[T]):
+    """One instance per process, made by ``make`` on first use; thread-safe."""
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._value: T | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> T:
+        if self._value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = self._make()
+        return self._value
+
+
+Encoded = tuple[list[int], list[int]]
+"""A text's (or a text pair's) token ids and token type ids."""
+
+
+class OnnxEncoder:
+    """A pinned ONNX graph and its tokenizer, on the CPU. Thread-safe.
+
+    ``model_path`` and ``tokenizer_path`` default to the spec's files; any other path must
+    hold the same bytes (the digests are pinned, not the paths). ``threads`` defaults to
+    min(2, CPUs); ``spin=True`` lets idle inference threads busy-wait.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        model_path: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        *,
+        threads: int | None = None,
+        max_tokens: int | None = None,
+        spin: bool = False,
+    ) -> None:
+        limit = spec.max_tokens if max_tokens is None else max_tokens
+        if not 2 <= limit <= 512:
+            raise ValueError("max_tokens must be between 2 and 512 (the model's positions)")
+        model_file = Path(model_path) if model_path is not None else spec.model.locate()
+        tokenizer_file = Path(tokenizer_path) if tokenizer_path is not None else spec.tokenizer.locate()
+        # Both files are checked before either is loaded.
+        model_bytes = read_pinned(model_file, spec.model.sha256)
+        tokenizer_bytes = read_pinned(tokenizer_file, spec.tokenizer.sha256)
+
+        onnxruntime = onnxruntime_without_telemetry()
+        from tokenizers import Tokenizer  # noqa: PLC0415 -- heavy, as onnxruntime
+
+        tokenizer = Tokenizer.from_str(tokenizer_bytes.decode("utf-8"))
+        tokenizer.no_padding()  # pad per batch instead, to the longest text in it
+        tokenizer.enable_truncation(limit)
+        self._tokenizer = tokenizer
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        # Idle inference threads sleep instead of spinning: the API, the workers and
+        # PostgreSQL share the cores, and under contention spinning costs more than it saves.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        self._session: Any = onnxruntime.InferenceSession(
+            model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._input_names = frozenset(node.name for node in self._session.get_inputs())
+        self.spec = spec
+        self.model_path = model_file
+        self.tokenizer_path = tokenizer_file
+
+    def encode(self, text: str, pair: str | None = None) -> Encoded:
+        try:
+            encoding = self._tokenizer.encode(text, pair)
+        except TypeError:  # lone surrogates are not valid text for the tokenizer
+            encoding = self._tokenizer.encode(_valid(text), None if pair is None else _valid(pair))
+        return list(encoding.ids), list(encoding.type_ids)
+
+    def run(self, batch: Sequence[Encoded]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """The spec's output for a batch, and the attention mask it was run with."""
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = np.zeros((len(batch), width), dtype=np.int64)
+        types = np.zeros((len(batch), width), dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for row, (ids, type_ids) in enumerate(batch):
+            input_ids[row, : len(ids)] = ids
+            types[row, : len(ids)] = type_ids
+            mask[row, : len(ids)] = 1
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = types
+        try:
+            (out,) = self._session.run([self.spec.output], feeds)
+        except Exception as exc:  # onnxruntime's errors share no base class
+            raise EmbedderUnavailable(f"{self.spec.model_id}: inference failed: {exc}") from exc
+        values = np.asarray(out, dtype=np.float32)
+        if not np.all(np.isfinite(values)):
+            raise EmbedderUnavailable(f"{self.spec.model_id}: inference produced values that are not finite")
+        return values, mask
+
+
+def _valid(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def by_length(
+    encoded: Sequence[Encoded], batch_size: int, run: Callable[[list[Encoded]], Matrix], rows: Matrix
+) -> Matrix:
+    """``rows[i] = run(...)[j]`` for every encoded text, run in batches of similar length
+    (little is spent on padding); ``rows`` is filled in place and returned."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        rows[chunk] = run([encoded[i] for i in chunk])
+    return rows
+
+
+class OnnxSentenceEmbedder:
+    """A sentence embedder over :class:`OnnxEncoder`: the spec's pooling, then L2 norm.
+
+    ``batch_size`` texts of similar length run at once. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        model_path: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        *,
+        threads: int | None = None,
+        batch_size: int = 32,
+        max_tokens: int | None = None,
+        spin: bool = False,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if spec.dimensions < 1:
+            raise ValueError(f"{spec.model_id}: a sentence embedder needs its dimensions")
+        self._encoder = OnnxEncoder(
+            spec, model_path, tokenizer_path, threads=threads, max_tokens=max_tokens, spin=spin
+        )
+        self._spec = spec
+        self._batch_size = batch_size
+        self.model_path = self._encoder.model_path
+        self.tokenizer_path = self._encoder.tokenizer_path
+
+    @property
+    def model_id(self) -> str:
+        return self._spec.model_id
+
+    @property
+    def dimensions(self) -> int:
+        return self._spec.dimensions
+
+    def token_count(self, text: str) -> int:
+        """Tokens the model sees for ``text``, with [CLS] and [SEP], after truncation."""
+        return len(self._encoder.encode(text)[0])
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        check_texts(texts)
+        rows = np.empty((len(texts), self._spec.dimensions), dtype=np.float32)
+        if not texts:
+            return rows
+        return by_length([self._encoder.encode(t) for t in texts], self._batch_size, self._pooled, rows)
+
+    def _pooled(self, batch: list[Encoded]) -> Matrix:
+        hidden, mask = self._encoder.run(batch)
+        if self._spec.pooling == "cls":
+            return normalize_rows(hidden[:, 0, :])
+        return mean_pool(hidden, mask)
+
+
+def mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> Matrix:
+    weights = mask.astype(np.float32)
+    summed = np.einsum("bsd,bs->bd", hidden, weights)
+    counts = np.maximum(weights.sum(axis=1, keepdims=True), 1e-9)
+    return normalize_rows(summed / counts)

