@@ -88,7 +88,8 @@ def test_only_the_top_of_the_ranking_is_reordered(runtime: Runtime, cross_encode
     write(runtime, ALPHA, ANSWER)
     before = [h.ref for h in ranked(runtime, HybridDriver(context_weight=0.0))]
     after = ranked(
-        runtime, HybridDriver(context_weight=0.0, reranker=cross_encoder, rerank_depth=2, rerank_weight=1000.0)
+        runtime,
+        HybridDriver(context_weight=0.0, reranker=cross_encoder, rerank_depth=2, rerank_weight=1000.0),
     )
     assert {h.ref for h in after[:2]} == set(before[:2])
     assert [h.ref for h in after[2:]] == before[2:]

@@ -225,7 +225,7 @@ def retrieved(
     began = time.perf_counter()
     answer = service.search(who, SearchQuery(query=question, k=k), driver_name=driver)
     tally.latencies.setdefault(driver, []).append(time.perf_counter() - began)
-    if answer.driver != driver:
+    if answer.driver != service.drivers[driver].name:  # "reranked" is a hybrid driver
         tally.fallbacks += 1
     return [r.id for r in answer.results]
 
