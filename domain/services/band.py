@@ -12,8 +12,6 @@ import logging
 from typing import Protocol
 from uuid import UUID
 
-from domain.embedding import Embedder, EmbedderUnavailable
-from domain.embedding.base import embed_one, vector_to_bytes
 from domain.model.autopilot import NEIGHBOURS_K, SUPERSEDE_MIN_COSINE
 from domain.model.commands import WriteMemory
 from domain.model.judging import Judge, JudgeUnavailable, Statement
@@ -43,21 +41,22 @@ class Banded:
         self.contradicted = contradicted
 
 
+def banded(command: WriteMemory) -> bool:
+    """Whether a fact goes through the band: one with no slot."""
+    return command.subject is None
+
+
 class SynchronousBand:
     def __init__(self, similar: Similar, judge: Judge, streams: Streams) -> None:
         self.similar = similar
         self.judge = judge
         self.streams = streams
 
-    def contradicted(self, namespace: str, command: WriteMemory, embedder: Embedder | None) -> Banded:
+    def contradicted(self, namespace: str, command: WriteMemory, vector: bytes | None) -> Banded:
         """The fact's own-namespace neighbours the judge says it contradicts (none for a
-        slotted fact: its slot settles it), found by its vector from the write's
-        ``embedder`` (none without one)."""
-        if command.subject is not None or embedder is None:
-            return Banded()
-        try:
-            vector = vector_to_bytes(embed_one(embedder, command.content))
-        except EmbedderUnavailable:
+        slotted fact: its slot settles it), found by its ``vector`` (none without one: no
+        embedder, or it was unavailable)."""
+        if not banded(command) or vector is None:
             return Banded()
         found = self.similar.similar(namespace, vector, NEIGHBOURS_K, SUPERSEDE_MIN_COSINE)
         states = self.streams.memories(n for n, _ in found)

@@ -58,7 +58,7 @@ from domain.model.write import (
     check_write_allowed,
     decide_write,
 )
-from domain.services.band import Banded, SynchronousBand
+from domain.services.band import Banded, SynchronousBand, banded
 from domain.services.commands import CommandRunner, Decided, Note, Retry
 from domain.services.streams import Streams
 
@@ -226,7 +226,8 @@ class MemoryService:
         self, identity: Identity, op: str, command: WriteMemory, at: datetime | None, verbatim: bool
     ) -> WriteResult:
         check_write_allowed(identity, command.provenance.source)  # before any extractor call
-        write = self._prepare(identity.namespace, command, verbatim)
+        split = self._split(command, verbatim)
+        write = self._prepared(identity.namespace, command, split, self._fact_vectors([split]))
         position = self._commit(identity, op, [write], at, _write_note, strict=True)
         return write.result(position)
 
@@ -267,23 +268,43 @@ class MemoryService:
         if not 0 < len(entries) <= MAX_BATCH_ITEMS:
             raise InvalidRequest(f"a batch holds 1-{MAX_BATCH_ITEMS} items, not {len(entries)}")
         check_write_allowed(identity, ProvenanceClaim().source)  # the role: the whole batch
-        writes = [self._prepare_entry(identity, entry) for entry in entries]
+        splits = [self._split_entry(identity, entry) for entry in entries]
+        vectors = self._fact_vectors([s for _, s in splits if isinstance(s, Split)])
+        writes = [
+            self._prepared(identity.namespace, command, split, vectors)
+            if isinstance(split, Split)
+            else _Write.refused(split)
+            for command, split in splits
+        ]
         position = self._commit(identity, "write_batch", writes, at, _batch_note, strict=False)
         return BatchResult(results=tuple(w.result(position) for w in writes), position=position)
 
-    def _prepare_entry(self, identity: Identity, entry: BatchItem | Rejection) -> _Write:
+    def _split_entry(
+        self, identity: Identity, entry: BatchItem | Rejection
+    ) -> tuple[WriteMemory | None, Split | Rejection]:
+        """An item's command and how it is taken, or why it is refused."""
         if isinstance(entry, Rejection):
-            return _Write.refused(entry)
+            return None, entry
         try:
             command = validated(entry.command)
             check_write_allowed(identity, command.provenance.source)
-            return self._prepare(identity.namespace, command, entry.verbatim)
+            return command, self._split(command, entry.verbatim)
         except DomainError as error:
-            return _Write.refused(Rejection(error.code, error.detail))
+            return None, Rejection(error.code, error.detail)
 
-    def _prepare(self, namespace: str, command: WriteMemory, verbatim: bool) -> _Write:
-        split = self._split(command, verbatim)
-        return _Write(command, split, self._items(namespace, split))
+    def _prepared(
+        self, namespace: str, command: WriteMemory | None, split: Split, vectors: dict[str, bytes | None]
+    ) -> _Write:
+        return _Write(command, split, self._items(namespace, split, vectors))
+
+    def _fact_vectors(self, splits: Sequence[Split]) -> dict[str, bytes | None]:
+        """The vectors of every fact the synchronous band judges, embedded in one call (the
+        embedder sorts them by length into batches): a batch of writes costs one model call,
+        not one a fact. Empty without a band or an embedder."""
+        if self.band is None or self.embedder is None:
+            return {}
+        texts = list(dict.fromkeys(f.content for s in splits for f in s.commands if banded(f)))
+        return self._embed(self.embedder, texts) if texts else {}
 
     def _commit(
         self,
@@ -346,21 +367,22 @@ class MemoryService:
             for w in rejudged:
                 assert w.command is not None
                 w.split = Split(commands=(w.command,), verbatim_reason=FACTS_REJECTED)
-                w.items = self._items(identity.namespace, w.split)
+                w.items = self._items(identity.namespace, w.split, self._fact_vectors([w.split]))
                 absent.ids |= {item.text_claim_id for item in w.items}
 
-    def _items(self, namespace: str, split: Split) -> list[_Item]:
-        return [self._item(namespace, fact, split) for fact in split.commands]
+    def _items(self, namespace: str, split: Split, vectors: dict[str, bytes | None]) -> list[_Item]:
+        return [self._item(namespace, fact, split, vectors.get(fact.content)) for fact in split.commands]
 
-    def _item(self, namespace: str, fact: WriteMemory, split: Split) -> _Item:
+    def _item(self, namespace: str, fact: WriteMemory, split: Split, vector: bytes | None) -> _Item:
         """One fact and its claims; with the synchronous band (``band``), also the text
-        claims of the neighbours it contradicts, so each decision sees them as they are."""
+        claims of the neighbours it contradicts (found by the fact's ``vector``), so each
+        decision sees them as they are."""
         wanted = self._write_claims(namespace, fact, split)
-        banded = self.band.contradicted(namespace, fact, self.embedder) if self.band is not None else Banded()
-        for neighbour in banded.contradicted:
+        found = self.band.contradicted(namespace, fact, vector) if self.band is not None else Banded()
+        for neighbour in found.contradicted:
             assert neighbour.content is not None
             wanted.append((self.claim_ids.text(namespace, neighbour.content), "text", namespace))
-        return _Item(fact, self.new_id(), self.new_id(), wanted, banded)
+        return _Item(fact, self.new_id(), self.new_id(), wanted, found)
 
     def _split(self, command: WriteMemory, verbatim: bool) -> Split:
         """The write's facts, or the command itself with the reason it stays verbatim."""
