@@ -9,6 +9,7 @@ memory after commit: a write never fails, or waits long, for want of a judge.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 from uuid import UUID
 
@@ -22,12 +23,13 @@ log = logging.getLogger(__name__)
 
 
 class Similar(Protocol):
-    """The read model the band needs: the ``k`` current memories of ``namespace`` (itself
-    only) nearest to a vector, with their cosine, best first."""
+    """The read model the band needs: for each of ``vectors``, the ``k`` current memories of
+    ``namespace`` (itself only) nearest to it, with their cosine, best first; one lookup
+    for all of them."""
 
     def similar(
-        self, namespace: str, vector: bytes, k: int, min_cosine: float
-    ) -> list[tuple[UUID, float]]: ...
+        self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float
+    ) -> list[list[tuple[UUID, float]]]: ...
 
 
 class Banded:
@@ -52,18 +54,32 @@ class SynchronousBand:
         self.judge = judge
         self.streams = streams
 
-    def contradicted(self, namespace: str, command: WriteMemory, vector: bytes | None) -> Banded:
-        """The fact's own-namespace neighbours the judge says it contradicts (none for a
-        slotted fact: its slot settles it), found by its ``vector`` (none without one: no
-        embedder, or it was unavailable)."""
-        if not banded(command) or vector is None:
-            return Banded()
-        found = self.similar.similar(namespace, vector, NEIGHBOURS_K, SUPERSEDE_MIN_COSINE)
-        states = self.streams.memories(n for n, _ in found)
+    def contradicted(self, namespace: str, facts: Sequence[tuple[WriteMemory, bytes | None]]) -> list[Banded]:
+        """For each fact, its own-namespace neighbours the judge says it contradicts (none
+        for a slotted fact: its slot settles it), found by its vector (none without one: no
+        embedder, or it was unavailable). The facts of a write are looked up together: one
+        neighbour lookup, one load of the neighbours."""
+        looked_up = [(i, vector) for i, (fact, vector) in enumerate(facts) if banded(fact) and vector]
+        lanes = (
+            self.similar.similar(namespace, [v for _, v in looked_up], NEIGHBOURS_K, SUPERSEDE_MIN_COSINE)
+            if looked_up
+            else []
+        )
+        states = self.streams.memories(n for found in lanes for n, _ in found)
+        bands = [Banded() for _ in facts]
+        for (i, vector), found in zip(looked_up, lanes, strict=True):
+            neighbours = [states.get(n) for n, _ in found]
+            bands[i] = Banded(vector, self._judged(namespace, facts[i][0], neighbours))
+        return bands
+
+    def _judged(
+        self, namespace: str, command: WriteMemory, neighbours: Sequence[MemoryState | None]
+    ) -> tuple[MemoryState, ...]:
+        """The ``neighbours`` of ``namespace`` that the judge finds ``command`` contradicts;
+        a judge that cannot answer leaves the rest to the autopilot."""
         new = Statement(content=command.content, value=command.value)
         contradicted: list[MemoryState] = []
-        for neighbour_id, _ in found:
-            neighbour = states.get(neighbour_id)
+        for neighbour in neighbours:
             if neighbour is None or neighbour.namespace != namespace or neighbour.content is None:
                 continue
             old = Statement(
@@ -81,4 +97,4 @@ class SynchronousBand:
                 break
             if judgement.contradicts:
                 contradicted.append(neighbour)
-        return Banded(vector, tuple(contradicted))
+        return tuple(contradicted)

@@ -227,7 +227,7 @@ class MemoryService:
     ) -> WriteResult:
         check_write_allowed(identity, command.provenance.source)  # before any extractor call
         split = self._split(command, verbatim)
-        write = self._prepared(identity.namespace, command, split, self._fact_vectors([split]))
+        write = self._prepared(identity.namespace, command, split, self._bands(identity.namespace, [split]))
         position = self._commit(identity, op, [write], at, _write_note, strict=True)
         return write.result(position)
 
@@ -269,9 +269,9 @@ class MemoryService:
             raise InvalidRequest(f"a batch holds 1-{MAX_BATCH_ITEMS} items, not {len(entries)}")
         check_write_allowed(identity, ProvenanceClaim().source)  # the role: the whole batch
         splits = [self._split_entry(identity, entry) for entry in entries]
-        vectors = self._fact_vectors([s for _, s in splits if isinstance(s, Split)])
+        bands = self._bands(identity.namespace, [s for _, s in splits if isinstance(s, Split)])
         writes = [
-            self._prepared(identity.namespace, command, split, vectors)
+            self._prepared(identity.namespace, command, split, bands)
             if isinstance(split, Split)
             else _Write.refused(split)
             for command, split in splits
@@ -292,19 +292,22 @@ class MemoryService:
         except DomainError as error:
             return None, Rejection(error.code, error.detail)
 
-    def _prepared(
-        self, namespace: str, command: WriteMemory | None, split: Split, vectors: dict[str, bytes | None]
-    ) -> _Write:
-        return _Write(command, split, self._items(namespace, split, vectors))
+    def _prepared(self, namespace: str, command: WriteMemory | None, split: Split, bands: _Bands) -> _Write:
+        return _Write(command, split, self._items(namespace, split, bands))
 
-    def _fact_vectors(self, splits: Sequence[Split]) -> dict[str, bytes | None]:
-        """The vectors of every fact the synchronous band judges, embedded in one call (the
-        embedder sorts them by length into batches): a batch of writes costs one model call,
-        not one a fact. Empty without a band or an embedder."""
+    def _bands(self, namespace: str, splits: Sequence[Split]) -> _Bands:
+        """The synchronous band of every fact of ``splits`` it judges: their vectors embedded
+        in one call (the embedder sorts them by length into batches), their neighbours looked
+        up in one, so a batch of writes costs one model call and one lookup, not one a fact.
+        Empty without a band or an embedder."""
         if self.band is None or self.embedder is None:
             return {}
-        texts = list(dict.fromkeys(f.content for s in splits for f in s.commands if banded(f)))
-        return self._embed(self.embedder, texts) if texts else {}
+        facts = list({_band_key(f): f for s in splits for f in s.commands if banded(f)}.values())
+        if not facts:
+            return {}
+        vectors = self._embed(self.embedder, list(dict.fromkeys(f.content for f in facts)))
+        found = self.band.contradicted(namespace, [(f, vectors[f.content]) for f in facts])
+        return {_band_key(f): band for f, band in zip(facts, found, strict=True)}
 
     def _commit(
         self,
@@ -367,18 +370,17 @@ class MemoryService:
             for w in rejudged:
                 assert w.command is not None
                 w.split = Split(commands=(w.command,), verbatim_reason=FACTS_REJECTED)
-                w.items = self._items(identity.namespace, w.split, self._fact_vectors([w.split]))
+                w.items = self._items(identity.namespace, w.split, self._bands(identity.namespace, [w.split]))
                 absent.ids |= {item.text_claim_id for item in w.items}
 
-    def _items(self, namespace: str, split: Split, vectors: dict[str, bytes | None]) -> list[_Item]:
-        return [self._item(namespace, fact, split, vectors.get(fact.content)) for fact in split.commands]
+    def _items(self, namespace: str, split: Split, bands: _Bands) -> list[_Item]:
+        return [self._item(namespace, fact, split, bands) for fact in split.commands]
 
-    def _item(self, namespace: str, fact: WriteMemory, split: Split, vector: bytes | None) -> _Item:
-        """One fact and its claims; with the synchronous band (``band``), also the text
-        claims of the neighbours it contradicts (found by the fact's ``vector``), so each
-        decision sees them as they are."""
+    def _item(self, namespace: str, fact: WriteMemory, split: Split, bands: _Bands) -> _Item:
+        """One fact and its claims; with the synchronous band (``bands``), also the text
+        claims of the neighbours it contradicts, so each decision sees them as they are."""
         wanted = self._write_claims(namespace, fact, split)
-        found = self.band.contradicted(namespace, fact, vector) if self.band is not None else Banded()
+        found = bands.get(_band_key(fact), Banded())
         for neighbour in found.contradicted:
             assert neighbour.content is not None
             wanted.append((self.claim_ids.text(namespace, neighbour.content), "text", namespace))
@@ -751,6 +753,14 @@ def _write_result(decisions: Sequence[WriteDecision], split: Split, position: in
         verbatim_reason=split.verbatim_reason,
         facts=facts if split.extracted else (),
     )
+
+
+_Bands = dict[tuple[str, str | None], Banded]
+"""The synchronous band of a write's facts, by what the judge reads of a fact (``_band_key``)."""
+
+
+def _band_key(fact: WriteMemory) -> tuple[str, str | None]:
+    return fact.content, fact.value
 
 
 def _band_vectors(writes: Sequence[_Write]) -> dict[str, bytes | None]:

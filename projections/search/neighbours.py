@@ -19,6 +19,7 @@ from psycopg.sql import SQL, Identifier
 from domain.embedding.base import vector_from_bytes
 from domain.model.identity import Identity
 from projections.search.service import SearchQuery, SearchService
+from projections.search.view import Hit
 
 
 class SearchNeighbours:
@@ -60,26 +61,30 @@ class SearchNeighbours:
             by_namespace.setdefault(namespace, []).append((memory_id, vector))
         found: dict[UUID, list[tuple[UUID, float]]] = {}
         for namespace, members in by_namespace.items():
-            writer = Identity(namespace=namespace, actor="autopilot", role="agent")
-            with self.search.view(writer, SearchQuery(query="", k=k), _per_memory) as (view, *_):
-                for memory_id, vector in members:
-                    hits = view.for_vector(vector).vector_lane(k + 1)
-                    found[memory_id] = [
-                        (h.ref, h.score) for h in hits if h.ref != memory_id and h.score >= min_cosine
-                    ][:k]
+            lanes = self._lanes(namespace, [vector for _, vector in members], k + 1)
+            for (memory_id, _), hits in zip(members, lanes, strict=True):
+                found[memory_id] = [
+                    (h.ref, h.score) for h in hits if h.ref != memory_id and h.score >= min_cosine
+                ][:k]
         return found
 
-    def similar(self, namespace: str, vector: bytes, k: int, min_cosine: float) -> list[tuple[UUID, float]]:
-        """The synchronous band's neighbours: nearest to a new fact's vector among the
+    def similar(
+        self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float
+    ) -> list[list[tuple[UUID, float]]]:
+        """The synchronous band's neighbours: for each new fact's vector, the nearest
         current memories its writer can see (twice ``k``: the band keeps those of
-        ``namespace`` itself)."""
+        ``namespace`` itself), all facts of a write in one lookup."""
         if self.search.vector_model is None:
-            return []
-        query = vector_from_bytes(vector)
+            return [[] for _ in vectors]
+        lanes = self._lanes(namespace, [vector_from_bytes(v) for v in vectors], 2 * k)
+        return [[(h.ref, h.score) for h in hits if h.score >= min_cosine] for hits in lanes]
+
+    def _lanes(self, namespace: str, vectors: Sequence[np.ndarray[Any, Any]], k: int) -> list[list[Hit]]:
+        """The vector lane of each of ``vectors`` in the scope of a writer of ``namespace``:
+        one view, one round trip."""
         writer = Identity(namespace=namespace, actor="autopilot", role="agent")
-        with self.search.view(writer, SearchQuery(query="", k=k), lambda: query) as (view, *_):
-            hits = view.vector_lane(2 * k)
-        return [(h.ref, h.score) for h in hits if h.score >= min_cosine]
+        with self.search.view(writer, SearchQuery(query="", k=k), _per_memory) as (view, *_):
+            return view.vector_lanes(vectors, k)
 
 
 def _per_memory() -> np.ndarray[Any, Any]:

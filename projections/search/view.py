@@ -22,7 +22,7 @@ from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from domain.cache import TTLCache
 from domain.model.text import estimate_tokens
-from projections.search.halfvec import HalfvecParam
+from projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
 from projections.search.lexical import K1, B, query_terms
 from projections.search.projection import KNOWLEDGE, MEMORY
 from projections.visibility import current, known_at
@@ -142,14 +142,58 @@ class ScopedView:
         A small scope is scanned exactly through the namespace index; a large one, or one
         that holds most of the index, walks the HNSW graph, filtering by scope as it goes
         (``exact_scan``)."""
-        if self._vector_model is None:
+        candidates = self._vector_candidates(SQL("%(q)s"))
+        if candidates is None:
             return []
+        hits = self._visible_top(candidates, {"q": self._query_param()}, k)
+        return sorted(hits, key=lambda h: (-h.score, h.ref))  # relaxed order: put it right
+
+    def vector_lanes(self, vectors: Sequence[np.ndarray[Any, Any]], k: int) -> list[list[Hit]]:
+        """``vector_lane`` for several query vectors in one round trip (a batch of writes
+        looking for their neighbours): the ``k`` nearest visible memories of each, best
+        first, in the order of ``vectors``. A vector whose candidates were mostly invisible
+        is looked up again on its own, with the lane's deeper fetches."""
+        candidates = self._vector_candidates(SQL("q.v"))
+        if candidates is None or not vectors:
+            return [[] for _ in vectors]
+        fetch = max(k * OVERFETCH, MIN_FETCH)
+        with self._conn.cursor() as curs:
+            bind_halfvec_arrays(curs)
+            rows = curs.execute(
+                SQL(
+                    "SELECT q.i, c.ref, c.score, c.fetched, v.visible"
+                    " FROM unnest(%(qs)b::halfvec[]) WITH ORDINALITY AS q(v, i)"
+                    " CROSS JOIN LATERAL (SELECT x.ref, x.score, count(*) OVER () AS fetched"
+                    " FROM ({candidates} LIMIT {fetch}) x) c"
+                    " LEFT JOIN LATERAL (SELECT true AS visible FROM {s}.memory_objects m"
+                    " WHERE m.id = c.ref AND {visible} LIMIT 1) v ON true"
+                ).format(candidates=candidates, fetch=Literal(fetch), s=self._s, visible=self._visible()),
+                self._params | {"qs": [HalfvecParam(v) for v in vectors]},
+            ).fetchall()
+        found: list[list[Hit]] = [[] for _ in vectors]
+        fetched = [0] * len(vectors)
+        for r in rows:  # every candidate, so that one none of whose is visible still counts them
+            fetched[r["i"] - 1] = int(r["fetched"])
+            if r["visible"]:
+                found[r["i"] - 1].append(Hit(r["ref"], float(r["score"])))
+        return [
+            sorted(hits, key=lambda h: (-h.score, h.ref))[:k]
+            if len(hits) >= k or fetched[i] < fetch
+            else self.for_vector(vectors[i]).vector_lane(k)
+            for i, hits in enumerate(found)
+        ]
+
+    def _vector_candidates(self, query: SQL) -> Composed | None:
+        """Every memory vector of the view's model in scope, as (ref, score) nearest to the
+        ``query`` vector first (SQL naming it: a placeholder, or a column of an outer row);
+        None without a vector model."""
+        if self._vector_model is None:
+            return None
         model, dims = self._vector_model
-        distance = SQL("d.embedding::halfvec({d}) <=> %(q)s::halfvec({d})").format(d=Literal(dims))
-        exact = self.exact_scan()
+        distance = SQL("d.embedding::halfvec({d}) <=> {q}::halfvec({d})").format(d=Literal(dims), q=query)
         # The model is a literal: the HNSW index is partial per model, and a generic plan
         # (OPEN_VIEW) cannot match a bound parameter to the index's predicate.
-        candidates = SQL(
+        return SQL(
             "SELECT d.ref, 1 - ({distance}) AS score FROM {s}.search_docs d"
             " WHERE d.model = {model} AND d.kind = {kind} AND {scope} ORDER BY {order}"
         ).format(
@@ -159,10 +203,8 @@ class ScopedView:
             kind=Literal(MEMORY),
             scope=self._scope("d.namespace", "d.ref"),
             # "+ 0" hides the expression from the HNSW index: the planner scans the scope
-            order=SQL("({}) + 0").format(distance) if exact else distance,
+            order=SQL("({}) + 0").format(distance) if self.exact_scan() else distance,
         )
-        hits = self._visible_top(candidates, {"q": self._query_param()}, k)
-        return sorted(hits, key=lambda h: (-h.score, h.ref))  # relaxed order: put it right
 
     def lexical_lane(self, k: int) -> list[Hit]:
         """The ``k`` best memories by BM25 over the query's terms, best first."""
@@ -237,10 +279,11 @@ class ScopedView:
             rows = self._fetch(
                 SQL(
                     "WITH c AS MATERIALIZED ({candidates} LIMIT {fetch})"
-                    " SELECT c.ref, c.score, (SELECT count(*) FROM c) AS fetched"
-                    " FROM c CROSS JOIN LATERAL"
-                    " (SELECT 1 FROM {s}.memory_objects m WHERE m.id = c.ref AND {visible} LIMIT 1) v"
-                    " ORDER BY c.score DESC, c.ref LIMIT {k}"
+                    " SELECT c.ref, c.score, (SELECT count(*) FROM c) AS fetched, v.visible"
+                    " FROM c LEFT JOIN LATERAL"
+                    " (SELECT true AS visible FROM {s}.memory_objects m WHERE m.id = c.ref AND {visible}"
+                    " LIMIT 1) v ON true"
+                    " ORDER BY v.visible IS NULL, c.score DESC, c.ref LIMIT {k}"
                 ).format(
                     candidates=candidates,
                     s=self._s,
@@ -250,9 +293,12 @@ class ScopedView:
                 ),
                 params,
             )
+            # Every candidate comes back, the visible first, so that a fetch none of whose
+            # candidates is visible still says whether there are more to fetch.
+            hits = [Hit(r["ref"], float(r["score"])) for r in rows if r["visible"]]
             exhausted = not rows or int(rows[0]["fetched"]) < fetch
-            if len(rows) >= k or exhausted or fetch >= MAX_FETCH:
-                return [Hit(r["ref"], float(r["score"])) for r in rows]
+            if len(hits) >= k or exhausted or fetch >= MAX_FETCH:
+                return hits
             fetch *= 8
 
     def scores(self, refs: Sequence[UUID]) -> dict[UUID, tuple[float, float]]:

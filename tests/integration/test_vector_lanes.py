@@ -1,0 +1,106 @@
+"""The vector lane of several query vectors in one round trip (``ScopedView.vector_lanes``,
+what a batch of writes and an autopilot batch look their neighbours up with) answers what
+the lane answers for each vector alone, through the exact scan and the HNSW walk, and when
+most of a vector's nearest memories are not visible (retired) and it must fetch deeper."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from bootstrap.runtime import Runtime
+from domain.embedding.base import embed_rows
+from domain.model.commands import WriteMemory
+from domain.model.identity import Identity
+from domain.settings import Settings
+from projections.search.service import SearchQuery
+from projections.search.view import Hit, ScopedView
+
+AGENT = Identity(namespace="acme/eng/lanes", actor="bot", role="agent")
+QUERIES = [
+    "the colour of the front door is 7",  # near 60 corrections of one slot: all but one retired
+    "amber basil cedar delta ember",
+    "meadow nickel orchid pepper",
+    "nothing like anything written here: zebra quartz",
+]
+
+
+WORDS = (
+    "amber basil cedar delta ember fjord garnet harbor indigo juniper kestrel lantern meadow"
+    " nickel orchid pepper quartz raven saffron tundra umber velvet willow xenon yarrow zephyr"
+).split()
+
+
+def unrelated_notes(n: int) -> list[str]:
+    """``n`` notes of five words each, no two in one sentence frame (so the write's band
+    finds no contradiction among them and every one stays current)."""
+    rng = random.Random(7)
+    notes: set[str] = set()
+    while len(notes) < n:
+        notes.add(" ".join(rng.sample(WORDS, 5)))
+    return sorted(notes)
+
+
+@pytest.fixture
+def runtime(settings: Settings) -> Iterator[Runtime]:
+    with Runtime(settings) as rt:
+        for n in range(60):  # each corrects the one before: 59 retired, one current
+            rt.memory.write(
+                AGENT,
+                WriteMemory(
+                    content=f"the colour of the front door is {n}",
+                    subject="front door",
+                    attribute="colour",
+                    value=str(n),
+                ),
+            )
+        for text in unrelated_notes(150):
+            rt.memory.write(AGENT, WriteMemory(content=text))
+        rt.reads.wait_for(rt.ledger.head_position())
+        yield rt
+
+
+def lanes(rt: Runtime, k: int, *, exact: bool) -> tuple[list[list[Hit]], list[list[Hit]]]:
+    """(all at once, one by one) for ``QUERIES``, through the exact scan or the HNSW walk."""
+    search = rt.reads.search
+    assert search.embedder is not None
+    vectors = [np.asarray(v) for v in embed_rows(search.embedder, QUERIES)]
+    with search.view(AGENT, SearchQuery(query="", k=k), lambda: vectors[0]) as (view, *_):
+        view.exact_scan = lambda: exact  # type: ignore[method-assign]
+        together = view.vector_lanes(vectors, k)
+        alone = [view.for_vector(v).vector_lane(k) for v in vectors]
+    return together, alone
+
+
+@pytest.mark.parametrize("k", [1, 10, 30])
+def test_lanes_at_once_equal_each_lane_alone_in_an_exact_scan(runtime: Runtime, k: int) -> None:
+    together, alone = lanes(runtime, k, exact=True)
+    assert together == alone
+    assert [len(hits) for hits in together] == [k] * len(QUERIES)
+
+
+def test_lanes_at_once_find_what_each_hnsw_walk_finds(runtime: Runtime) -> None:
+    together, alone = lanes(runtime, 10, exact=False)
+    assert [{h.ref for h in hits} for hits in together] == [{h.ref for h in hits} for hits in alone]
+    assert all(len(hits) == 10 for hits in together)
+
+
+def test_a_vector_whose_nearest_are_retired_still_gets_k_current_memories(runtime: Runtime) -> None:
+    together, _ = lanes(runtime, 30, exact=True)
+    door = together[0]
+    assert len(door) == 30
+    with runtime.ledger.datastore.get_connection() as conn:
+        rows = conn.execute(
+            f"SELECT id FROM {runtime.ledger.schema}.memory_objects WHERE id = ANY(%s) AND retired_at IS NULL",
+            ([h.ref for h in door],),
+        ).fetchall()
+    assert len(rows) == 30, "every hit is a current memory"
+
+
+def test_no_vectors_no_lanes(runtime: Runtime) -> None:
+    search = runtime.reads.search
+    with search.view(AGENT, SearchQuery(query="", k=5), None) as (view, *_):
+        assert ScopedView.vector_lanes(view, [], 5) == []
