@@ -28,10 +28,34 @@ QUERIES = [
 ]
 
 
-WORDS = (
-    "amber basil cedar delta ember fjord garnet harbor indigo juniper kestrel lantern meadow"
-    " nickel orchid pepper quartz raven saffron tundra umber velvet willow xenon yarrow zephyr"
-).split()
+WORDS = [
+    "amber",
+    "basil",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "garnet",
+    "harbor",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lantern",
+    "meadow",
+    "nickel",
+    "orchid",
+    "pepper",
+    "quartz",
+    "raven",
+    "saffron",
+    "tundra",
+    "umber",
+    "velvet",
+    "willow",
+    "xenon",
+    "yarrow",
+    "zephyr",
+]
 
 
 def unrelated_notes(n: int) -> list[str]:
