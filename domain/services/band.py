@@ -26,19 +26,28 @@ class Similar(Protocol):
     only) nearest to a vector, with their cosine, best first."""
 
     def similar(
-        self, namespace: str, vector: bytes, k: int, min_cosine: float
-    ) -> list[tuple[UUID, float]]: ...
+        self, namespace: str, vector: bytes, k: int, min_cosine: float, model: str | None = None
+    ) -> list[tuple[UUID, float]]:
+        """None when the index serves another model than ``model``, the vector's."""
+        ...
 
 
 class Banded:
     """A fact's band: the vector it was judged by (the write seals it; no second embedding)
     and the neighbours the judge found contradicted."""
 
-    __slots__ = ("contradicted", "vector")
+    __slots__ = ("contradicted", "model", "vector")
 
-    def __init__(self, vector: bytes | None = None, contradicted: tuple[MemoryState, ...] = ()) -> None:
+    def __init__(
+        self,
+        vector: bytes | None = None,
+        contradicted: tuple[MemoryState, ...] = (),
+        model: str | None = None,
+    ) -> None:
         self.vector = vector
         self.contradicted = contradicted
+        self.model = model
+        """The model ``vector`` is of."""
 
 
 def banded(command: WriteMemory) -> bool:
@@ -52,13 +61,15 @@ class SynchronousBand:
         self.judge = judge
         self.streams = streams
 
-    def contradicted(self, namespace: str, command: WriteMemory, vector: bytes | None) -> Banded:
+    def contradicted(
+        self, namespace: str, command: WriteMemory, vector: bytes | None, model: str | None = None
+    ) -> Banded:
         """The fact's own-namespace neighbours the judge says it contradicts (none for a
-        slotted fact: its slot settles it), found by its ``vector`` (none without one: no
-        embedder, or it was unavailable)."""
+        slotted fact: its slot settles it), found by its ``vector`` of ``model`` (none
+        without one: no embedder, or it was unavailable)."""
         if not banded(command) or vector is None:
             return Banded()
-        found = self.similar.similar(namespace, vector, NEIGHBOURS_K, SUPERSEDE_MIN_COSINE)
+        found = self.similar.similar(namespace, vector, NEIGHBOURS_K, SUPERSEDE_MIN_COSINE, model)
         states = self.streams.memories(n for n, _ in found)
         new = Statement(content=command.content, value=command.value)
         contradicted: list[MemoryState] = []
@@ -81,4 +92,4 @@ class SynchronousBand:
                 break
             if judgement.contradicts:
                 contradicted.append(neighbour)
-        return Banded(vector, tuple(contradicted))
+        return Banded(vector, tuple(contradicted), model)

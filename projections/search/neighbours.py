@@ -26,10 +26,11 @@ class SearchNeighbours:
         self.search = search
         self.wait_for = wait_for
 
-    def _stored(self, memory_ids: Sequence[UUID]) -> dict[UUID, tuple[str, np.ndarray[Any, Any]]]:
-        """Each memory's namespace and embedding, where the index holds one of the current
-        model; one query for them all."""
-        model = self.search.vector_model
+    def _stored(
+        self, memory_ids: Sequence[UUID], model: tuple[str, int] | None
+    ) -> dict[UUID, tuple[str, np.ndarray[Any, Any]]]:
+        """Each memory's namespace and embedding, where the index holds one of the served
+        ``model``; one query for them all."""
         if model is None or not memory_ids:
             return {}
         ledger = self.search.ledger
@@ -55,13 +56,14 @@ class SearchNeighbours:
         self, memory_ids: Sequence[UUID], k: int, min_cosine: float, position: int
     ) -> dict[UUID, list[tuple[UUID, float]]]:
         self.wait_for(position)
+        serving = self.search.serving()
         by_namespace: dict[str, list[tuple[UUID, np.ndarray[Any, Any]]]] = {}
-        for memory_id, (namespace, vector) in self._stored(memory_ids).items():
+        for memory_id, (namespace, vector) in self._stored(memory_ids, serving.model).items():
             by_namespace.setdefault(namespace, []).append((memory_id, vector))
         found: dict[UUID, list[tuple[UUID, float]]] = {}
         for namespace, members in by_namespace.items():
             writer = Identity(namespace=namespace, actor="autopilot", role="agent")
-            with self.search.view(writer, SearchQuery(query="", k=k), _per_memory) as (view, *_):
+            with self.search.view(writer, SearchQuery(query="", k=k), _per_memory, serving) as (view, *_):
                 for memory_id, vector in members:
                     hits = view.for_vector(vector).vector_lane(k + 1)
                     found[memory_id] = [
@@ -69,15 +71,18 @@ class SearchNeighbours:
                     ][:k]
         return found
 
-    def similar(self, namespace: str, vector: bytes, k: int, min_cosine: float) -> list[tuple[UUID, float]]:
-        """The synchronous band's neighbours: nearest to a new fact's vector among the
-        current memories its writer can see (twice ``k``: the band keeps those of
-        ``namespace`` itself)."""
-        if self.search.vector_model is None:
+    def similar(
+        self, namespace: str, vector: bytes, k: int, min_cosine: float, model: str | None = None
+    ) -> list[tuple[UUID, float]]:
+        """The synchronous band's neighbours: nearest to a new fact's vector (of ``model``)
+        among the current memories its writer can see (twice ``k``: the band keeps those of
+        ``namespace`` itself). None when the index serves another model."""
+        serving = self.search.serving()
+        if serving.model is None or (model is not None and model != serving.model[0]):
             return []
         query = vector_from_bytes(vector)
         writer = Identity(namespace=namespace, actor="autopilot", role="agent")
-        with self.search.view(writer, SearchQuery(query="", k=k), lambda: query) as (view, *_):
+        with self.search.view(writer, SearchQuery(query="", k=k), lambda: query, serving) as (view, *_):
             hits = view.vector_lane(2 * k)
         return [(h.ref, h.score) for h in hits if h.score >= min_cosine]
 
