@@ -339,7 +339,7 @@ def _store_vectors(curs: Cursor[Any], schema: str, vectors: list[_Vector]) -> No
         curs.execute(
             SQL(
                 "UPDATE {s}.search_docs d SET model = %(m)s, embedding = u.e"
-                " FROM unnest(%(refs)s::uuid[], %(e)s::halfvec[]) AS u(ref, e) WHERE d.ref = u.ref"
+                " FROM unnest(%(refs)b::uuid[], %(e)b::halfvec[]) AS u(ref, e) WHERE d.ref = u.ref"
             ).format(s=s),
             params,
         )
@@ -347,7 +347,7 @@ def _store_vectors(curs: Cursor[Any], schema: str, vectors: list[_Vector]) -> No
     curs.execute(
         SQL(
             "INSERT INTO {s}.search_vectors (ref, model, embedding)"
-            " SELECT u.ref, %(m)s, u.e FROM unnest(%(refs)s::uuid[], %(e)s::halfvec[]) AS u(ref, e)"
+            " SELECT u.ref, %(m)s, u.e FROM unnest(%(refs)b::uuid[], %(e)b::halfvec[]) AS u(ref, e)"
             " JOIN {s}.search_docs d ON d.ref = u.ref WHERE d.model IS DISTINCT FROM %(m)s"
             " ON CONFLICT (ref, model) DO UPDATE SET embedding = excluded.embedding"
         ).format(s=s),
