@@ -118,7 +118,7 @@ class SearchService:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.ledger = ledger
-        self.embedder = embedder
+        self._configured = embedder
         self.wait_for = wait_for
         self.drivers = drivers or policy_drivers()
         self.clock = clock
@@ -126,6 +126,17 @@ class SearchService:
         self._sizes = ScopeSizes(5.0, max_items=10_000)
         self._serving: TTLCache[str, Serving] = TTLCache(SERVING_SECONDS, max_items=4)
         self._embedders: dict[str, Embedder | None] = {}
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The configured embedder (``MEMWARDEN_EMBEDDER``): queries use it once the index
+        serves its model (``serving``)."""
+        return self._configured
+
+    @embedder.setter
+    def embedder(self, embedder: Embedder | None) -> None:
+        self._configured = embedder
+        self._serving.clear()
 
     @property
     def vector_model(self) -> tuple[str, int] | None:

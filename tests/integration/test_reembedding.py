@@ -50,7 +50,9 @@ def old_ledger(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dict[str,
 
 
 @pytest.fixture
-def new_runtime(settings: Settings, old_ledger: dict[str, UUID], monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+def new_runtime(
+    settings: Settings, old_ledger: dict[str, UUID], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Runtime]:
     """A process configured with the new model, on the old ledger."""
     monkeypatch.setenv("MEMWARDEN_EMBEDDER", "hash-256")
     with Runtime(settings, follow=False) as rt:
@@ -108,7 +110,8 @@ def test_the_index_serves_the_old_vectors_until_the_new_ones_are_all_in(
     with pytest.raises(Halfway):
         rt.reembed.run(OPERATOR, batch=3, progress=stop)
     rt.reads.runner.catch_up()
-    assert len(aside(rt)) == 3 and {m for _, m in aside(rt)} == {NEW}
+    assert len(aside(rt)) == 3
+    assert {m for _, m in aside(rt)} == {NEW}
     assert set(models_of_docs(rt).values()) == {OLD}
     assert fresh_serving(rt) == (OLD, 384)
     assert vector_lane(rt, AGENT, FACTS[5])[0] == old_ledger[FACTS[5]]  # by the old vectors
@@ -121,23 +124,29 @@ def test_the_index_serves_the_old_vectors_until_the_new_ones_are_all_in(
     assert written[0].embedding_model == OLD
     # erased midway, after its new vector was appended: no vector of it is kept anywhere
     erased = next(ref for ref, _ in aside(rt))
-    rt.core.erasure.forget(ADMIN if erased in _acme(old_ledger) else _globex_admin(), Forget(ids=(erased,), reason="r"))
+    rt.core.erasure.forget(
+        ADMIN if erased in _acme(old_ledger) else _globex_admin(), Forget(ids=(erased,), reason="r")
+    )
     rt.reads.runner.catch_up()
     assert erased not in {ref for ref, _ in aside(rt)}
     assert erased not in models_of_docs(rt)
 
     report = rt.reembed.run(OPERATOR, batch=4)
-    assert report.adopted and report.serving == NEW and report.missing == 0
+    assert report.adopted
+    assert report.serving == NEW
+    assert report.missing == 0
     assert report.reembedded == len(FACTS) - 3 + 1  # the rest and the midway one
     assert fresh_serving(rt) == (NEW, 256)
     docs = models_of_docs(rt)
-    assert set(docs.values()) == {NEW} and midway.id in docs
+    assert set(docs.values()) == {NEW}
+    assert midway.id in docs
     assert {m for _, m in aside(rt)} == {OLD}  # the old vectors wait aside (a switch back is instant)
     assert found(rt, AGENT, "midway cache omega")[0] == "The midway cache lives on host omega"
     assert vector_lane(rt, AGENT, FACTS[5])[0] == old_ledger[FACTS[5]]  # by the new vectors
     with rt.ledger.datastore.get_connection() as conn:
         indexes = {r["indexname"] for r in conn.execute("SELECT indexname FROM pg_indexes").fetchall()}
-    assert hnsw_index_name(NEW) in indexes and hnsw_index_name(OLD) not in indexes
+    assert hnsw_index_name(NEW) in indexes
+    assert hnsw_index_name(OLD) not in indexes
 
     # new writes are embedded by the new model now
     later = rt.memory.write(AGENT, WriteMemory(content="Written after the switch"))
@@ -162,17 +171,20 @@ def test_re_embeddings_are_sealed_and_an_erased_ones_unreadable(
     rt.reembed.run(OPERATOR)
     memory_id = old_ledger[FACTS[1]]
     with psycopg.connect(rt.core.params.conninfo()) as conn:
-        rows = conn.execute(
-            "SELECT state FROM memwarden.events WHERE topic = 'MemoryReembedded'"
-        ).fetchall()
+        rows = conn.execute("SELECT state FROM memwarden.events WHERE topic = 'MemoryReembedded'").fetchall()
     assert len(rows) == len(FACTS)
     for (state,) in rows:
-        assert bytes(state).startswith(b'{"e":') and b'"embedding":null' in bytes(state)
+        assert bytes(state).startswith(b'{"e":')
+        assert b'"embedding":null' in bytes(state)
     rt.core.erasure.forget(ADMIN, Forget(ids=(memory_id,), reason="request"))
-    reembedded = [e for e in rt.ledger.streams([memory_id])[memory_id] if isinstance(e.event, MemoryReembedded)]
-    assert len(reembedded) == 1 and reembedded[0].event.embedding is None
+    reembedded = [
+        e for e in rt.ledger.streams([memory_id])[memory_id] if isinstance(e.event, MemoryReembedded)
+    ]
+    assert len(reembedded) == 1
+    assert reembedded[0].event.embedding is None
     rt.reads.runner.catch_up()
-    assert memory_id not in models_of_docs(rt) and memory_id not in {ref for ref, _ in aside(rt)}
+    assert memory_id not in models_of_docs(rt)
+    assert memory_id not in {ref for ref, _ in aside(rt)}
     assert Rebuilder(rt.reads.runner).rebuild("search_index", verify=True).differences == []
 
 
