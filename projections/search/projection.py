@@ -213,8 +213,8 @@ class SearchIndexProjection:
         self.build_indexes(curs, schema)
 
     def first_vector(self, curs: Cursor[Any], schema: str, doc: _Doc) -> None:
-        """The first memory vector names the served model, until one is adopted."""
-        old = self.serving_model(curs, schema)
+        """The first memory vector names the served model, until one is adopted (the index
+        kept until then is the configured model's)."""
         row = curs.execute(
             SQL(
                 "INSERT INTO {s}.search_serving (model, dimensions) VALUES (%s, %s)"
@@ -223,7 +223,7 @@ class SearchIndexProjection:
             (doc.model, doc.dims),
         ).fetchone()
         if row is not None:
-            self._switch_index(curs, schema, old)
+            self._switch_index(curs, schema, self.vector_model)
 
     def _estimated_rows(self, curs: Cursor[Any], schema: str) -> int:
         """The rows of ``search_docs`` as the statistics collector counts them (no scan)."""

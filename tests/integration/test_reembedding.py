@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import psycopg
 import pytest
 
+from api.cli.main import main
 from bootstrap.runtime import Runtime
 from domain.model.commands import WriteMemory
 from domain.model.erasure import Forget
@@ -194,3 +196,21 @@ def _acme(ids: dict[str, UUID]) -> set[UUID]:
 
 def _globex_admin() -> Identity:
     return Identity("globex/ops", "gus", "admin")
+
+
+def test_the_cli_runs_the_pass_to_completion_and_reports_it(
+    settings: Settings,
+    old_ledger: dict[str, UUID],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("MEMWARDEN_EMBEDDER", "hash-256")
+    monkeypatch.setenv("DATABASE_URL", settings.database_url or "")
+    monkeypatch.setenv("MEMWARDEN_DATA_DIR", str(settings.data_dir))
+    assert main(["reembed", "--batch", "4", "--json"]) == 0
+    out = msgspec.json.decode(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["report"]["reembedded"] == len(FACTS)
+    assert out["report"]["adopted"] is True
+    assert out["report"]["serving"] == NEW
+    assert main(["reembed"]) == 0
+    assert "0 memories re-embedded" in capsys.readouterr().out
