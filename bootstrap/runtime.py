@@ -19,6 +19,7 @@ from domain.services.core import Core
 from domain.services.knowledge import KnowledgeService
 from domain.services.leases import Leases
 from domain.services.memory import MemoryService
+from domain.services.reembed import ReembedService
 from domain.services.working_sets import WorkingSetService
 from domain.settings import Settings
 from projections.erasure.lookup import ProjectionErasureLookup
@@ -26,6 +27,7 @@ from projections.reads import ReadModels
 from projections.search.assemble import SearchWorkingSets
 from projections.search.drivers import RERANK_DEPTH, Driver, policy_drivers
 from projections.search.neighbours import SearchNeighbours
+from projections.search.vectors import SearchVectorIndex
 
 
 def search_drivers() -> dict[str, Driver]:
@@ -74,6 +76,16 @@ class Runtime:
             )
             if judge is not None:
                 memory.band = SynchronousBand(neighbours, judge, memory.streams)
+            memory.serving_embedder = self.reads.search.write_embedder
+            self.reembed = ReembedService(
+                self.core.ledger,
+                memory.streams,
+                self.autopilot.leases,
+                SearchVectorIndex(self.core.ledger, self.reads.wait_for),
+                self.core.embedder,
+                lambda: memory.clock(),  # noqa: PLW0108
+                lambda: memory.new_id(),  # noqa: PLW0108
+            )
             self.consolidation = ConsolidationService(
                 memory,
                 self.autopilot.leases,

@@ -21,6 +21,7 @@ from api.cli.knowledge import register as register_knowledge_commands
 from api.cli.listening import announce_when_listening
 from api.cli.migrate import check_configured_database
 from api.cli.migrate import register as register_migrate_command
+from api.cli.reembed import register as register_reembed_command
 from api.cli.timetravel import register as register_time_commands
 from api.mcp.command import register as register_mcp_command
 from bootstrap.migrate import MigrationError
@@ -256,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_erasure_commands(sub, keys, bench)
     register_knowledge_commands(sub)
     register_import_command(sub)
+    register_reembed_command(sub)
     register_mcp_command(sub)
     register_service_benches(bench)
     register_worker_command(sub)

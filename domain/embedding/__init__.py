@@ -16,7 +16,7 @@ from domain.embedding.base import (
     vector_to_bytes,
 )
 from domain.embedding.batching import BatchingEmbedder
-from domain.embedding.factory import embedder_from_env
+from domain.embedding.factory import embedder_for_model, embedder_from_env
 from domain.embedding.hashing import HashEmbedder
 from domain.embedding.minilm import MiniLMEmbedder, shared_minilm
 from domain.embedding.openai import OpenAIEmbedder
@@ -32,6 +32,7 @@ __all__ = [
     "OpenAIEmbedder",
     "embed_one",
     "embed_rows",
+    "embedder_for_model",
     "embedder_from_env",
     "normalize_rows",
     "shared_minilm",

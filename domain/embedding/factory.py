@@ -9,7 +9,8 @@
   e.g. ``http://127.0.0.1:8080/v1``) and ``MEMWARDEN_EMBEDDER_MODEL`` are required;
   ``MEMWARDEN_EMBEDDER_API_KEY``, ``MEMWARDEN_EMBEDDER_DIMENSIONS`` and
   ``MEMWARDEN_EMBEDDER_TIMEOUT`` (seconds, default 5) are optional.
-- ``hash``: feature hashing, no meaning; for tests only.
+- ``hash``: feature hashing, no meaning; for tests only. ``hash-<dimensions>`` (e.g.
+  ``hash-256``): another such model, for tests of a switch between two.
 - ``none``: no embedder: no vectors are made and search is lexical only.
 """
 
@@ -20,13 +21,15 @@ from collections.abc import Mapping
 
 from domain.embedding.base import CachingEmbedder, Embedder
 from domain.embedding.batching import BatchingEmbedder
+from domain.embedding.bge import MODEL_ID as BGE_ID
 from domain.embedding.bge import shared_bge_small
-from domain.embedding.hashing import HashEmbedder
+from domain.embedding.hashing import HASH_PREFIX, HashEmbedder
+from domain.embedding.minilm import MODEL_ID as MINILM_ID
 from domain.embedding.minilm import shared_minilm
 from domain.embedding.openai import OpenAIEmbedder
 from domain.settings import positive_number
 
-CHOICES = ("minilm", "bge", "openai", "hash", "none")
+CHOICES = ("minilm", "bge", "openai", "hash", "hash-<dimensions>", "none")
 
 
 def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
@@ -45,9 +48,30 @@ def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
         return CachingEmbedder(BatchingEmbedder(shared_bge_small()))
     if choice == "hash":
         return HashEmbedder()
+    if choice.startswith("hash-") and choice[5:].isdigit() and int(choice[5:]) > 0:
+        return HashEmbedder(int(choice[5:]))
     if choice == "openai":
         return CachingEmbedder(_openai(values))
     raise ValueError(f"MEMWARDEN_EMBEDDER={choice!r} is not one of {', '.join(CHOICES)}")
+
+
+def embedder_for_model(model_id: str, env: Mapping[str, str] | None = None) -> Embedder | None:
+    """The embedder whose vectors are named ``model_id`` (what the search index serves may be
+    another model than the configured one, until the switch): the bundled models and the
+    hashing ones by their ids, an OpenAI-compatible model when it is the configured one;
+    None for any other. Raises as ``embedder_from_env``."""
+    values = os.environ if env is None else env
+    if model_id == MINILM_ID:
+        return CachingEmbedder(BatchingEmbedder(shared_minilm()))
+    if model_id == BGE_ID:
+        return CachingEmbedder(BatchingEmbedder(shared_bge_small()))
+    if model_id.startswith(HASH_PREFIX) and model_id[len(HASH_PREFIX) :].isdigit():
+        return HashEmbedder(int(model_id[len(HASH_PREFIX) :]))
+    if (values.get("MEMWARDEN_EMBEDDER") or "").strip().lower() == "openai":
+        configured = _openai(values)
+        if configured.model_id == model_id:
+            return CachingEmbedder(configured)
+    return None
 
 
 def _openai(values: Mapping[str, str]) -> OpenAIEmbedder:

@@ -18,6 +18,8 @@ _WORD = re.compile(r"\w+")
 _PERSON = b"memwarden-hash1"
 _TRIGRAM_WEIGHT = 0.5
 _EMPTY_FEATURE = "e:"
+HASH_PREFIX = "feature-hash-v1-"
+"""A hashing model's id: this, then its dimensions."""
 
 
 class HashEmbedder:
@@ -33,7 +35,7 @@ class HashEmbedder:
 
     @property
     def model_id(self) -> str:
-        return f"feature-hash-v1-{self._dimensions}"
+        return f"{HASH_PREFIX}{self._dimensions}"
 
     @property
     def dimensions(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import ClassVar, Literal
-from uuid import UUID
+from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
 
@@ -153,6 +153,35 @@ class MemoryErased(MemoryEvent, frozen=True, kw_only=True):
     namespace: str
     certificate_id: UUID
     by: str
+
+
+class MemoryReembedded(MemoryEvent, frozen=True, kw_only=True):
+    """The memory's text embedded again by another model (a new default embedder): its
+    vector of ``embedding_model``, sealed with the memory's own data key exactly as
+    ``MemoryWritten``'s, so an erasure leaves it unreadable too. The search index keeps it
+    aside until that model is adopted (``EmbeddingModelAdopted``)."""
+
+    SEALED: ClassVar[tuple[str, ...]] = ("embedding",)
+    namespace: str
+    embedding: bytes | None  # None only in a tombstone (its data key destroyed)
+    embedding_model: str
+
+
+EMBEDDING_MODEL_STREAM = uuid5(NAMESPACE_URL, "memwarden:embedding-model")
+"""The stream of the serving model's switches: one for the whole ledger."""
+
+
+class EmbeddingModelAdopted(Event, frozen=True, kw_only=True):
+    """The search index serves vectors of ``model`` from here on: every memory with content
+    had one when it was decided (the re-embedding pass appends it once none is missing)."""
+
+    model: str
+    dimensions: int
+    previous: str | None = None
+
+    @property
+    def stream_id(self) -> UUID:
+        return EMBEDDING_MODEL_STREAM
 
 
 class ErasureCertified(Event, frozen=True, kw_only=True):
@@ -625,6 +654,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MemoryReaffirmed,
         MemoryVerified,
         MemoryErased,
+        MemoryReembedded,
+        EmbeddingModelAdopted,
         ErasureCertified,
         DisputeOpened,
         DisputeResolved,

@@ -19,6 +19,7 @@ from domain.model.events import (
     Event,
     MemoryErased,
     MemoryReaffirmed,
+    MemoryReembedded,
     MemoryReleased,
     MemoryRetired,
     MemoryScope,
@@ -69,6 +70,9 @@ class MemoryState(msgspec.Struct, frozen=True, kw_only=True):
     erased_in_quarantine: bool = False
     """Erased while still quarantined: nobody but a reviewer ever saw it, and its
     tombstone stays as hidden as the memory was (denied and missing look the same)."""
+    embedding_models: tuple[str, ...] = ()
+    """The models the ledger holds a vector of this memory's text by (its write's, then
+    each re-embedding's), in the order they came."""
     version: int = 0
 
     @property
@@ -139,6 +143,9 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
             trust_tier=event.trust_tier,
             supersedes=event.supersedes,
             classification=event.classification,
+            embedding_models=(event.embedding_model,)
+            if event.embedding is not None and event.embedding_model is not None
+            else (),
             version=1,
         )
     if state is None:
@@ -186,8 +193,17 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
             trust_tier=event.trust_tier,
             version=version,
         )
+    return _evolve_vectors_and_erasure(state, event, version)
+
+
+def _evolve_vectors_and_erasure(state: MemoryState, event: Event, version: int) -> MemoryState:
     if isinstance(event, MemoryErased):
         return erased_tombstone(state, event.at, version)
+    if isinstance(event, MemoryReembedded):
+        models = state.embedding_models
+        if event.embedding is not None and event.embedding_model not in models:
+            models = (*models, event.embedding_model)
+        return replace(state, embedding_models=models, version=version)
     msg = f"not a memory event: {type(event).__name__}"
     raise TypeError(msg)
 
@@ -206,6 +222,7 @@ def erased_tombstone(state: MemoryState, at: datetime, version: int) -> MemorySt
         tags=(),
         selectors=(),
         verifications=(),
+        embedding_models=(),
         version=version,
     )
 

@@ -52,7 +52,7 @@ from domain.model.leases import Lease
 from domain.model.memory import Claim, MemoryState, evolve_memory
 from domain.services.commands import Decided, Note, Retry
 from domain.services.leases import Leases
-from domain.services.memory import MemoryService
+from domain.services.memory import MemoryService, Vectors
 from domain.services.ports import Neighbours, Pending
 from domain.services.streams import fold
 
@@ -299,7 +299,7 @@ class AutopilotService:
     def overturn(self, identity: Identity, command: OverturnDecision) -> DecisionResult:
         restored_id = self.memory.new_id()
         keys: dict[UUID, NewMemoryKey] = {}
-        vectors: dict[str, bytes | None] = {}
+        vectors = Vectors()
 
         def decide(now: datetime) -> Decided[DecisionResult]:
             decision = self.decision(command.decision_id)

@@ -28,19 +28,28 @@ class Similar(Protocol):
     for all of them."""
 
     def similar(
-        self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float
-    ) -> list[list[tuple[UUID, float]]]: ...
+        self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float, model: str | None = None
+    ) -> list[list[tuple[UUID, float]]]:
+        """Nothing found when the index serves another model than ``model``, the vectors'."""
+        ...
 
 
 class Banded:
     """A fact's band: the vector it was judged by (the write seals it; no second embedding)
     and the neighbours the judge found contradicted."""
 
-    __slots__ = ("contradicted", "vector")
+    __slots__ = ("contradicted", "model", "vector")
 
-    def __init__(self, vector: bytes | None = None, contradicted: tuple[MemoryState, ...] = ()) -> None:
+    def __init__(
+        self,
+        vector: bytes | None = None,
+        contradicted: tuple[MemoryState, ...] = (),
+        model: str | None = None,
+    ) -> None:
         self.vector = vector
         self.contradicted = contradicted
+        self.model = model
+        """The model ``vector`` is of."""
 
 
 def banded(command: WriteMemory) -> bool:
@@ -54,14 +63,18 @@ class SynchronousBand:
         self.judge = judge
         self.streams = streams
 
-    def contradicted(self, namespace: str, facts: Sequence[tuple[WriteMemory, bytes | None]]) -> list[Banded]:
+    def contradicted(
+        self, namespace: str, facts: Sequence[tuple[WriteMemory, bytes | None]], model: str | None = None
+    ) -> list[Banded]:
         """For each fact, its own-namespace neighbours the judge says it contradicts (none
-        for a slotted fact: its slot settles it), found by its vector (none without one: no
-        embedder, or it was unavailable). The facts of a write are looked up together: one
+        for a slotted fact: its slot settles it), found by its vector of ``model`` (none without
+        one: no embedder, or it was unavailable). The facts of a write are looked up together: one
         neighbour lookup, one load of the neighbours."""
         looked_up = [(i, vector) for i, (fact, vector) in enumerate(facts) if banded(fact) and vector]
         lanes = (
-            self.similar.similar(namespace, [v for _, v in looked_up], NEIGHBOURS_K, SUPERSEDE_MIN_COSINE)
+            self.similar.similar(
+                namespace, [v for _, v in looked_up], NEIGHBOURS_K, SUPERSEDE_MIN_COSINE, model
+            )
             if looked_up
             else []
         )
@@ -69,7 +82,7 @@ class SynchronousBand:
         bands = [Banded() for _ in facts]
         for (i, vector), found in zip(looked_up, lanes, strict=True):
             neighbours = [states.get(n) for n, _ in found]
-            bands[i] = Banded(vector, self._judged(namespace, facts[i][0], neighbours))
+            bands[i] = Banded(vector, self._judged(namespace, facts[i][0], neighbours), model)
         return bands
 
     def _judged(

@@ -12,6 +12,7 @@ from domain.ledger.app import Ledger
 from domain.ledger.entropy import new_uuid
 from domain.ledger.mapper import Recorded
 from domain.model.events import LeaseEvent
+from domain.model.identity import Identity
 from domain.model.leases import Lease, LeaseBusy, LeaseLost, decide_take, lease_from, lease_id, release
 from domain.services.commands import CommandRunner, Decided, Retry
 
@@ -67,10 +68,12 @@ class Leases:
         lease: Lease,
         decide: Callable[[datetime, Lease], Decided[R]],
         contended: str,
+        identity: Identity | None = None,
     ) -> R:
         """Run a pass in one append fenced by ``lease`` (``fence``). After a conflict the pass
         decides again, on the lease as it is now, while its holder still has it (else
-        ``LeaseLost``: nothing of the pass was applied)."""
+        ``LeaseLost``: nothing of the pass was applied). ``identity``: whose the audit record
+        of the append is (an operator's pass), if it has one."""
         held = [lease]
 
         def fenced(now: datetime) -> Decided[R]:
@@ -80,7 +83,8 @@ class Leases:
         def lease_still_held() -> None:
             held[0] = self.still_held(held[0])
 
-        return runner.run(None, lease.pass_name, fenced, Retry(contended, on_conflict=lease_still_held))
+        retry = Retry(contended, on_conflict=lease_still_held)
+        return runner.run(identity, lease.pass_name, fenced, retry)
 
     def still_held(self, lease: Lease) -> Lease:
         """After a refused append: the lease as it is now if its holder still has it (the

@@ -192,7 +192,10 @@ class MemoryService:
         extractor: Extractor | None = None,
     ) -> None:
         self.ledger = ledger
-        self.embedder = embedder
+        self.configured_embedder = embedder
+        self.serving_embedder: Callable[[], Embedder | None] | None = None
+        """The embedder of the model the search index serves (set by the composition root,
+        which has the read models); without it, the configured one."""
         self.extractor = extractor
         self.streams = Streams(ledger)
         self.claim_ids = claim_ids
@@ -203,6 +206,18 @@ class MemoryService:
         """The synchronous band (set by the composition root, which has the read models)."""
         # late-bound: a caller may swap the clock or id source after construction
         self.runner = CommandRunner(ledger, self.streams, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """What new memories are embedded by: the served model's embedder, so the vector
+        lane finds them at once (a new configured model waits for the switch)."""
+        serving = self.serving_embedder
+        return serving() if serving is not None else self.configured_embedder
+
+    @embedder.setter
+    def embedder(self, embedder: Embedder | None) -> None:
+        self.configured_embedder = embedder
+        self.serving_embedder = None
 
     # -- write ----------------------------------------------------------------------------
 
@@ -300,13 +315,14 @@ class MemoryService:
         in one call (the embedder sorts them by length into batches), their neighbours looked
         up in one, so a batch of writes costs one model call and one lookup, not one a fact.
         Empty without a band or an embedder."""
-        if self.band is None or self.embedder is None:
+        embedder = self.embedder
+        if self.band is None or embedder is None:
             return {}
         facts = list({_band_key(f): f for s in splits for f in s.commands if banded(f)}.values())
         if not facts:
             return {}
-        vectors = self._embed(self.embedder, list(dict.fromkeys(f.content for f in facts)))
-        found = self.band.contradicted(namespace, [(f, vectors[f.content]) for f in facts])
+        vectors = self._embed(embedder, list(dict.fromkeys(f.content for f in facts)))
+        found = self.band.contradicted(namespace, [(f, vectors[f.content]) for f in facts], vectors.model)
         return {_band_key(f): band for f, band in zip(facts, found, strict=True)}
 
     def _commit(
@@ -443,7 +459,7 @@ class MemoryService:
     def _resolve(self, identity: Identity, command: ResolveDispute, now: datetime | None) -> ResolveResult:
         replacement_id = self.new_id()
         new_keys: dict[UUID, NewMemoryKey] = {}
-        vectors: dict[str, bytes | None] = {}
+        vectors = Vectors()
 
         def decide(at: datetime) -> Decided[ResolveResult]:
             dispute = check_reviewer(
@@ -528,13 +544,18 @@ class MemoryService:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def embedded(self, events: Sequence[Event], vectors: dict[str, bytes | None]) -> list[Event]:
+    def embedded(self, events: Sequence[Event], vectors: Vectors) -> list[Event]:
         """New memories get their embedding, computed once here and sealed in the event,
         so a replay never re-embeds. An embedder failure stores the memory without one
-        (``vectors`` then holds None, and the audit says so): a write is never lost to it."""
+        (``vectors`` then holds None, and the audit says so): a write is never lost to it.
+        Vectors of another model than the embedder's (the served model changed since the
+        band's were made) are not used: vectors of two models never mix."""
         embedder = self.embedder
         if embedder is None:
             return list(events)
+        if vectors.model not in (None, embedder.model_id):
+            vectors.clear()
+        vectors.model = embedder.model_id
         texts = [e.content for e in events if isinstance(e, MemoryWritten) and e.content is not None]
         missing = list(dict.fromkeys(t for t in texts if t not in vectors))
         if missing:  # the facts of one write are embedded together
@@ -553,13 +574,15 @@ class MemoryService:
         return out
 
     @staticmethod
-    def _embed(embedder: Embedder, texts: list[str]) -> dict[str, bytes | None]:
+    def _embed(embedder: Embedder, texts: list[str]) -> Vectors:
+        vectors = Vectors(model=embedder.model_id)
         try:
             rows = embed_rows(embedder, texts)
-            return {text: vector_to_bytes(row) for text, row in zip(texts, rows, strict=True)}
+            vectors.update((text, vector_to_bytes(row)) for text, row in zip(texts, rows, strict=True))
         except EmbedderUnavailable as error:
             log.warning("embedder unavailable, memory stored without a vector: %s", error)
-            return dict.fromkeys(texts)
+            vectors.update(dict.fromkeys(texts))
+        return vectors
 
     def record_audit(
         self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
@@ -763,14 +786,23 @@ def _band_key(fact: WriteMemory) -> tuple[str, str | None]:
     return fact.content, fact.value
 
 
-def _band_vectors(writes: Sequence[_Write]) -> dict[str, bytes | None]:
-    """The vectors the synchronous band already computed, by text: sealed as they are."""
-    return {
-        item.command.content: item.banded.vector
-        for w in writes
-        for item in w.items
-        if item.banded.vector is not None
-    }
+class Vectors(dict[str, bytes | None]):
+    """Vectors by text, all of one model (``model``; None while there are none)."""
+
+    def __init__(self, model: str | None = None) -> None:
+        super().__init__()
+        self.model = model
+
+
+def _band_vectors(writes: Sequence[_Write]) -> Vectors:
+    """The vectors the synchronous band already computed, by text: sealed as they are (those
+    of the first one's model: a batch's items may have been embedded apart)."""
+    items = [item for w in writes for item in w.items if item.banded.vector is not None]
+    vectors = Vectors(model=items[0].banded.model if items else None)
+    vectors.update(
+        (item.command.content, item.banded.vector) for item in items if item.banded.model == vectors.model
+    )
+    return vectors
 
 
 def _versions(*groups: Iterable[Claim | MemoryState | DisputeState]) -> dict[UUID, int]:

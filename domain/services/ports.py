@@ -139,3 +139,28 @@ class WorkingSetReads(Protocol):
         """The caller's scoped view for ``text``; ``vectors``: with its embedding (may raise
         ``EmbedderUnavailable`` inside the block)."""
         ...
+
+
+class Lacking(msgspec.Struct, frozen=True):
+    """A memory the search index holds text of and no vector of a model."""
+
+    id: UUID
+    namespace: str
+    position: int
+
+
+class VectorIndex(Protocol):
+    """What the re-embedding pass reads of the search index: which model it serves, and which
+    memories lack a vector of a model (a hint: each is decided on its ledger state)."""
+
+    def wait_for(self, position: int | None) -> None: ...
+
+    def serving(self) -> tuple[str, int] | None:
+        """The (model, dimensions) the vector lane serves; None before any vector."""
+        ...
+
+    def lacking(self, model: str, after: int, limit: int) -> list[Lacking]:
+        """Memories with text and no vector of ``model``, written after ``after``, in ledger order."""
+        ...
+
+    def count_lacking(self, model: str) -> int: ...

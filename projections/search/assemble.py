@@ -38,8 +38,9 @@ class SearchWorkingSets:
     @contextlib.contextmanager
     def scoped(self, identity: Identity, text: str, k: int, vectors: bool) -> Iterator[ScopedWorkingSet]:
         query = SearchQuery(query=text, k=k)
-        vector = self.search.embed_later(text) if vectors else None
-        with self.search.view(identity, query, vector) as (view, conn, _scope, _shared):
+        serving = self.search.serving()
+        vector = self.search.embed_later(text, serving) if vectors else None
+        with self.search.view(identity, query, vector, serving) as (view, conn, _scope, _shared):
             yield ScopedWorkingSet(self.search, view, conn, text)
 
 

@@ -131,7 +131,11 @@ class ConformanceKit:
 
     def _run(self, driver: Driver, query: str, k: int = 10, budget: int | None = None) -> list[Hit]:
         q = SearchQuery(query=query, k=k, token_budget=budget)
-        with self.search.view(self.corpus.caller, q, self.search.embed_later(query)) as (view, *_):
+        serving = self.search.serving()
+        with self.search.view(self.corpus.caller, q, self.search.embed_later(query, serving), serving) as (
+            view,
+            *_,
+        ):
             return driver.search(view, SearchRequest(query=query, k=k, token_budget=budget))
 
     @staticmethod

@@ -18,7 +18,7 @@ from psycopg.sql import SQL, Identifier
 
 from domain.embedding.base import vector_from_bytes
 from domain.model.identity import Identity
-from projections.search.service import SearchQuery, SearchService
+from projections.search.service import SearchQuery, SearchService, Serving
 from projections.search.view import Hit
 
 
@@ -27,10 +27,11 @@ class SearchNeighbours:
         self.search = search
         self.wait_for = wait_for
 
-    def _stored(self, memory_ids: Sequence[UUID]) -> dict[UUID, tuple[str, np.ndarray[Any, Any]]]:
-        """Each memory's namespace and embedding, where the index holds one of the current
-        model; one query for them all."""
-        model = self.search.vector_model
+    def _stored(
+        self, memory_ids: Sequence[UUID], model: tuple[str, int] | None
+    ) -> dict[UUID, tuple[str, np.ndarray[Any, Any]]]:
+        """Each memory's namespace and embedding, where the index holds one of the served
+        ``model``; one query for them all."""
         if model is None or not memory_ids:
             return {}
         ledger = self.search.ledger
@@ -56,12 +57,13 @@ class SearchNeighbours:
         self, memory_ids: Sequence[UUID], k: int, min_cosine: float, position: int
     ) -> dict[UUID, list[tuple[UUID, float]]]:
         self.wait_for(position)
+        serving = self.search.serving()
         by_namespace: dict[str, list[tuple[UUID, np.ndarray[Any, Any]]]] = {}
-        for memory_id, (namespace, vector) in self._stored(memory_ids).items():
+        for memory_id, (namespace, vector) in self._stored(memory_ids, serving.model).items():
             by_namespace.setdefault(namespace, []).append((memory_id, vector))
         found: dict[UUID, list[tuple[UUID, float]]] = {}
         for namespace, members in by_namespace.items():
-            lanes = self._lanes(namespace, [vector for _, vector in members], k + 1)
+            lanes = self._lanes(namespace, [vector for _, vector in members], k + 1, serving)
             for (memory_id, _), hits in zip(members, lanes, strict=True):
                 found[memory_id] = [
                     (h.ref, h.score) for h in hits if h.ref != memory_id and h.score >= min_cosine
@@ -69,21 +71,25 @@ class SearchNeighbours:
         return found
 
     def similar(
-        self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float
+        self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float, model: str | None = None
     ) -> list[list[tuple[UUID, float]]]:
-        """The synchronous band's neighbours: for each new fact's vector, the nearest
-        current memories its writer can see (twice ``k``: the band keeps those of
-        ``namespace`` itself), all facts of a write in one lookup."""
-        if self.search.vector_model is None:
+        """The synchronous band's neighbours: for each new fact's vector (of ``model``), the
+        nearest current memories its writer can see (twice ``k``: the band keeps those of
+        ``namespace`` itself), all facts of a write in one lookup. Nothing when the index
+        serves another model."""
+        serving = self.search.serving()
+        if serving.model is None or (model is not None and model != serving.model[0]):
             return [[] for _ in vectors]
-        lanes = self._lanes(namespace, [vector_from_bytes(v) for v in vectors], 2 * k)
+        lanes = self._lanes(namespace, [vector_from_bytes(v) for v in vectors], 2 * k, serving)
         return [[(h.ref, h.score) for h in hits if h.score >= min_cosine] for hits in lanes]
 
-    def _lanes(self, namespace: str, vectors: Sequence[np.ndarray[Any, Any]], k: int) -> list[list[Hit]]:
-        """The vector lane of each of ``vectors`` in the scope of a writer of ``namespace``:
-        one view, one round trip."""
+    def _lanes(
+        self, namespace: str, vectors: Sequence[np.ndarray[Any, Any]], k: int, serving: Serving
+    ) -> list[list[Hit]]:
+        """The vector lane of each of ``vectors`` in the scope of a writer of ``namespace``,
+        by the ``serving`` model: one view, one round trip."""
         writer = Identity(namespace=namespace, actor="autopilot", role="agent")
-        with self.search.view(writer, SearchQuery(query="", k=k), _per_memory) as (view, *_):
+        with self.search.view(writer, SearchQuery(query="", k=k), _per_memory, serving) as (view, *_):
             return view.vector_lanes(vectors, k)
 
 

@@ -9,6 +9,14 @@
   caller's scope alone.
 - ``knowledge_documents`` / ``knowledge_chunks``: the current version of each L3 document
   (none of an erased one: ``KnowledgeErased`` drops its rows, chunks and postings).
+- ``search_serving``: the model the vector lane serves (one row): the latest adopted
+  (``EmbeddingModelAdopted``), else the model of the first memory vector. A memory's
+  vectors of other models (``MemoryReembedded`` for a model not adopted yet, or the vector
+  an adoption replaced) wait in ``search_vectors`` (ref, model); the adoption moves its
+  model's into ``search_docs`` in the same transaction, and builds that model's HNSW index.
+  So for every memory and every model the ledger holds a vector of it by, the vector is
+  either in ``search_docs`` or in ``search_vectors``: what the re-embedding pass reads to
+  find what is missing (projections/search/vectors.py).
 
 Current-ness (active, not retired, valid now) is not copied here: queries join
 ``memory_objects``, the one place that knows it. Erasure deletes every derived row.
@@ -28,7 +36,14 @@ from psycopg import Cursor
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from domain.ledger.mapper import Recorded
-from domain.model.events import KnowledgeErased, KnowledgePublished, MemoryErased, MemoryWritten
+from domain.model.events import (
+    EmbeddingModelAdopted,
+    KnowledgeErased,
+    KnowledgePublished,
+    MemoryErased,
+    MemoryReembedded,
+    MemoryWritten,
+)
 from projections.sanitize import sanitized
 from projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
 from projections.search.lexical import term_frequencies
@@ -47,7 +62,7 @@ def hnsw_index_name(model: str) -> str:
 
 
 class _Doc:
-    __slots__ = ("embedding", "kind", "length", "model", "namespace", "position", "ref", "tf")
+    __slots__ = ("dims", "embedding", "kind", "length", "model", "namespace", "position", "ref", "tf")
 
     def __init__(
         self,
@@ -65,6 +80,47 @@ class _Doc:
         self.embedding = (
             HalfvecParam(np.frombuffer(embedding, dtype="<f2")) if embedding is not None else None
         )
+        self.dims = len(embedding) // 2 if embedding is not None else 0
+
+
+class _Vector:
+    """A memory's vector of another model (``MemoryReembedded``)."""
+
+    __slots__ = ("embedding", "model", "ref")
+
+    def __init__(self, ref: UUID, model: str, embedding: bytes) -> None:
+        self.ref, self.model = ref, model
+        self.embedding = HalfvecParam(np.frombuffer(embedding, dtype="<f2"))
+
+
+class _Pending:
+    """Documents, or one model's vectors, gathered into multi-row statements; sent before
+    anything else is applied, so every statement keeps its ledger order."""
+
+    def __init__(self, projection: SearchIndexProjection, curs: Cursor[Any], schema: str) -> None:
+        self.projection, self.curs, self.schema = projection, curs, schema
+        self.docs: list[_Doc] = []
+        self.vectors: list[_Vector] = []
+
+    def doc(self, doc: _Doc) -> None:
+        if self.vectors:
+            self.flush()
+        self.docs.append(doc)
+
+    def vector(self, vector: _Vector) -> None:
+        if self.docs or (self.vectors and self.vectors[0].model != vector.model):
+            self.flush()
+        self.vectors.append(vector)
+
+    def flush(self) -> None:
+        s = Identifier(self.schema)
+        if self.docs:
+            first = _insert(self.curs, s, self.docs)
+            if first is not None:
+                self.projection.first_vector(self.curs, self.schema, first)
+        if self.vectors:
+            _store_vectors(self.curs, self.schema, self.vectors)
+        self.docs, self.vectors = [], []
 
 
 class SearchIndexProjection:
@@ -76,10 +132,13 @@ class SearchIndexProjection:
         "search_stats",
         "knowledge_documents",
         "knowledge_chunks",
+        "search_vectors",
+        "search_serving",
     )
 
     def __init__(self, vector_model: tuple[str, int] | None = None) -> None:
-        """``vector_model``: the configured embedder's (model id, dimensions), whose HNSW index to keep."""
+        """``vector_model``: the configured embedder's (model id, dimensions): whose HNSW index
+        to keep while the index holds no vector yet (then: the model it serves)."""
         self.vector_model = vector_model
 
     def create(self, curs: Cursor[Any], schema: str) -> None:
@@ -93,28 +152,35 @@ class SearchIndexProjection:
     # most of a catch-up; building it over the same rows ~0.3 ms a row (0.2 with the
     # server's two parallel maintenance workers), when the graph fits maintenance_work_mem.
 
+    def serving_model(self, curs: Cursor[Any], schema: str) -> tuple[str, int] | None:
+        """The model whose HNSW index to keep: the one served, else the configured one."""
+        return serving_of(curs, schema) or self.vector_model
+
     def defer_indexes(self, curs: Cursor[Any], schema: str, backlog: int) -> bool:
         """Drop the HNSW index when ``backlog`` events are at least as many as the rows it
         holds (a build over old and new rows then costs less than inserting the new ones)."""
-        if self.vector_model is None or backlog < DEFER_MIN_BACKLOG:
+        model = self.serving_model(curs, schema)
+        if model is None or backlog < DEFER_MIN_BACKLOG:
             return False
-        if self._missing(curs, schema):
+        if _index_missing(curs, schema, model[0]):
             return True
         if backlog < self._estimated_rows(curs, schema):
             return False
-        curs.execute(SQL("DROP INDEX IF EXISTS {s}.{i}").format(s=Identifier(schema), i=self._index()))
+        _drop_index(curs, schema, model[0])
         return True
 
     def indexes_deferred(self, curs: Cursor[Any], schema: str) -> bool:
-        return self.vector_model is not None and self._missing(curs, schema)
+        model = self.serving_model(curs, schema)
+        return model is not None and _index_missing(curs, schema, model[0])
 
     def build_indexes(self, curs: Cursor[Any], schema: str) -> None:
         """Build the HNSW index if it is missing, with memory for the whole graph (a graph
         that outgrows maintenance_work_mem is finished on disk, several times slower)."""
-        if self.vector_model is None or not self._missing(curs, schema):
+        served = self.serving_model(curs, schema)
+        if served is None or not _index_missing(curs, schema, served[0]):
             return
-        model, dims = self.vector_model
-        needed_kb = min(HNSW_BUILD_MEMORY_CAP_KB, 32 * 1024 + 2 * self._vector_rows(curs, schema))
+        model, dims = served
+        needed_kb = min(HNSW_BUILD_MEMORY_CAP_KB, 32 * 1024 + 2 * _vector_rows(curs, schema, model))
         curs.execute(
             "SELECT set_config('maintenance_work_mem', %s, true)"
             " FROM pg_settings WHERE name = 'maintenance_work_mem' AND setting::bigint < %s",
@@ -123,7 +189,9 @@ class SearchIndexProjection:
         create = SQL(
             "CREATE INDEX IF NOT EXISTS {i} ON {s}.search_docs USING hnsw"
             " ((embedding::halfvec({d})) halfvec_cosine_ops) WHERE model = {m}"
-        ).format(i=self._index(), s=Identifier(schema), d=Literal(dims), m=Literal(model))
+        ).format(
+            i=Identifier(hnsw_index_name(model)), s=Identifier(schema), d=Literal(dims), m=Literal(model)
+        )
         try:
             with curs.connection.transaction():
                 curs.execute(create)
@@ -132,16 +200,30 @@ class SearchIndexProjection:
             curs.execute("SELECT set_config('max_parallel_maintenance_workers', '0', true)")
             curs.execute(create)
 
-    def _index(self) -> Identifier:
-        assert self.vector_model is not None
-        return Identifier(hnsw_index_name(self.vector_model[0]))
+    def _switch_index(self, curs: Cursor[Any], schema: str, old: tuple[str, int] | None) -> None:
+        """The served model changed from ``old``: its index goes, the new one's is built,
+        unless a catch-up deferred the index (then it builds the served one at its end)."""
+        new = self.serving_model(curs, schema)
+        if new is None or (old is not None and old[0] == new[0]):
+            return
+        if old is not None:
+            if _index_missing(curs, schema, old[0]):
+                return
+            _drop_index(curs, schema, old[0])
+        self.build_indexes(curs, schema)
 
-    def _missing(self, curs: Cursor[Any], schema: str) -> bool:
+    def first_vector(self, curs: Cursor[Any], schema: str, doc: _Doc) -> None:
+        """The first memory vector names the served model, until one is adopted (the index
+        kept until then is the configured model's)."""
         row = curs.execute(
-            "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NULL AS missing",
-            (schema, hnsw_index_name(self.vector_model[0]) if self.vector_model else ""),
+            SQL(
+                "INSERT INTO {s}.search_serving (model, dimensions) VALUES (%s, %s)"
+                " ON CONFLICT DO NOTHING RETURNING model"
+            ).format(s=Identifier(schema)),
+            (doc.model, doc.dims),
         ).fetchone()
-        return bool(row and row["missing"])
+        if row is not None:
+            self._switch_index(curs, schema, self.vector_model)
 
     def _estimated_rows(self, curs: Cursor[Any], schema: str) -> int:
         """The rows of ``search_docs`` as the statistics collector counts them (no scan)."""
@@ -150,23 +232,14 @@ class SearchIndexProjection:
         ).fetchone()
         return int(row["n"] or 0) if row else 0
 
-    def _vector_rows(self, curs: Cursor[Any], schema: str) -> int:
-        assert self.vector_model is not None
-        row = curs.execute(
-            SQL("SELECT count(*) AS n FROM {s}.search_docs WHERE model = %s").format(s=Identifier(schema)),
-            (self.vector_model[0],),
-        ).fetchone()
-        return int(row["n"]) if row else 0
-
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
-        events = sanitized(events, (MemoryWritten, MemoryErased, KnowledgePublished, KnowledgeErased))
-        s = Identifier(schema)
-        pending: list[_Doc] = []
+        events = sanitized(events, _READ)
+        pending = _Pending(self, curs, schema)
         for r in events:
             e = r.event
             if isinstance(e, MemoryWritten):
                 if e.content is not None:
-                    pending.append(
+                    pending.doc(
                         _Doc(
                             e.memory_id,
                             MEMORY,
@@ -177,21 +250,140 @@ class SearchIndexProjection:
                             int(r.position or 0),
                         )
                     )
-            elif isinstance(e, MemoryErased | KnowledgePublished | KnowledgeErased):
-                _insert(curs, s, pending)
-                pending = []
-                if isinstance(e, MemoryErased):
-                    _delete(curs, s, [e.memory_id])
-                elif isinstance(e, KnowledgeErased):
-                    _drop_document(curs, s, e.document_id)
-                else:
-                    _publish(curs, s, e, int(r.position or 0))
-        _insert(curs, s, pending)
+            elif isinstance(e, MemoryReembedded):
+                if e.embedding:  # none in a tombstone: nothing of an erased memory is kept
+                    pending.vector(_Vector(e.memory_id, e.embedding_model, e.embedding))
+            elif isinstance(e, _ONE_BY_ONE):
+                pending.flush()
+                self._apply_one(curs, schema, r)
+        pending.flush()
+
+    def _apply_one(self, curs: Cursor[Any], schema: str, r: Recorded) -> None:
+        s, e = Identifier(schema), r.event
+        if isinstance(e, MemoryErased):
+            _delete(curs, s, [e.memory_id])
+        elif isinstance(e, KnowledgeErased):
+            _drop_document(curs, s, e.document_id)
+        elif isinstance(e, KnowledgePublished):
+            _publish(curs, s, e, int(r.position or 0))
+        elif isinstance(e, EmbeddingModelAdopted):
+            old = self.serving_model(curs, schema)
+            _adopt(curs, s, e, int(r.position or 0))
+            self._switch_index(curs, schema, old)
+
+
+_READ = (
+    MemoryWritten,
+    MemoryReembedded,
+    MemoryErased,
+    KnowledgePublished,
+    KnowledgeErased,
+    EmbeddingModelAdopted,
+)
+_ONE_BY_ONE = (MemoryErased, KnowledgePublished, KnowledgeErased, EmbeddingModelAdopted)
+
+
+def serving_of(curs: Cursor[Any], schema: str) -> tuple[str, int] | None:
+    """The (model, dimensions) the vector lane serves; None before the first vector."""
+    row = curs.execute(
+        SQL("SELECT model, dimensions FROM {s}.search_serving").format(s=Identifier(schema))
+    ).fetchone()
+    return (row["model"], int(row["dimensions"])) if row else None
+
+
+def _index_missing(curs: Cursor[Any], schema: str, model: str) -> bool:
+    row = curs.execute(
+        "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NULL AS missing",
+        (schema, hnsw_index_name(model)),
+    ).fetchone()
+    return bool(row and row["missing"])
+
+
+def _drop_index(curs: Cursor[Any], schema: str, model: str) -> None:
+    curs.execute(
+        SQL("DROP INDEX IF EXISTS {s}.{i}").format(s=Identifier(schema), i=Identifier(hnsw_index_name(model)))
+    )
+
+
+def _vector_rows(curs: Cursor[Any], schema: str, model: str) -> int:
+    row = curs.execute(
+        SQL("SELECT count(*) AS n FROM {s}.search_docs WHERE model = %s").format(s=Identifier(schema)),
+        (model,),
+    ).fetchone()
+    return int(row["n"]) if row else 0
+
+
+# -- vectors of other models, and the switch --------------------------------------------------
+
+_STASH = (
+    "INSERT INTO {s}.search_vectors (ref, model, embedding)"
+    " SELECT d.ref, d.model, d.embedding FROM {s}.search_docs d WHERE {which}"
+    " AND d.model IS NOT NULL AND d.model <> %(m)s AND d.embedding IS NOT NULL"
+    " ON CONFLICT (ref, model) DO UPDATE SET embedding = excluded.embedding"
+)
+"""Keep aside the vectors that ``search_docs`` is about to replace by ``%(m)s``'s."""
+
+
+def _store_vectors(curs: Cursor[Any], schema: str, vectors: list[_Vector]) -> None:
+    """One model's vectors: in service at once when the index serves that model (the vector
+    each replaces waits aside), else aside until it is adopted. Only memories still
+    indexed keep one (an erased one has no row)."""
+    s = Identifier(schema)
+    vectors = list({v.ref: v for v in vectors}.values())
+    model = vectors[0].model
+    bind_halfvec_arrays(curs)
+    params = {"m": model, "refs": [v.ref for v in vectors], "e": [v.embedding for v in vectors]}
+    served = serving_of(curs, schema)
+    if served is not None and served[0] == model:
+        curs.execute(SQL(_STASH).format(s=s, which=SQL("d.ref = ANY(%(refs)s)")), params)
+        curs.execute(
+            SQL(
+                "UPDATE {s}.search_docs d SET model = %(m)s, embedding = u.e"
+                " FROM unnest(%(refs)b::uuid[], %(e)b::halfvec[]) AS u(ref, e) WHERE d.ref = u.ref"
+            ).format(s=s),
+            params,
+        )
+        return
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.search_vectors (ref, model, embedding)"
+            " SELECT u.ref, %(m)s, u.e FROM unnest(%(refs)b::uuid[], %(e)b::halfvec[]) AS u(ref, e)"
+            " JOIN {s}.search_docs d ON d.ref = u.ref WHERE d.model IS DISTINCT FROM %(m)s"
+            " ON CONFLICT (ref, model) DO UPDATE SET embedding = excluded.embedding"
+        ).format(s=s),
+        params,
+    )
+
+
+def _adopt(curs: Cursor[Any], s: Identifier, e: EmbeddingModelAdopted, position: int) -> None:
+    """The index serves ``e.model`` from here on: its vectors move into ``search_docs`` (the
+    ones they replace aside), in this one transaction."""
+    params = {"m": e.model}
+    which = SQL("EXISTS (SELECT 1 FROM {s}.search_vectors v WHERE v.ref = d.ref AND v.model = %(m)s)").format(
+        s=s
+    )
+    curs.execute(SQL(_STASH).format(s=s, which=which), params)
+    curs.execute(
+        SQL(
+            "UPDATE {s}.search_docs d SET model = v.model, embedding = v.embedding"
+            " FROM {s}.search_vectors v WHERE v.ref = d.ref AND v.model = %(m)s"
+        ).format(s=s),
+        params,
+    )
+    curs.execute(SQL("DELETE FROM {s}.search_vectors WHERE model = %(m)s").format(s=s), params)
+    curs.execute(
+        SQL(
+            "INSERT INTO {s}.search_serving (model, dimensions, adopted_position) VALUES (%s, %s, %s)"
+            " ON CONFLICT (only_row) DO UPDATE SET model = excluded.model,"
+            " dimensions = excluded.dimensions, adopted_position = excluded.adopted_position"
+        ).format(s=s),
+        (e.model, e.dimensions, position),
+    )
 
 
 def _schema_sql(schema: str) -> list[Composed]:
     """The tables as they are now, for a rebuild's shadow schema; the live ones (and the
-    pgvector extension) are made by migration 0002_read_models."""
+    pgvector extension) are made by migrations 0002_read_models and 0007_reembedding."""
     s = Identifier(schema)
     return [
         SQL("""
@@ -271,15 +463,32 @@ CREATE TABLE IF NOT EXISTS {s}.knowledge_chunks (
         SQL(
             "CREATE INDEX IF NOT EXISTS knowledge_chunks_document ON {s}.knowledge_chunks (document_id)"
         ).format(s=s),
+        # migration 0007_reembedding
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.search_vectors (
+    ref uuid NOT NULL,
+    model text NOT NULL,
+    embedding halfvec NOT NULL,
+    PRIMARY KEY (ref, model)
+)""").format(s=s),
+        SQL("""
+CREATE TABLE IF NOT EXISTS {s}.search_serving (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    model text NOT NULL,
+    dimensions int NOT NULL,
+    adopted_position bigint
+)""").format(s=s),
     ]
 
 
-def _insert(curs: Cursor[Any], s: Identifier, docs: list[_Doc]) -> None:
+def _insert(curs: Cursor[Any], s: Identifier, docs: list[_Doc]) -> _Doc | None:
     """Index a batch of documents: a few multi-row statements, whatever the batch size.
-    Arrays go in binary (no text to format and parse), vectors too."""
+    Arrays go in binary (no text to format and parse), vectors too. The first memory of
+    the batch that has a vector, if any (it may name the served model)."""
     docs = list({d.ref: d for d in docs}.values())
     if not docs:
-        return
+        return None
+    first = next((d for d in docs if d.kind == MEMORY and d.model is not None), None)
     if any(d.embedding is not None for d in docs):
         bind_halfvec_arrays(curs)
     curs.execute(
@@ -324,6 +533,7 @@ def _insert(curs: Cursor[Any], s: Identifier, docs: list[_Doc]) -> None:
         entry[0] += 1
         entry[1] += d.length
     _add_stats(curs, s, {key: (n, total) for key, (n, total) in stats.items()})
+    return first
 
 
 def _add_terms(curs: Cursor[Any], s: Identifier, df: Counter[tuple[str, str, str]], sign: int) -> None:
@@ -373,6 +583,7 @@ def _delete(curs: Cursor[Any], s: Identifier, refs: list[UUID]) -> None:
     gone = curs.fetchall()
     if not gone:
         return
+    curs.execute(SQL("DELETE FROM {s}.search_vectors WHERE ref = ANY(%s)").format(s=s), (refs,))
     curs.execute(
         SQL("DELETE FROM {s}.search_postings WHERE ref = ANY(%s) RETURNING namespace, kind, term").format(
             s=s

@@ -7,6 +7,10 @@
 - Each attempt runs in its own READ ONLY transaction; results are hydrated inside the
   caller's scope again, so even a misbehaving driver cannot return what the caller may
   not see.
+- The vector lane serves the model the index serves (``serving``: the latest adopted, see
+  projections/search/projection.py), looked up every few seconds, and the query is
+  embedded by that model's embedder, whatever ``MEMWARDEN_EMBEDDER`` says: a process
+  configured with a new embedder keeps searching the old vectors until the switch.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -25,7 +30,8 @@ import numpy as np
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
-from domain.embedding import Embedder, EmbedderUnavailable, embed_one
+from domain.cache import TTLCache
+from domain.embedding import Embedder, EmbedderUnavailable, embed_one, embedder_for_model
 from domain.ledger.app import Ledger
 from domain.model.errors import InvalidRequest
 from domain.model.identity import Identity
@@ -33,6 +39,7 @@ from domain.model.namespaces import ancestors
 from projections.governance.views import shared_into
 from projections.memory_objects.views import ProvenanceView
 from projections.search.drivers import BASELINE, Driver, LexicalDriver, SearchRequest, policy_drivers
+from projections.search.projection import serving_of
 from projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView, ScopeSizes
 from projections.timeline.views import position_at
 
@@ -42,6 +49,17 @@ MAX_QUERY_CHARS = 2_000
 MAX_TOKEN_BUDGET = 1_000_000
 EMBED_TIMEOUT_SECONDS = 5.0
 DEGRADED = "lexical-degraded"
+SERVING_SECONDS = 2.0
+"""How long a process trusts the served model it looked up (the switch is seen that late)."""
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The model the vector lane serves and the embedder of its queries (None: this process
+    cannot make that model's vectors; ``model`` None: no vectors at all)."""
+
+    model: tuple[str, int] | None
+    embedder: Embedder | None
 
 
 class SearchQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,16 +118,63 @@ class SearchService:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.ledger = ledger
-        self.embedder = embedder
+        self._configured = embedder
         self.wait_for = wait_for
         self.drivers = drivers or policy_drivers()
         self.clock = clock
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="embed")
         self._sizes = ScopeSizes(5.0, max_items=10_000)
+        self._serving: TTLCache[str, Serving] = TTLCache(SERVING_SECONDS, max_items=4)
+        self._embedders: dict[str, Embedder | None] = {}
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The configured embedder (``MEMWARDEN_EMBEDDER``): queries use it once the index
+        serves its model (``serving``)."""
+        return self._configured
+
+    @embedder.setter
+    def embedder(self, embedder: Embedder | None) -> None:
+        self._configured = embedder
+        self._serving.clear()
 
     @property
     def vector_model(self) -> tuple[str, int] | None:
-        return None if self.embedder is None else (self.embedder.model_id, self.embedder.dimensions)
+        return self.serving().model
+
+    def serving(self) -> Serving:
+        """The served model (the ledger's fact, from the index; the configured embedder's on
+        an index with no vector yet) and its embedder, looked up every few seconds."""
+        found = self._serving.get("")
+        if found is not None:
+            return found
+        with self.ledger.datastore.get_connection() as conn, conn.cursor() as curs:
+            model = serving_of(curs, self.ledger.schema)
+        configured = self.embedder
+        if configured is None:  # MEMWARDEN_EMBEDDER=none: lexical by design
+            model = None
+        elif model is None:
+            model = (configured.model_id, configured.dimensions)
+        found = Serving(model, self._embedder_for(model[0]) if model is not None else None)
+        self._serving.put("", found)
+        return found
+
+    def write_embedder(self) -> Embedder | None:
+        """What a new memory is embedded by: the served model's embedder (its vector is
+        searched at once), else the configured one (its vector waits for the switch)."""
+        return self.serving().embedder or self.embedder
+
+    def _embedder_for(self, model: str) -> Embedder | None:
+        configured = self.embedder
+        if configured is not None and configured.model_id == model:
+            return configured
+        if model not in self._embedders:
+            try:
+                self._embedders[model] = embedder_for_model(model)
+            except (ValueError, OSError):
+                log.exception("cannot make an embedder of the served model %s", model)
+                self._embedders[model] = None
+        return self._embedders[model]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -122,13 +187,16 @@ class SearchService:
         check_query(q)
         self.wait_for(after)
         request = SearchRequest(query=q.query, k=q.k, token_budget=q.token_budget)
-        vector = self.embed_later(q.query)
+        serving = self.serving()
+        vector = self.embed_later(q.query, serving)
         name = driver_name or BASELINE
         driver = self.drivers.get(name, self.drivers[BASELINE])
-        if vector is None:  # configured without an embedder: lexical by design, not degraded
-            driver = LexicalDriver()
+        if vector is None:
+            if serving.model is not None:  # vectors this process cannot match: degraded
+                return self._answer(identity, q, None, LexicalDriver(), request, DEGRADED, degraded=True)
+            driver = LexicalDriver()  # configured without an embedder: lexical by design, not degraded
         try:
-            return self._answer(identity, q, vector, driver, request, driver.name)
+            return self._answer(identity, q, vector, driver, request, driver.name, serving)
         except EmbedderUnavailable:
             log.warning("embedder unavailable; search degrades to lexical")
             return self._answer(identity, q, None, LexicalDriver(), request, DEGRADED, degraded=True)
@@ -137,14 +205,16 @@ class SearchService:
                 raise
             log.exception("driver %s failed; falling back to the baseline driver", name)
             fallback = self.drivers[BASELINE]
-            return self._answer(
-                identity, q, vector, fallback, request, f"{fallback.name} (fallback from {name})"
-            )
+            label = f"{fallback.name} (fallback from {name})"
+            return self._answer(identity, q, vector, fallback, request, label, serving)
 
-    def embed_later(self, text: str) -> Callable[[], np.ndarray[Any, Any]] | None:
-        """Start embedding ``text`` now; the returned callable waits for it (or raises
+    def embed_later(
+        self, text: str, serving: Serving | None = None
+    ) -> Callable[[], np.ndarray[Any, Any]] | None:
+        """Start embedding ``text`` now by the served model (``serving``: as looked up by the
+        caller, who opens its view with it); the returned callable waits for it (or raises
         ``EmbedderUnavailable``)."""
-        embedder = self.embedder
+        embedder = (serving or self.serving()).embedder
         if embedder is None:
             return None
         future: Future[np.ndarray[Any, Any]] = self._pool.submit(embed_one, embedder, text)
@@ -165,9 +235,11 @@ class SearchService:
         driver: Driver,
         request: SearchRequest,
         label: str,
+        serving: Serving | None = None,
+        *,
         degraded: bool = False,
     ) -> SearchAnswer:
-        with self.view(identity, q, vector) as (view, conn, scope, shared):
+        with self.view(identity, q, vector, serving) as (view, conn, scope, shared):
             hits = driver.search(view, request)
             results = hydrate(conn, self.ledger.schema, scope, shared, hits[: request.k])
         return SearchAnswer(results=results, driver=label, degraded=degraded)
@@ -194,14 +266,17 @@ class SearchService:
         identity: Identity,
         q: SearchQuery,
         vector: Callable[[], np.ndarray[Any, Any]] | None,
+        serving: Serving | None = None,
     ) -> Iterator[tuple[ScopedView, Connection[Any], tuple[str, ...], list[UUID]]]:
-        """A scoped view in its own READ ONLY transaction."""
+        """A scoped view in its own READ ONLY transaction, whose vector lane compares
+        ``vector`` with the vectors of the served model (``serving``: the one ``vector`` was
+        made by; default: the one served now)."""
         scope = ancestors(identity.namespace)
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
             conn.execute(OPEN_VIEW)
             shared = shared_into(conn, self.ledger.schema, scope)
             where = self.read_filter(conn, q)
-            model = self.vector_model if vector is not None else None
+            model = (serving or self.serving()).model if vector is not None else None
             yield (
                 ScopedView(
                     conn, self.ledger.schema, scope, shared, where, q.query, vector, model, self._sizes

@@ -49,6 +49,7 @@ LABELS = [
     "0004_checkpoints",
     "0005_tenant_chains",
     "0006_proposal_fallback",
+    "0007_reembedding",
 ]
 HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
 """A migration after the last one (gaps are refused)."""
@@ -203,9 +204,19 @@ def test_a_database_made_before_migrations_is_adopted_without_losing_a_row(
     assert report.version == len(LABELS)
     after = rows_of(old)
     assert {table: after.get(table) for table in before} == before, "a row changed, appeared or went missing"
-    assert all(count == 0 for table, (count, _) in after.items() if table not in before), (
-        "a new table has rows"
-    )
+    assert all(
+        count == 0 for table, (count, _) in after.items() if table not in before and table != "search_serving"
+    ), "a new table has rows"
+    with psycopg.connect(old.conninfo()) as conn:
+        serving = conn.execute(
+            "SELECT model, dimensions, adopted_position FROM memwarden.search_serving"
+        ).fetchall()
+        first = conn.execute(
+            "SELECT model, vector_dims(embedding) FROM memwarden.search_docs WHERE kind = 'memory'"
+            " AND model IS NOT NULL ORDER BY position LIMIT 1"
+        ).fetchone()
+    assert first is not None
+    assert serving == [(*first, None)], "the served model is the one the index was written with"
     with psycopg.connect(old.conninfo()) as conn:
         tenanted = conn.execute("SELECT count(*) FROM memwarden.events WHERE tenant IS NOT NULL").fetchone()
     assert tenanted == (0,), "an adopted event is on no tenant chain"

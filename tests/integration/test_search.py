@@ -285,9 +285,9 @@ def test_token_budget_keeps_the_top_hit_and_fits_the_rest(runtime: Runtime) -> N
 
 
 class Broken:
-    """An embedder whose service is down."""
+    """An embedder whose service is down (of the model the index serves: the tests' hashing one)."""
 
-    model_id = "all-MiniLM-L6-v2-int8"
+    model_id = "feature-hash-v1-384"
     dimensions = 384
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:

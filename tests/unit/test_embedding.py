@@ -398,7 +398,7 @@ def test_factory_openai_is_cached_and_configured(api: LocalServer) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"MEMWARDEN_EMBEDDER": "bert"}, "not one of minilm, bge, openai, hash, none"),
+        ({"MEMWARDEN_EMBEDDER": "bert"}, "not one of minilm, bge, openai, hash, hash-<dimensions>, none"),
         ({"MEMWARDEN_EMBEDDER": "openai", "MEMWARDEN_EMBEDDER_MODEL": "m"}, "MEMWARDEN_EMBEDDER_URL"),
         (
             {"MEMWARDEN_EMBEDDER": "openai", "MEMWARDEN_EMBEDDER_URL": "http://127.0.0.1:1/v1"},
