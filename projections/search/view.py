@@ -38,6 +38,8 @@ HNSW_MIN_SCOPE = 2_000
 HNSW_MIN_SHARE = 0.25
 OVERFETCH = 3
 MIN_FETCH = 40
+IN_MEMORY_MIN_QUERIES = 8
+"""From this many query vectors on, an exactly scanned scope's lanes are computed in memory."""
 MAX_FETCH = 100_000
 # One round trip when a view opens: read-only; an HNSW scan that keeps walking the graph
 # while the scope filter drops candidates (pgvector >= 0.8 iterative scans); and generic
@@ -156,6 +158,8 @@ class ScopedView:
         candidates = self._vector_candidates(SQL("q.v"))
         if candidates is None or not vectors:
             return [[] for _ in vectors]
+        if len(vectors) >= IN_MEMORY_MIN_QUERIES and self.exact_scan():
+            return self._vector_lanes_in_memory(vectors, k)
         fetch = max(k * OVERFETCH, MIN_FETCH)
         with self._conn.cursor() as curs:
             bind_halfvec_arrays(curs)
@@ -182,6 +186,41 @@ class ScopedView:
             else self.for_vector(vectors[i]).vector_lane(k)
             for i, hits in enumerate(found)
         ]
+
+    def _vector_lanes_in_memory(self, vectors: Sequence[np.ndarray[Any, Any]], k: int) -> list[list[Hit]]:
+        """``vector_lanes`` of an exactly scanned scope, computed here: the scope's visible
+        vectors read once, every query's cosines one matrix product. The database would
+        compute each pair's distance in a function call of its own (about 1 us each: a batch
+        of 256 facts in a scope of 1,500 took 220 ms there, a few here)."""
+        assert self._vector_model is not None
+        model, dims = self._vector_model
+        with self._conn.cursor(binary=True) as curs:
+            rows = curs.execute(
+                SQL(
+                    "SELECT d.ref, d.embedding::halfvec({d}) AS embedding FROM {s}.search_docs d"
+                    " JOIN {s}.memory_objects m ON m.id = d.ref"
+                    " WHERE d.model = {model} AND d.kind = {kind} AND {scope} AND {visible}"
+                ).format(
+                    d=Literal(dims),
+                    s=self._s,
+                    model=Literal(model),
+                    kind=Literal(MEMORY),
+                    scope=self._scope("d.namespace", "d.ref"),
+                    visible=self._visible(),
+                ),
+                self._params,
+            ).fetchall()
+        if not rows:
+            return [[] for _ in vectors]
+        refs = [r["ref"] for r in rows]
+        scores = _cosines(np.stack([np.asarray(v) for v in vectors]), _halfvec_rows(rows, dims))
+        width = min(k, len(refs))
+        lanes: list[list[Hit]] = []
+        for row in scores:
+            best = np.argpartition(-row, width - 1)[:width] if width < len(refs) else np.arange(len(refs))
+            hits = [Hit(refs[j], float(row[j])) for j in best]
+            lanes.append(sorted(hits, key=lambda h: (-h.score, h.ref)))
+        return lanes
 
     def _vector_candidates(self, query: SQL) -> Composed | None:
         """Every memory vector of the view's model in scope, as (ref, score) nearest to the
@@ -439,6 +478,23 @@ class ScopedView:
     def _fetch(self, query: Composed, params: dict[str, Any]) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self._conn.execute(query, self._params | params, prepare=True).fetchall()
         return rows
+
+
+def _halfvec_rows(rows: Sequence[dict[str, Any]], dims: int) -> np.ndarray[Any, Any]:
+    """The ``embedding`` of each row, as pgvector sends a ``halfvec`` in binary (two 16-bit
+    words, dimensions and unused, then big-endian float16 values), one float32 row each."""
+    data = b"".join(bytes(r["embedding"])[4:] for r in rows)
+    return np.frombuffer(data, dtype=">f2").reshape(len(rows), dims).astype(np.float32)
+
+
+def _cosines(queries: np.ndarray[Any, Any], docs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Cosine similarity of every query (rows, rounded to float16 as the SQL lane sends
+    them) with every document."""
+    q = queries.astype(np.float16).astype(np.float32)
+    q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+    d = docs / np.maximum(np.linalg.norm(docs, axis=1, keepdims=True), 1e-12)
+    scores: np.ndarray[Any, Any] = q @ d.T
+    return scores
 
 
 # BM25 with statistics summed over the caller's scope (never the whole tenant), so a

@@ -17,7 +17,7 @@ from domain.model.commands import WriteMemory
 from domain.model.identity import Identity
 from domain.settings import Settings
 from projections.search.service import SearchQuery
-from projections.search.view import Hit, ScopedView
+from projections.search.view import IN_MEMORY_MIN_QUERIES, Hit, ScopedView
 
 AGENT = Identity(namespace="acme/eng/lanes", actor="bot", role="agent")
 QUERIES = [
@@ -128,3 +128,30 @@ def test_no_vectors_no_lanes(runtime: Runtime) -> None:
     search = runtime.reads.search
     with search.view(AGENT, SearchQuery(query="", k=5), None) as (view, *_):
         assert ScopedView.vector_lanes(view, [], 5) == []
+
+
+def test_many_lanes_computed_in_memory_equal_the_lane_of_each(runtime: Runtime) -> None:
+    """From ``IN_MEMORY_MIN_QUERIES`` vectors on, an exactly scanned scope's lanes are one
+    matrix product over its visible vectors: the same memories, the same scores (to the
+    rounding of float32), the same order as each lane alone."""
+    search = runtime.reads.search
+    assert search.embedder is not None
+    texts = [*QUERIES, *unrelated_notes(150)[:: 150 // (IN_MEMORY_MIN_QUERIES + 2)]]
+    assert len(texts) >= IN_MEMORY_MIN_QUERIES
+    vectors = [np.asarray(v) for v in embed_rows(search.embedder, texts)]
+    for k in (1, 10, 30):
+        with search.view(AGENT, SearchQuery(query="", k=k), lambda: vectors[0]) as (view, *_):
+            assert view.exact_scan()
+            together = view.vector_lanes(vectors, k)
+            alone = [view.for_vector(v).vector_lane(k) for v in vectors]
+        for mine, theirs in zip(together, alone, strict=True):
+            assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], abs=1e-5)
+            assert clear_of_ties(mine) == clear_of_ties(theirs)
+
+
+def clear_of_ties(hits: list[Hit]) -> set[object]:
+    """The memories of a lane whose place does not hang on rounding: every one but those
+    within 1e-5 of the last one's score (the hash embedder makes many equal scores, which
+    float32 and the database's arithmetic may order either way)."""
+    last = hits[-1].score if hits else 0.0
+    return {h.ref for h in hits if h.score > last + 1e-5}
