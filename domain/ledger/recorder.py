@@ -76,7 +76,7 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
             " %s::uuid[], %s::int[], %s::text[], %s::bytea[], %s::uuid[], %s::int[]"
         )
         s = Identifier(self.schema)
-        self._append_sql = SQL("SELECT grp, pos FROM {s}.mw_append(" + arrays + ")").format(s=s)
+        self._append_sql = SQL("CALL {s}.mw_append_announced(" + arrays + ", NULL, NULL)").format(s=s)
         self._append_tenant_sql = SQL("SELECT grp, pos FROM {s}.mw_append_tenant(%s, " + arrays + ")").format(
             s=s
         )
@@ -105,11 +105,13 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
         positions: dict[int, list[int]] = {i: [] for i in range(len(groups))}
         conflicts = set(doomed)
         live = [(i, g) for i, g in enumerate(groups) if i not in doomed]
-        for row in self._call(self._append_sql, (), live):
-            if row["pos"] is None:
-                conflicts.add(row["grp"])
+        rows = self._call(self._append_sql, (), live)
+        found = zip(rows[0]["r_groups"] or (), rows[0]["r_positions"] or (), strict=True) if rows else ()
+        for group, position in found:
+            if position is None:
+                conflicts.add(group)
             else:
-                positions[row["grp"]].append(row["pos"])
+                positions[group].append(position)
         return [
             GroupResult(positions=tuple(positions[i]), conflict=i in conflicts) for i in range(len(groups))
         ]
