@@ -25,6 +25,7 @@ import argparse
 import multiprocessing
 import os
 import resource
+import statistics
 import sys
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -73,15 +74,18 @@ class ChainsRow(msgspec.Struct, frozen=True, kw_only=True):
     chain_ok: bool
     """Every chain of the mode's databases verifies."""
     vs_single: float = 0.0
-    """Writes per second over the single chain's, same run and same writers."""
+    """Writes per second over the single chain's, same round and same writers."""
+    round: int = 1
+    """Which round (``--rounds``): each round runs every mode once, one after the other."""
 
 
 class ChainsReport(msgspec.Struct, frozen=True, kw_only=True):
     rows: list[ChainsRow]
     ratio: float
-    """Chain per tenant over single chain (processes): the target's ratio."""
+    """Chain per tenant over single chain (processes): the target's ratio (median of the rounds)."""
     ceiling_ratio: float
-    """A database per tenant over single chain (processes): what no shared lock gives here."""
+    """A database per tenant over single chain (processes): what no shared lock gives here
+    (median of the rounds)."""
     target: float
     embedder: str
 
@@ -356,17 +360,36 @@ def _targets(stack: ExitStack, tenants: int) -> dict[str, Target]:
 
 
 def _with_ratios(rows: list[ChainsRow]) -> list[ChainsRow]:
-    """Every row with its writes per second over the single chain's (same writers)."""
-    single = {r.writers_as: r.stats.per_second for r in rows if r.chains == "global"}
-    return [
-        msgspec.structs.replace(
-            r,
-            vs_single=round(r.stats.per_second / single[r.writers_as], 3)
-            if single.get(r.writers_as)
-            else 0.0,
-        )
-        for r in rows
+    """Every row with its writes per second over the single chain's (same round and writers)."""
+    single = {(r.round, r.writers_as): r.stats.per_second for r in rows if r.chains == "global"}
+
+    def ratio(r: ChainsRow) -> float:
+        base = single.get((r.round, r.writers_as))
+        return round(r.stats.per_second / base, 3) if base else 0.0
+
+    return [msgspec.structs.replace(r, vs_single=ratio(r)) for r in rows]
+
+
+def _median_ratio(rows: list[ChainsRow], chains: str) -> float:
+    return round(
+        statistics.median(r.vs_single for r in rows if r.chains == chains and r.writers_as == "processes"), 3
+    )
+
+
+def _rounds(
+    targets: dict[str, Target], shape: tuple[int, int], seconds: float, args: argparse.Namespace
+) -> list[ChainsRow]:
+    """Every mode once a round, one after the other (a load that comes and goes on a shared
+    machine then falls on every mode), then the threads' reference if asked."""
+    rows = [
+        msgspec.structs.replace(run_mode(targets[mode], shape, seconds), round=n)
+        for n in range(1, max(1, int(getattr(args, "rounds", 1))) + 1)
+        for mode in MODES
     ]
+    if getattr(args, "thread_reference", False):
+        # threads of one process write to one database: no ceiling row
+        rows.extend(run_mode(targets[mode], shape, seconds, "threads") for mode in MODES[:2])
+    return _with_ratios(rows)
 
 
 def run_chains_bench(args: argparse.Namespace) -> int:
@@ -375,17 +398,11 @@ def run_chains_bench(args: argparse.Namespace) -> int:
         sys.stderr.write("--tenants and --writers-per-tenant must be at least 1\n")
         return 2
     with ExitStack() as stack:
-        targets = _targets(stack, tenants)
-        rows = [run_mode(targets[mode], (tenants, writers), seconds) for mode in MODES]
-        if getattr(args, "thread_reference", False):
-            # threads of one process write to one database: no ceiling row
-            rows.extend(run_mode(targets[mode], (tenants, writers), seconds, "threads") for mode in MODES[:2])
-    rows = _with_ratios(rows)
-    by_mode = {r.chains: r for r in rows if r.writers_as == "processes"}
+        rows = _rounds(_targets(stack, tenants), (tenants, writers), seconds, args)
     report = ChainsReport(
         rows=rows,
-        ratio=by_mode["tenant"].vs_single,
-        ceiling_ratio=by_mode["sharded"].vs_single,
+        ratio=_median_ratio(rows, "tenant"),
+        ceiling_ratio=_median_ratio(rows, "sharded"),
         target=TARGET,
         embedder=os.environ.get("MEMWARDEN_EMBEDDER") or "minilm",
     )
@@ -405,12 +422,12 @@ def _print(report: ChainsReport) -> None:
         f" tenant), same run; embedder {report.embedder}\n"
     )
     out(
-        f"{'chains':>7} {'writers':>9} | {'w/s':>8} {'x single':>8} {'p50 ms':>8} {'p95 ms':>8} |"
+        f"{'round':>5} {'chains':>7} {'writers':>9} | {'w/s':>8} {'x single':>8} {'p50 ms':>8} {'p95 ms':>8} |"
         f" {'py ms/w':>8} {'py cores':>8} {'pg ms/w':>8} {'fsync/w':>7} {'lock wait':>9} {'machine':>7} | chain\n"
     )
     for r in report.rows:
         out(
-            f"{r.chains:>7} {r.writers_as:>9} | {r.stats.per_second:>8.1f} {r.vs_single:>7.2f}x"
+            f"{r.round:>5} {r.chains:>7} {r.writers_as:>9} | {r.stats.per_second:>8.1f} {r.vs_single:>7.2f}x"
             f" {r.stats.p50_ms:>8.2f} {r.stats.p95_ms:>8.2f} |"
             f" {r.writer_cpu_ms_per_write:>8.2f} {r.writer_cores:>8.2f} {r.server_cpu_ms_per_write:>8.2f}"
             f" {r.wal_flushes_per_write:>7.2f}"
@@ -419,6 +436,6 @@ def _print(report: ChainsReport) -> None:
         )
     verdict = "ok" if report.ratio >= report.target else "MISSED"
     out(
-        f"per tenant / single chain (processes): {report.ratio:.2f}x (target >= {report.target:.1f}x) {verdict};"
+        f"median of the rounds, per tenant / single chain (processes): {report.ratio:.2f}x (target >= {report.target:.1f}x) {verdict};"
         f" ceiling (a database per tenant) / single chain: {report.ceiling_ratio:.2f}x\n"
     )
