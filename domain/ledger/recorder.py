@@ -1,21 +1,26 @@
 """The chained application recorder.
 
-Every append goes through one PL/pgSQL function (bootstrap/migrations: ``mw_append`` of
-0001, as 0005 redefines it) that, under the ledger's sequence lock: finds the groups whose
+Every append goes through one PL/pgSQL routine (bootstrap/migrations: ``mw_append`` of
+0001, as 0005 and 0008 redefine it; the recorder calls the procedure
+``mw_append_announced``) that, under the ledger's sequence lock: finds the groups whose
 stream versions are already taken (optimistic concurrency, reported per group instead of
 failing the whole call), gives the other groups' events the next gapless positions,
 writes each event's chain link, stores the wrapped data keys of new memories and deletes
-the data keys of erased ones. One round trip, one transaction, so a group commit of many
-writers costs one lock, one fsync and one call.
+the data keys of erased ones. One round trip, one durable transaction, so a group commit
+of many writers costs one lock, one fsync and one call; the announcement to the
+projections (``pg_notify``) follows in a transaction of its own that does not wait for a
+flush, since a NOTIFY's commit takes a lock shared by the whole server (0008).
 
 With a chain per tenant (``MEMWARDEN_LEDGER_CHAINS=tenant``, deploy/SCALE.md §3) the
 groups are split by tenant and each tenant's go, in one round trip, through the procedure
 ``mw_append_tenant_sequenced``: ``mw_append_tenant`` locks only that tenant's head row and
-commits the events with their global positions NULL ("pending"); then ``mw_sequence_for``,
-a second and short transaction, gives every pending row its global position and global
-link under the sequence lock (or finds that a concurrent sequencer already did). Appends
-of two tenants never wait on each other's lock; only the sequencing, a few row updates,
-is global.
+commits the events durably with their global positions NULL ("pending"); then
+``mw_sequence_for``, a second and short transaction, gives every pending row its global
+position and global link under the sequence lock (or finds that a concurrent sequencer
+already did), committed without waiting for a flush so the lock is not held through one;
+a third flushes the WAL up to there, outside the lock, before the positions are returned.
+Appends of two tenants never wait on each other's lock through a flush; only the
+sequencing, a few row updates, is global.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
             " %s::uuid[], %s::int[], %s::text[], %s::bytea[], %s::uuid[], %s::int[]"
         )
         s = Identifier(self.schema)
-        self._append_sql = SQL("SELECT grp, pos FROM {s}.mw_append(" + arrays + ")").format(s=s)
+        self._append_sql = SQL("CALL {s}.mw_append_announced(" + arrays + ", NULL, NULL)").format(s=s)
         self._append_tenant_sql = SQL("SELECT grp, pos FROM {s}.mw_append_tenant(%s, " + arrays + ")").format(
             s=s
         )
@@ -105,11 +110,13 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
         positions: dict[int, list[int]] = {i: [] for i in range(len(groups))}
         conflicts = set(doomed)
         live = [(i, g) for i, g in enumerate(groups) if i not in doomed]
-        for row in self._call(self._append_sql, (), live):
-            if row["pos"] is None:
-                conflicts.add(row["grp"])
+        rows = self._call(self._append_sql, (), live)
+        found = zip(rows[0]["r_groups"] or (), rows[0]["r_positions"] or (), strict=True) if rows else ()
+        for group, position in found:
+            if position is None:
+                conflicts.add(group)
             else:
-                positions[row["grp"]].append(row["pos"])
+                positions[group].append(position)
         return [
             GroupResult(positions=tuple(positions[i]), conflict=i in conflicts) for i in range(len(groups))
         ]

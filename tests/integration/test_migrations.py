@@ -50,6 +50,7 @@ LABELS = [
     "0005_tenant_chains",
     "0006_proposal_fallback",
     "0007_reembedding",
+    "0008_cheaper_sequencing",
 ]
 HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
 """A migration after the last one (gaps are refused)."""

@@ -219,6 +219,21 @@ def test_a_row_left_pending_is_sequenced_by_the_runner_and_projected(tenant_sett
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
 
 
+def test_the_positions_an_append_answers_are_durable(tenant_settings: Settings) -> None:
+    """The sequencing commits without waiting for a flush (it holds the sequence lock), so the
+    append flushes the WAL after it: when a write returns, nothing it wrote is still unflushed.
+    A flush that never happened (an empty transaction's commit does not wait) fails this every
+    time; the margin is for WAL a background process may write in between."""
+    flushed = 0
+    with Core(tenant_settings) as core, psycopg.connect(core.params.conninfo(), autocommit=True) as probe:
+        for n in range(20):
+            core.memory.write(ACME, WriteMemory(content=f"{FACTS[n % len(FACTS)]} ({n})"))
+            row = probe.execute("SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn()").fetchone()
+            flushed += bool(row and row[0])
+        assert core.ledger.oldest_pending() is None
+    assert flushed >= 17, f"only {flushed} of 20 writes were flushed when they returned"
+
+
 def test_single_chain_and_tenant_chain_processes_share_one_database(core: Core, settings: Settings) -> None:
     """Appends of both modes at once never hand out one position twice nor leave a gap, and
     both the global chain and the tenant chains verify."""

@@ -1,6 +1,10 @@
 """`memwarden bench write --tenants N --writers-per-tenant W`: N tenants writing at once on
-one ledger chain (``MEMWARDEN_LEDGER_CHAINS=global``) and on a chain per tenant
-(``tenant``), same run, each mode on a scratch database of its own.
+one ledger chain (``MEMWARDEN_LEDGER_CHAINS=global``), on a chain per tenant (``tenant``)
+and, the ceiling, each tenant on a database of its own (``sharded``: single-chain mode in
+each, so no lock at all is shared between tenants, the end state Citus gives; deploy/SCALE.md
+§3), same run, each mode on scratch databases of its own. Every mode is reported next to the
+single chain: the per-tenant chain's ratio is the target's, the ceiling's says how much any
+removal of the shared lock can give on this machine.
 
 Writers are PROCESSES, one per tenant (each with W writer threads sharing its ledger, so a
 tenant's writers share its group commits, as in an API process): threads of one process
@@ -21,9 +25,10 @@ import argparse
 import multiprocessing
 import os
 import resource
+import statistics
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,13 +44,15 @@ from domain.settings import Settings
 
 TARGET = 1.5
 """A chain per tenant writes at least this many times as fast as the single chain."""
-MODES = ("global", "tenant")
+MODES = ("global", "tenant", "sharded")
+"""The single chain, a chain per tenant, and the ceiling: a database per tenant."""
 WARM_UP_WRITES = 20
 SAMPLE_SECONDS = 0.01
 
 
 class ChainsRow(msgspec.Struct, frozen=True, kw_only=True):
     chains: str
+    """``global``, ``tenant`` or ``sharded`` (a database per tenant, single-chain mode in each)."""
     writers_as: str
     """``processes`` (a process per tenant: the measurement) or ``threads`` (the reference:
     every writer a thread of one process)."""
@@ -65,11 +72,20 @@ class ChainsRow(msgspec.Struct, frozen=True, kw_only=True):
     machine_busy: float
     """How busy the machine's CPUs were over the run (every process, not only ours)."""
     chain_ok: bool
+    """Every chain of the mode's databases verifies."""
+    vs_single: float = 0.0
+    """Writes per second over the single chain's, same round and same writers."""
+    round: int = 1
+    """Which round (``--rounds``): each round runs every mode once, one after the other."""
 
 
 class ChainsReport(msgspec.Struct, frozen=True, kw_only=True):
     rows: list[ChainsRow]
     ratio: float
+    """Chain per tenant over single chain (processes): the target's ratio (median of the rounds)."""
+    ceiling_ratio: float
+    """A database per tenant over single chain (processes): what no shared lock gives here
+    (median of the rounds)."""
     target: float
     embedder: str
 
@@ -115,9 +131,9 @@ def writer_process(
         results.put((tenant, [], 0.0, 0.0, f"{type(error).__name__}: {error}"))
 
 
-def backend_cpu(dbname: str) -> dict[int, float]:
-    """CPU seconds so far of each PostgreSQL server process serving ``dbname`` (found by
-    its process title, ``postgres: user dbname …``), on this machine."""
+def backend_cpu(dbnames: Collection[str]) -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL server process serving one of ``dbnames``
+    (found by its process title, ``postgres: user dbname …``), on this machine."""
     tick = os.sysconf("SC_CLK_TCK")
     found: dict[int, float] = {}
     for proc in Path("/proc").iterdir():
@@ -125,7 +141,7 @@ def backend_cpu(dbname: str) -> dict[int, float]:
             continue
         try:
             title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if not title.startswith("postgres: ") or f" {dbname} " not in title:
+            if not title.startswith("postgres: ") or not any(f" {name} " in title for name in dbnames):
                 continue
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -143,20 +159,21 @@ def _machine_ticks() -> tuple[int, int]:
 
 
 @contextmanager
-def lock_sampler(params: ConnectionParams) -> Iterator[list[tuple[int, int]]]:
+def lock_sampler(params: ConnectionParams, dbnames: list[str]) -> Iterator[list[tuple[int, int]]]:
     """Sample, every ``SAMPLE_SECONDS``, (active sessions, of them waiting on a lock) of the
-    database; the samples are in the yielded list once the block ends."""
+    databases (on the server of ``params``); the samples are in the yielded list once the
+    block ends."""
     samples: list[tuple[int, int]] = []
     stop = threading.Event()
     query = (
         "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock') FROM pg_stat_activity"
-        " WHERE datname = %s AND state = 'active' AND pid <> pg_backend_pid()"
+        " WHERE datname = ANY(%s) AND state = 'active' AND pid <> pg_backend_pid()"
     )
 
     def sample() -> None:
         with psycopg.connect(params.conninfo(), autocommit=True) as conn:
             while not stop.wait(SAMPLE_SECONDS):
-                row = conn.execute(query, (params.dbname,)).fetchone()
+                row = conn.execute(query, (dbnames,)).fetchone()
                 if row is not None:
                     samples.append((int(row[0]), int(row[1])))
 
@@ -188,27 +205,41 @@ def wal_flushes(params: ConnectionParams) -> int:
 
 
 @contextmanager
-def measuring(params: ConnectionParams) -> Iterator[dict[str, Any]]:
-    """Measure the machine, the database's server processes and its lock waits over the
-    block; the figures are in the yielded dict once it ends."""
+def measuring(databases: list[ConnectionParams]) -> Iterator[dict[str, Any]]:
+    """Measure the machine, the databases' server processes and their lock waits over the
+    block (the databases are on one server); the figures are in the yielded dict once it ends."""
+    names = sorted({p.dbname for p in databases})
     found: dict[str, Any] = {}
     busy0, total0 = _machine_ticks()
-    server0 = backend_cpu(params.dbname)
-    flushes0 = wal_flushes(params)
-    with lock_sampler(params) as samples:
+    server0 = backend_cpu(names)
+    flushes0 = wal_flushes(databases[0])
+    with lock_sampler(databases[0], names) as samples:
         yield found
     busy1, total1 = _machine_ticks()
-    server1 = backend_cpu(params.dbname)
-    found["wal_flushes"] = wal_flushes(params) - flushes0
+    server1 = backend_cpu(names)
+    found["wal_flushes"] = wal_flushes(databases[0]) - flushes0
     found["server_cpu"] = sum(cpu - server0.get(pid, 0.0) for pid, cpu in server1.items())
     found["machine_busy"] = round((busy1 - busy0) / max(1, total1 - total0), 3)
     found["samples"] = samples
 
 
-def _run_threads(
-    settings: Settings, params: ConnectionParams, tenants: int, writers: int, seconds: float
-) -> Measured:
-    """The reference: every tenant's writers as threads of this one process."""
+class Target(msgspec.Struct, frozen=True):
+    """Where a mode's tenants write: one database for all (``global``, ``tenant``), or a
+    database each (``sharded``); the settings and connection of tenant ``t`` are at ``t``
+    (or the only ones)."""
+
+    chains: str
+    databases: list[tuple[Settings, ConnectionParams]]
+
+    def of(self, tenant: int) -> tuple[Settings, ConnectionParams]:
+        return self.databases[tenant % len(self.databases)]
+
+    def params(self) -> list[ConnectionParams]:
+        return [params for _, params in self.databases]
+
+
+def _run_threads(settings: Settings, target: Target, tenants: int, writers: int, seconds: float) -> Measured:
+    """The reference: every tenant's writers as threads of this one process (one database)."""
     with Core(msgspec.structs.replace(settings, pool_size=tenants * writers + 2)) as core:
         makers = [tenant_writer(core, t) for t in range(tenants)]
         warm = [makers[t](writers) for t in range(tenants)]
@@ -219,7 +250,7 @@ def _run_threads(
             return makers[index // writers](index % writers)
 
         before = resource.getrusage(resource.RUSAGE_SELF)
-        with measuring(params) as found:
+        with measuring(target.params()) as found:
             latencies, elapsed = timed_threads(tenants * writers, seconds, make)
         after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -227,14 +258,17 @@ def _run_threads(
 
 
 def _run_processes(
-    settings: Settings, params: ConnectionParams, tenants: int, writers: int, seconds: float
+    settings: Settings, target: Target, tenants: int, writers: int, seconds: float
 ) -> Measured:
-    """Start a writer process per tenant, let them write at once, and measure meanwhile."""
+    """Start a writer process per tenant (on its database), let them write at once, and
+    measure meanwhile."""
     ctx = multiprocessing.get_context("spawn")
     start, results, finish = ctx.Barrier(tenants + 1), ctx.Queue(), ctx.Event()
     procs = [
         ctx.Process(
-            target=writer_process, args=(settings, t, writers, seconds, (start, results, finish)), daemon=True
+            target=writer_process,
+            args=(_tenant_settings(settings, target, t), t, writers, seconds, (start, results, finish)),
+            daemon=True,
         )
         for t in range(tenants)
     ]
@@ -246,7 +280,7 @@ def _run_processes(
         except threading.BrokenBarrierError:
             failed = results.get(timeout=60)
             raise RuntimeError(f"the writer process of tenant {failed[0]} failed: {failed[4]}") from None
-        with measuring(params) as found:
+        with measuring(target.params()) as found:
             outcomes = [results.get(timeout=seconds + 300) for _ in procs]
     finally:
         finish.set()
@@ -263,30 +297,39 @@ def _run_processes(
     )
 
 
+def _tenant_settings(settings: Settings, target: Target, tenant: int) -> Settings:
+    """The mode's settings, on the database tenant ``tenant`` writes to."""
+    return msgspec.structs.replace(settings, database_url=target.of(tenant)[0].database_url)
+
+
+def _chains_mode(chains: str) -> str:
+    """The ledger setting of a bench mode: a database per tenant runs the single chain in each."""
+    return "global" if chains == "sharded" else chains
+
+
 def run_mode(
-    settings: Settings,
-    params: ConnectionParams,
-    chains: str,
+    target: Target,
     shape: tuple[int, int],
     seconds: float,
     writers_as: str = "processes",
 ) -> ChainsRow:
-    """``shape``: (tenants, writers per tenant) writing at once on a fresh database, in one
-    chains mode; the writers are a process per tenant, or threads of this process."""
+    """``shape``: (tenants, writers per tenant) writing at once on fresh databases, in one
+    mode; the writers are a process per tenant, or threads of this process."""
     tenants, writers = shape
-    mode_settings = msgspec.structs.replace(settings, ledger_chains=chains, pool_size=writers + 2)
+    settings = msgspec.structs.replace(
+        target.of(0)[0], ledger_chains=_chains_mode(target.chains), pool_size=writers + 2
+    )
     run = _run_processes if writers_as == "processes" else _run_threads
-    m = run(mode_settings, params, tenants, writers, seconds)
-    with Core(mode_settings) as core:
-        chain_ok = core.ledger.verify().ok
+    m = run(settings, target, tenants, writers, seconds)
+    chain_ok = all(_verifies(_tenant_settings(settings, target, t)) for t in range(len(target.databases)))
     active = sum(a for a, _ in m.samples)
     per_write = 1000 / max(1, len(m.latencies))
     return ChainsRow(
-        chains=chains,
+        chains=target.chains,
         writers_as=writers_as,
         tenants=tenants,
         writers_per_tenant=writers,
-        stats=summarize(f"{chains} chains", tenants * writers, m.latencies, m.elapsed),
+        stats=summarize(f"{target.chains} chains", tenants * writers, m.latencies, m.elapsed),
         writer_cpu_ms_per_write=round(m.writer_cpu * per_write, 3),
         writer_cores=round(m.writer_cpu / m.elapsed, 2) if m.elapsed else 0.0,
         server_cpu_ms_per_write=round(m.server_cpu * per_write, 3),
@@ -297,28 +340,71 @@ def run_mode(
     )
 
 
+def _verifies(settings: Settings) -> bool:
+    with Core(settings) as core:
+        return core.ledger.verify().ok
+
+
+def _targets(stack: ExitStack, tenants: int) -> dict[str, Target]:
+    """Each mode's scratch databases: one for each of the two chain modes, one per tenant
+    for the ceiling."""
+
+    def scratch(name: str) -> tuple[Settings, ConnectionParams]:
+        return stack.enter_context(scratch_database(f"memwarden_bench_chains_{name}"))
+
+    return {
+        "global": Target("global", [scratch("global")]),
+        "tenant": Target("tenant", [scratch("tenant")]),
+        "sharded": Target("sharded", [scratch(f"shard{t}") for t in range(tenants)]),
+    }
+
+
+def _with_ratios(rows: list[ChainsRow]) -> list[ChainsRow]:
+    """Every row with its writes per second over the single chain's (same round and writers)."""
+    single = {(r.round, r.writers_as): r.stats.per_second for r in rows if r.chains == "global"}
+
+    def ratio(r: ChainsRow) -> float:
+        base = single.get((r.round, r.writers_as))
+        return round(r.stats.per_second / base, 3) if base else 0.0
+
+    return [msgspec.structs.replace(r, vs_single=ratio(r)) for r in rows]
+
+
+def _median_ratio(rows: list[ChainsRow], chains: str) -> float:
+    return round(
+        statistics.median(r.vs_single for r in rows if r.chains == chains and r.writers_as == "processes"), 3
+    )
+
+
+def _rounds(
+    targets: dict[str, Target], shape: tuple[int, int], seconds: float, args: argparse.Namespace
+) -> list[ChainsRow]:
+    """Every mode once a round, one after the other (a load that comes and goes on a shared
+    machine then falls on every mode), then the threads' reference if asked."""
+    rows = [
+        msgspec.structs.replace(run_mode(targets[mode], shape, seconds), round=n)
+        for n in range(1, max(1, int(getattr(args, "rounds", 1))) + 1)
+        for mode in MODES
+    ]
+    if getattr(args, "thread_reference", False):
+        # threads of one process write to one database: no ceiling row
+        rows.extend(run_mode(targets[mode], shape, seconds, "threads") for mode in MODES[:2])
+    return _with_ratios(rows)
+
+
 def run_chains_bench(args: argparse.Namespace) -> int:
     tenants, writers, seconds = int(args.tenants), int(args.writers_per_tenant), float(args.seconds)
     if tenants < 1 or writers < 1:
         sys.stderr.write("--tenants and --writers-per-tenant must be at least 1\n")
         return 2
-    rows: list[ChainsRow] = []
     with ExitStack() as stack:
-        scratch = {
-            mode: stack.enter_context(scratch_database(f"memwarden_bench_chains_{mode}")) for mode in MODES
-        }
-        for writers_as in (
-            ("processes", "threads") if getattr(args, "thread_reference", False) else ("processes",)
-        ):
-            for mode in MODES:
-                settings, params = scratch[mode]
-                rows.append(run_mode(settings, params, mode, (tenants, writers), seconds, writers_as))
-    single, per_tenant = rows[:2]
-    ratio = (
-        round(per_tenant.stats.per_second / single.stats.per_second, 3) if single.stats.per_second else 0.0
-    )
+        rows = _rounds(_targets(stack, tenants), (tenants, writers), seconds, args)
     report = ChainsReport(
-        rows=rows, ratio=ratio, target=TARGET, embedder=os.environ.get("MEMWARDEN_EMBEDDER") or "minilm"
+        rows=rows,
+        ratio=_median_ratio(rows, "tenant"),
+        ceiling_ratio=_median_ratio(rows, "sharded"),
+        target=TARGET,
+        embedder=os.environ.get("MEMWARDEN_EMBEDDER") or "minilm",
     )
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
@@ -332,15 +418,17 @@ def _print(report: ChainsReport) -> None:
     first = report.rows[0]
     out(
         f"memwarden bench write — {first.tenants} tenants x {first.writers_per_tenant} writers"
-        f" (a process per tenant), one chain vs a chain per tenant, same run; embedder {report.embedder}\n"
+        f" (a process per tenant): one chain, a chain per tenant, and the ceiling (a database per"
+        f" tenant), same run; embedder {report.embedder}\n"
     )
     out(
-        f"{'chains':>7} {'writers':>9} | {'w/s':>8} {'p50 ms':>8} {'p95 ms':>8} | {'py ms/w':>8} {'py cores':>8}"
-        f" {'pg ms/w':>8} {'fsync/w':>7} {'lock wait':>9} {'machine':>7} | chain\n"
+        f"{'round':>5} {'chains':>7} {'writers':>9} | {'w/s':>8} {'x single':>8} {'p50 ms':>8} {'p95 ms':>8} |"
+        f" {'py ms/w':>8} {'py cores':>8} {'pg ms/w':>8} {'fsync/w':>7} {'lock wait':>9} {'machine':>7} | chain\n"
     )
     for r in report.rows:
         out(
-            f"{r.chains:>7} {r.writers_as:>9} | {r.stats.per_second:>8.1f} {r.stats.p50_ms:>8.2f} {r.stats.p95_ms:>8.2f} |"
+            f"{r.round:>5} {r.chains:>7} {r.writers_as:>9} | {r.stats.per_second:>8.1f} {r.vs_single:>7.2f}x"
+            f" {r.stats.p50_ms:>8.2f} {r.stats.p95_ms:>8.2f} |"
             f" {r.writer_cpu_ms_per_write:>8.2f} {r.writer_cores:>8.2f} {r.server_cpu_ms_per_write:>8.2f}"
             f" {r.wal_flushes_per_write:>7.2f}"
             f" {r.lock_wait_share:>9.1%}"
@@ -348,5 +436,6 @@ def _print(report: ChainsReport) -> None:
         )
     verdict = "ok" if report.ratio >= report.target else "MISSED"
     out(
-        f"per tenant / single chain (processes): {report.ratio:.2f}x (target >= {report.target:.1f}x) {verdict}\n"
+        f"median of the rounds, per tenant / single chain (processes): {report.ratio:.2f}x (target >= {report.target:.1f}x) {verdict};"
+        f" ceiling (a database per tenant) / single chain: {report.ceiling_ratio:.2f}x\n"
     )

@@ -56,6 +56,12 @@ def register(sub: Any) -> Any:
         help="writer threads in each tenant's process (with --tenants)",
     )
     write.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --tenants: run every mode this many times, one mode after the other (ratios: the median)",
+    )
+    write.add_argument(
         "--thread-reference",
         action="store_true",
         help="with --tenants: also run the same writers as threads of one process (the GIL's reference)",
