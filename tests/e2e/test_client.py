@@ -19,6 +19,9 @@ from memwarden_client import errors as e
 from memwarden_client import requests as q
 from tests.processes import cli_key
 
+# Under pytest -n, on one worker: the module's one served process is started once.
+pytestmark = pytest.mark.xdist_group(__name__)
+
 Served = tuple[subprocess.Popen[bytes], str, str]
 ONCE = Retry(attempts=1)
 

@@ -21,7 +21,9 @@ from typing import IO
 import httpx
 import pytest
 
-from tests.processes import alive, cli_key, free_port, wait_until
+from tests.processes import TIMED, alive, cli_key, free_port, wait_until
+
+pytestmark = TIMED
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ANSWER_BOUND_SECONDS = 6.0
