@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import pytest
 
 T = TypeVar("T")
+
+TIMED = pytest.mark.xdist_group("timed")
+"""Tests that must not overlap each other under ``pytest -n`` (``--dist loadgroup``: one
+worker runs them one after another): the load benches, and the tests that bound how long an
+answer takes while they stop databases, cut Redis or kill processes. They still overlap the
+lighter tests on the other workers."""
 
 
 def eventually(probe: Callable[[], T | None], timeout: float = 30.0) -> T:

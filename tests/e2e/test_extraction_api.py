@@ -24,6 +24,7 @@ from domain.model.events import AuditRecorded, MemoryWritten
 from domain.settings import Settings
 from tests.e2e.api_helpers import Api
 from tests.local_http import LocalServer, send
+from tests.processes import TIMED
 
 TRANSCRIPT = (
     "standup: Dana said she moved to Berlin in May 2026; she still leads the platform team. "
@@ -167,6 +168,7 @@ def test_verbatim_true_stores_the_content_whole_without_asking_the_model(api: Ap
     assert audit_route_details(api) == ["extracted=false (verbatim_requested): stored"]
 
 
+@TIMED
 def test_every_failure_of_the_extractor_stores_verbatim_and_says_why(api: Api, model: Model) -> None:
     agent = api.key("acme/eng", "bot", "agent")
     model.answer = "Sure! Dana moved to Berlin, and Kim owns billing."

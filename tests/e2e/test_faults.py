@@ -40,9 +40,9 @@ from tests.e2e.fleet import (
     read_only,
     redis_server,
 )
-from tests.processes import cli_key, free_port, ready, wait_until
+from tests.processes import TIMED, cli_key, free_port, ready, wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, TIMED]
 
 WRITERS = 4
 ANSWER_BOUND_SECONDS = 7.0  # the database timeout (3 s) twice, and some slack on a busy machine

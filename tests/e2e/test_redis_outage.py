@@ -21,7 +21,9 @@ from domain.model.commands import WriteMemory
 from domain.model.events import ConflictsJudged
 from domain.model.identity import Identity
 from domain.settings import Settings
-from tests.processes import REPO_ROOT, eventually, free_port
+from tests.processes import REPO_ROOT, TIMED, eventually, free_port
+
+pytestmark = TIMED
 
 NAMESPACES = ("acme/eng/platform", "acme/eng/data", "acme/sales")
 FINAL = {"judged", "not_current"}

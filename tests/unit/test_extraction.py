@@ -20,6 +20,7 @@ from domain.extraction.parsing import facts_from_answer, facts_from_completion
 from domain.model.text import normalize
 from domain.settings import Settings
 from tests.local_http import LocalServer, send
+from tests.processes import TIMED
 
 
 def completion(answer: str | None) -> bytes:
@@ -215,6 +216,7 @@ def test_an_http_error_fails_the_extraction() -> None:
         )
 
 
+@TIMED
 def test_a_slow_extractor_times_out_within_its_timeout() -> None:
     def slow(handler: BaseHTTPRequestHandler, _body: dict[str, Any]) -> None:
         time.sleep(1.5)

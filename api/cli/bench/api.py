@@ -23,7 +23,7 @@ import httpx
 import msgspec
 
 from api.cli.bench.common import RunStats, run_threads, scratch_database, summarize, timed_threads
-from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation
+from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
 from api.cli.bench.write import sentence
 from bootstrap.runtime import Runtime, api_runtime
 from domain.model.identity import Identity
@@ -434,9 +434,8 @@ class _Bench:
                 after = cpu_ticks(self.server_pid)
                 latencies.extend(took)
                 elapsed.append(spent)
-                if before is not None and after is not None:
-                    for role, ticks in after.items():
-                        used[role] = used.get(role, 0) + ticks - before[role]
+                for role, ticks in ticks_used(before, after).items():
+                    used[role] = used.get(role, 0) + ticks
         results = []
         for label, (latencies, elapsed, used) in zip(labels, pooled, strict=True):
             stats = summarize(f"{label} {op}", clients, latencies, sum(elapsed))

@@ -46,8 +46,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def cpu_ticks(server_pid: int) -> dict[str, int] | None:
-    """CPU ticks so far by role (None where ``/proc`` is not there)."""
+Snapshot = dict[int, tuple[str, int]]
+"""CPU ticks so far of each process that has a role, by pid: (role, ticks)."""
+
+
+def cpu_ticks(server_pid: int) -> Snapshot | None:
+    """CPU ticks so far of each process by role (None where ``/proc`` is not there)."""
     if not (PROC / "self" / "stat").exists():
         return None
     stats = {int(p.name): s for p in PROC.iterdir() if p.name.isdigit() and (s := _stat(p.name)) is not None}
@@ -57,15 +61,29 @@ def cpu_ticks(server_pid: int) -> dict[str, int] | None:
         children = {pid for pid, (ppid, _, _) in stats.items() if ppid in served} - served
         served |= children
         grew = bool(children)
-    ticks = dict.fromkeys(ROLES, 0)
+    ticks: Snapshot = {}
     for pid, (_, name, used) in stats.items():
         if pid in served:
-            ticks["projector" if " project" in _cmdline(pid) else "api"] += used
+            ticks[pid] = ("projector" if " project" in _cmdline(pid) else "api", used)
         elif name == "postgres":
-            ticks["postgres"] += used
+            ticks[pid] = ("postgres", used)
         elif pid == os.getpid():
-            ticks["bench"] += used
+            ticks[pid] = ("bench", used)
     return ticks
+
+
+def ticks_used(before: Snapshot | None, after: Snapshot | None) -> dict[str, int]:
+    """CPU ticks by role between two snapshots, process by process: a process that started
+    meanwhile counts whole, one that ended meanwhile drops out (never its whole life taken
+    off the others: backends of other servers on the machine come and go). Empty without
+    ``/proc``."""
+    if before is None or after is None:
+        return {}
+    used = dict.fromkeys(ROLES, 0)
+    for pid, (role, ticks) in after.items():
+        earlier = before.get(pid)
+        used[role] += ticks - (earlier[1] if earlier is not None and earlier[0] == role else 0)
+    return used
 
 
 def per_operation(used: dict[str, int], operations: int) -> CpuPerOperation | None:

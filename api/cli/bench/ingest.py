@@ -31,7 +31,7 @@ import msgspec
 
 from api.cli.bench.api import _free_port, _serve
 from api.cli.bench.common import bare, scratch_database
-from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation
+from api.cli.bench.cpu import CpuPerOperation, Snapshot, cpu_ticks, per_operation, ticks_used
 from api.cli.bench.locomo import DEFAULT_DATA
 from bootstrap.runtime import Runtime
 from domain.embedding import Embedder, embedder_from_env
@@ -200,12 +200,8 @@ def ingest_over_http(
     )
 
 
-def _cpu_used(
-    before: dict[str, int] | None, after: dict[str, int] | None, memories: int
-) -> CpuPerOperation | None:
-    if before is None or after is None:
-        return None
-    return per_operation({role: after[role] - before[role] for role in after}, memories)
+def _cpu_used(before: Snapshot | None, after: Snapshot | None, memories: int) -> CpuPerOperation | None:
+    return per_operation(ticks_used(before, after), memories)
 
 
 def _wait_projected(base: str, position: int, timeout: float = 600.0) -> None:

@@ -33,7 +33,7 @@ import psycopg
 from api.cli.bench.api import HttpClient, _free_port, _serve
 from api.cli.bench.common import configured_model, mean, percentile, scratch_database
 from api.cli.bench.corpus import questions, sentences
-from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation
+from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
 from api.cli.bench.search import (
     PrecomputedEmbedder,
     catch_up,
@@ -138,7 +138,6 @@ def measure(client: HttpClient, model: Embedder, asked: Sequence[str], server_pi
         found.append(float(results))
     after = cpu_ticks(server_pid)
     embeds = [embed_alone(model, text) for text in measured]
-    used = {role: after[role] - before[role] for role in after} if before and after else {}
     return {
         "queries": len(measured),
         "search_p50_ms": ms(searches, 0.5),
@@ -148,7 +147,7 @@ def measure(client: HttpClient, model: Embedder, asked: Sequence[str], server_pi
         "embed_p50_ms": ms(embeds, 0.5),
         "embed_p95_ms": ms(embeds, 0.95),
         "embed_share_p50": round(percentile(embeds, 0.5) / percentile(searches, 0.5), 3),
-        "cpu_us": per_operation(used, len(measured)),
+        "cpu_us": per_operation(ticks_used(before, after), len(measured)),
     }
 
 
