@@ -217,13 +217,36 @@ class SearchIndexProjection:
         kept until then is the configured model's)."""
         row = curs.execute(
             SQL(
-                "INSERT INTO {s}.search_serving (model, dimensions) VALUES (%s, %s)"
+                "INSERT INTO {s}.search_serving (model, dimensions, named_by) VALUES (%s, %s, %s)"
                 " ON CONFLICT DO NOTHING RETURNING model"
             ).format(s=Identifier(schema)),
-            (doc.model, doc.dims),
+            (doc.model, doc.dims, doc.ref),
         ).fetchone()
         if row is not None:
             self._switch_index(curs, schema, self.vector_model)
+
+    def _renamed(self, curs: Cursor[Any], schema: str, erased: UUID) -> None:
+        """An erased memory that named the served model (no model adopted yet) hands the name
+        to the earliest memory vector left, or to none: what a replay from zero, which never
+        sees an erased memory's vector, finds first."""
+        s = Identifier(schema)
+        row = curs.execute(
+            SQL(
+                "DELETE FROM {s}.search_serving WHERE named_by = %s AND adopted_position IS NULL RETURNING model"
+            ).format(s=s),
+            (erased,),
+        ).fetchone()
+        if row is None:
+            return
+        curs.execute(
+            SQL(
+                "INSERT INTO {s}.search_serving (model, dimensions, named_by)"
+                " SELECT model, vector_dims(embedding), ref FROM {s}.search_docs"
+                " WHERE kind = 'memory' AND model IS NOT NULL AND embedding IS NOT NULL"
+                " ORDER BY position LIMIT 1"
+            ).format(s=s)
+        )
+        self._switch_index(curs, schema, (row["model"], 0))
 
     def _estimated_rows(self, curs: Cursor[Any], schema: str) -> int:
         """The rows of ``search_docs`` as the statistics collector counts them (no scan)."""
@@ -262,6 +285,7 @@ class SearchIndexProjection:
         s, e = Identifier(schema), r.event
         if isinstance(e, MemoryErased):
             _delete(curs, s, [e.memory_id])
+            self._renamed(curs, schema, e.memory_id)
         elif isinstance(e, KnowledgeErased):
             _drop_document(curs, s, e.document_id)
         elif isinstance(e, KnowledgePublished):
@@ -375,7 +399,7 @@ def _adopt(curs: Cursor[Any], s: Identifier, e: EmbeddingModelAdopted, position:
         SQL(
             "INSERT INTO {s}.search_serving (model, dimensions, adopted_position) VALUES (%s, %s, %s)"
             " ON CONFLICT (only_row) DO UPDATE SET model = excluded.model,"
-            " dimensions = excluded.dimensions, adopted_position = excluded.adopted_position"
+            " dimensions = excluded.dimensions, adopted_position = excluded.adopted_position, named_by = NULL"
         ).format(s=s),
         (e.model, e.dimensions, position),
     )
@@ -476,8 +500,13 @@ CREATE TABLE IF NOT EXISTS {s}.search_serving (
     only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
     model text NOT NULL,
     dimensions int NOT NULL,
-    adopted_position bigint
+    adopted_position bigint,
+    named_by uuid
 )""").format(s=s),
+        SQL(
+            "CREATE INDEX IF NOT EXISTS search_docs_first_vector ON {s}.search_docs (position)"
+            " WHERE kind = 'memory' AND model IS NOT NULL AND embedding IS NOT NULL"
+        ).format(s=s),
     ]
 
 
