@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.test_bench_search_cli import bench_env, run_cli
-from tests.processes import TIMED
+from tests.processes import HEAVY
 
-pytestmark = TIMED
+pytestmark = HEAVY
 
 __all__ = ["bench_env"]
 
