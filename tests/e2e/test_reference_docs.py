@@ -3,6 +3,8 @@ documented route has a summary, a description and its roles."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from litestar.testing import TestClient
 
@@ -39,8 +41,9 @@ def test_the_generated_reference_is_up_to_date() -> None:
 
 
 def test_every_app_of_a_process_serves_the_document_the_first_one_built(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    monkeypatch.setenv("MEMWARDEN_DATA_DIR", str(tmp_path / "data"))  # never the user's own
     monkeypatch.setattr(openapi, "_DOCUMENTS", {})  # as in a fresh process
     first = create_app()
     second = create_app()
