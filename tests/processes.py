@@ -18,13 +18,9 @@ T = TypeVar("T")
 
 TIMED = pytest.mark.xdist_group("timed")
 """Tests that must not overlap each other under ``pytest -n`` (``--dist loadgroup``: one
-worker runs them one after another): those that bound how long an answer takes while they
-stop databases, cut Redis or kill processes."""
-
-HEAVY = pytest.mark.xdist_group("heavy")
-"""Likewise for the load benches and the browser tests, which load the machine's cores and
-measure them: one worker runs them in turn, beside the ``TIMED`` ones on another. Both groups
-still overlap the lighter tests on the other workers."""
+worker runs them one after another): the load benches, and the tests that bound how long an
+answer takes while they stop databases, cut Redis or kill processes. They still overlap the
+lighter tests on the other workers."""
 
 
 def eventually(probe: Callable[[], T | None], timeout: float = 30.0) -> T:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.test_bench_search_cli import bench_env, run_cli
-from tests.processes import HEAVY
+from tests.processes import TIMED
 
-pytestmark = HEAVY
+pytestmark = TIMED
 
 __all__ = ["bench_env"]
 

@@ -13,9 +13,9 @@ import pytest
 
 from domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
-from tests.processes import HEAVY
+from tests.processes import TIMED
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), HEAVY]  # each runs the bench CLI (up to 600 s)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), TIMED]  # each runs the bench CLI (up to 600 s)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.test_bench_search_cli import bench_env, run_cli
-from tests.processes import HEAVY
+from tests.processes import TIMED
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), HEAVY]  # the bench CLI (up to 600 s)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), TIMED]  # the bench CLI (up to 600 s)
 
 __all__ = ["bench_env"]
 

@@ -18,7 +18,7 @@ from domain.ledger.database import ConnectionParams
 from domain.settings import Settings
 from tests.conftest import url_of
 from tests.e2e.review_seed import seed_review_queues
-from tests.processes import HEAVY, cli_key, cli_last_line, serving
+from tests.processes import TIMED, cli_key, cli_last_line, serving
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -29,7 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHOTS = REPO_ROOT / ".ci" / "artifacts" / "console"
 pytestmark = [
     pytest.mark.skipif(shutil.which("chromedriver") is None, reason="chromium-driver not installed"),
-    HEAVY,
+    TIMED,
 ]
 
 
