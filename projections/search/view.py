@@ -157,11 +157,12 @@ class ScopedView:
         looking for their neighbours): the ``k`` nearest visible memories of each, best
         first, in the order of ``vectors``. A vector whose candidates were mostly invisible
         is looked up again on its own, with the lane's deeper fetches."""
-        candidates = self._vector_candidates(SQL("q.v"))
-        if candidates is None or not vectors:
+        if self._vector_model is None or not vectors:
             return [[] for _ in vectors]
         if self._in_memory(len(vectors)):
             return self._vector_lanes_in_memory(vectors, k)
+        candidates = self._vector_candidates(SQL("q.v"))
+        assert candidates is not None  # a vector model, checked above
         fetch = max(k * OVERFETCH, MIN_FETCH)
         with self._conn.cursor() as curs:
             bind_halfvec_arrays(curs)
