@@ -20,6 +20,12 @@ OPERATOR = Identity(namespace="acme", actor="operator@test", role="owner")
 HOLDER = "review-seed"
 DUPLICATE = "The staging cluster is rebuilt from the golden image every Sunday night"
 REORDERED = "Every Sunday night the staging cluster is rebuilt from the golden image"
+# Pairs the rules judge finds contradicting whose cosine (tests embed by feature hashing) is
+# under the write's synchronous band (0.75) and over the autopilot's neighbours (0.6): the
+# second write is stored whether or not the first is projected yet, and the autopilot's pass
+# finds the pair. At the band's cosine the write could supersede, as soon as the first is read.
+TEAM_CONTRADICTION = ("Payday is at noon", "Payday is at midnight")
+OPS_CONTRADICTION = ("Backups run at noon", "Backups run at midnight")
 
 
 class Seeded(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,8 +54,8 @@ def _judged(rt: Runtime, who: Identity, contents: tuple[str, str]) -> list[UUID]
 
 def seed_review_queues(rt: Runtime) -> Seeded:
     rt.core.governance.set_policy(OPERATOR, OPS.namespace, PolicyBody(conflict_review="auto"))
-    team = _judged(rt, TEAM, ("Payroll runs on Friday", "Payroll runs on Thursday"))
-    ops = _judged(rt, OPS, ("The backup job runs on Monday", "The backup job runs on Tuesday"))
+    team = _judged(rt, TEAM, TEAM_CONTRADICTION)
+    ops = _judged(rt, OPS, OPS_CONTRADICTION)
     duplicates = [_write(rt, TEAM, text) for text in (DUPLICATE, REORDERED)]
     drafted = rt.consolidation.consolidate(TEAM.namespace, duplicates[-1][1], HOLDER).drafted
     rt.reads.wait_for(rt.ledger.head_position())

@@ -316,11 +316,11 @@ def test_decisions_queue_overturns_with_a_reason(api: Api) -> None:
     csrf = login(api, admin)
     page = api.client.get("/console/review/decisions")
     assert str(seeded.decision) in page.text
-    done = _decide(api, csrf, "decisions", seeded.decision, decision="overturn", reason="Tuesday is right")
+    done = _decide(api, csrf, "decisions", seeded.decision, decision="overturn", reason="midnight is right")
     assert done.status_code == 303, done.text
     overturned = api.call(admin, "/v1/admin/decisions?status=overturned", method="GET").json()
     assert [(d["id"], d["overturn_reason"]) for d in overturned] == [
-        (str(seeded.decision), "Tuesday is right")
+        (str(seeded.decision), "midnight is right")
     ]
     assert "Nothing to review" in api.client.get("/console/review/decisions").text
     again = _decide(api, csrf, "decisions", seeded.decision, decision="overturn")  # no reason: still a body
