@@ -204,8 +204,10 @@ def test_bench_api_measures_both_sides_and_where_the_cpu_went(bench_env: dict[st
             row["http"]["p50_ms"] - row["in_process"]["p50_ms"], abs=0.002
         )
         # the served API does the HTTP side's work; the bench process does the in-process side's
+        # while the served API idles (not "more than its HTTP client": httpx's share of a cheap
+        # write is about as large as the write, and that comparison failed under load)
         assert row["http_cpu_us"]["api"] > row["in_process_cpu_us"]["api"]
-        assert row["in_process_cpu_us"]["bench"] > row["http_cpu_us"]["bench"]
+        assert row["in_process_cpu_us"]["bench"] > row["in_process_cpu_us"]["api"]
     # the MCP row: a read tool call over /mcp against POST /v1/mem/read, same server, same run
     assert [(r["op"], r["clients"]) for r in report["mcp_rows"]] == [("read", 1), ("read", 2)]
     for row in report["mcp_rows"]:

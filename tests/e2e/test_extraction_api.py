@@ -241,7 +241,9 @@ def test_without_an_extractor_every_write_says_no_extractor(
     with served(settings) as api:
         agent = api.key("acme/eng", "bot", "agent")
         for verbatim in (False, True):
-            result = api.mem(agent, "write", {"content": f"{TRANSCRIPT} {verbatim}", "verbatim": verbatim})
+            # "True"/"False" would be antonyms: the second write superseded the first once projected
+            content = f"{TRANSCRIPT} ({'verbatim' if verbatim else 'as facts'})"
+            result = api.mem(agent, "write", {"content": content, "verbatim": verbatim})
             assert result.status_code == 200
             body = result.json()
             assert (body["extracted"], body["verbatim_reason"], body["facts"]) == (False, "no_extractor", [])
