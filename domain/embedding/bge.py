@@ -37,7 +37,7 @@ BGE_SMALL = ModelSpec(
 )
 
 
-def bge_small(batch_size: int = 32, threads: int | None = None) -> OnnxSentenceEmbedder:
+def bge_small(batch_size: int = 64, threads: int | None = None) -> OnnxSentenceEmbedder:
     """A new bge-small-en-v1.5 embedder (the files checked against their pins first)."""
     return OnnxSentenceEmbedder(BGE_SMALL, batch_size=batch_size, threads=threads)
 

@@ -61,7 +61,7 @@ class MiniLMEmbedder(OnnxSentenceEmbedder):
         tokenizer_path: str | os.PathLike[str] | None = None,
         *,
         threads: int | None = None,
-        batch_size: int = 32,
+        batch_size: int = 64,
         max_tokens: int = MAX_TOKENS,
         spin: bool = False,
     ):

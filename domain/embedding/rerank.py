@@ -65,7 +65,7 @@ class CrossEncoder:
         if not passages:
             return rows[:, 0]
         pairs = [self._encoder.encode(query, passage) for passage in passages]
-        return by_length(pairs, self._batch_size, self._logits, rows)[:, 0]
+        return by_length(pairs, self._batch_size, self._logits, rows, lanes=self._encoder.lanes)[:, 0]
 
     def _logits(self, batch: list[Encoded]) -> Matrix:
         logits, _mask = self._encoder.run(batch)

@@ -42,8 +42,10 @@ from domain.settings import Settings
 
 TARGET = 0.75
 TENANT = "benchingest"
-BATCH_SIZES = (16, 32, 64)
-SAMPLE_FOR_BATCH_SIZE = 512
+BATCH_SIZES = (16, 32, 64, 128, 256)
+"""Length-sorted batch sizes the embedder alone is tried with: the larger ones let its
+inference sessions work on several of its own (even) batches at once."""
+SAMPLE_FOR_BATCH_SIZE = 1024
 """Texts the batch sizes are compared on before the best one embeds them all."""
 _SESSION = re.compile(r"session_\d+")
 
