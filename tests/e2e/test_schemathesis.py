@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,7 +153,10 @@ def send(api: Api, case: Case, key: str | None) -> Any:
     )
 
 
-def fuzz_operation(operation: APIOperation, run: Callable[[Case], None], mode: GenerationMode) -> None:
+def draw(operation: APIOperation, mode: GenerationMode) -> list[Case]:
+    """The cases hypothesis draws for the operation in this mode (derandomized, no shrinking)."""
+    cases: list[Case] = []
+
     @hypothesis.settings(
         max_examples=EXAMPLES_PER_OPERATION,
         phases=[Phase.explicit, Phase.generate],
@@ -165,9 +167,27 @@ def fuzz_operation(operation: APIOperation, run: Callable[[Case], None], mode: G
     )
     @given(case=operation.as_strategy(generation_mode=mode))
     def one(case: Case) -> None:
-        run(case)
+        cases.append(case)
 
     one()
+    return cases
+
+
+DRAWN: dict[tuple[str, GenerationMode], list[Case] | None] = {}
+"""The cases of each operation and mode, drawn once per process: the draws are derandomized and
+do not depend on the answers, so every caller is sent the same cases, and drawing them is most
+of a run's time. The callers' tests share one xdist group, so one worker draws them once."""
+
+
+def drawn(operation: APIOperation, mode: GenerationMode) -> list[Case] | None:
+    """The operation's cases in this mode; None when no case of the mode exists."""
+    key = (operation.label, mode)
+    if key not in DRAWN:
+        try:
+            DRAWN[key] = draw(operation, mode)
+        except hypothesis.errors.Unsatisfiable:
+            DRAWN[key] = None
+    return DRAWN[key]
 
 
 def fuzz(api: Api, schema: BaseSchema, caller: str, key: str | None, seed: Seed) -> Report:
@@ -187,12 +207,13 @@ def fuzz(api: Api, schema: BaseSchema, caller: str, key: str | None, seed: Seed)
     for result in schema.get_all_operations():
         operation = result.ok()
         for mode in modes(operation):
-            try:
-                fuzz_operation(operation, run, mode)
-            except hypothesis.errors.Unsatisfiable:
-                if mode is GenerationMode.POSITIVE:
-                    raise
+            cases = drawn(operation, mode)
+            if cases is None:
+                assert mode is GenerationMode.NEGATIVE, f"no valid request for {operation.label}"
                 report.nothing_invalid.append(operation.label)  # e.g. a free-form path segment
+                continue
+            for case in cases:
+                run(case)
     return report
 
 
@@ -302,6 +323,7 @@ def seeded_cases(schema: BaseSchema, seed: Seed) -> list[Case]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("schemathesis")
 @pytest.mark.parametrize("caller", list(CALLERS))
 def test_every_route_answers_as_documented(
     api: Api, openapi: BaseSchema, keys: dict[str, str | None], seed: Seed, caller: str
