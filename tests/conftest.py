@@ -36,6 +36,25 @@ def _embedder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("MEMWARDEN_RERANK", "none")
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail each test of a ``--dist loadgroup`` run whose ``xdist_group`` is ignored.
+
+    pytest-xdist keeps a group on one worker by renaming each of its tests ``<id>@<group>``.
+    A pytest that keeps node ids elsewhere (9.2, beside pytest-xdist 3.8) drops the new name
+    without a word, and the timed tests would overlap each other."""
+    if getattr(item.config.option, "loadgroup", False) and not item.nodeid.endswith(_group_suffix(item)):
+        pytest.fail("--dist loadgroup ignores this test's xdist_group: pytest-xdist and pytest disagree")
+
+
+def _group_suffix(item: pytest.Item) -> str:
+    """What pytest-xdist appends to the id of a test in an ``xdist_group`` ("" for no group)."""
+    names = {
+        str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+        for m in item.iter_markers("xdist_group")
+    }
+    return f"@{'_'.join(sorted(names))}" if names else ""
+
+
 def url_of(params: ConnectionParams) -> str:
     return (
         f"postgresql://{params.user}:{params.password}@/{params.dbname}?host={params.host}&port={params.port}"
