@@ -28,9 +28,9 @@ from psycopg import Connection
 from psycopg.rows import TupleRow
 from psycopg.sql import SQL, Composed, Identifier
 
-from domain.ledger import locks
-from domain.ledger.database import ConnectionParams
-from domain.settings import SCHEMA
+from memwarden.domain.ledger import locks
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.settings import SCHEMA
 
 log = logging.getLogger(__name__)
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")

@@ -6,28 +6,28 @@ from __future__ import annotations
 from datetime import timedelta
 from types import TracebackType
 
-from bootstrap.migrate import prepare_database
-from domain.drafting import drafter_from_settings
-from domain.embedding.rerank import reranker_from_env
-from domain.judging import judge_from_settings
-from domain.ledger.app import Ledger
-from domain.services.autopilot import AutopilotService
-from domain.services.band import SynchronousBand
-from domain.services.checkpoints import CheckpointService
-from domain.services.consolidation import ConsolidationService
-from domain.services.core import Core
-from domain.services.knowledge import KnowledgeService
-from domain.services.leases import Leases
-from domain.services.memory import MemoryService
-from domain.services.reembed import ReembedService
-from domain.services.working_sets import WorkingSetService
-from domain.settings import Settings
-from projections.erasure.lookup import ProjectionErasureLookup
-from projections.reads import ReadModels
-from projections.search.assemble import SearchWorkingSets
-from projections.search.drivers import RERANK_DEPTH, Driver, policy_drivers
-from projections.search.neighbours import SearchNeighbours
-from projections.search.vectors import SearchVectorIndex
+from memwarden.bootstrap.migrate import prepare_database
+from memwarden.domain.drafting import drafter_from_settings
+from memwarden.domain.embedding.rerank import reranker_from_env
+from memwarden.domain.judging import judge_from_settings
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.services.autopilot import AutopilotService
+from memwarden.domain.services.band import SynchronousBand
+from memwarden.domain.services.checkpoints import CheckpointService
+from memwarden.domain.services.consolidation import ConsolidationService
+from memwarden.domain.services.core import Core
+from memwarden.domain.services.knowledge import KnowledgeService
+from memwarden.domain.services.leases import Leases
+from memwarden.domain.services.memory import MemoryService
+from memwarden.domain.services.reembed import ReembedService
+from memwarden.domain.services.working_sets import WorkingSetService
+from memwarden.domain.settings import Settings
+from memwarden.projections.erasure.lookup import ProjectionErasureLookup
+from memwarden.projections.reads import ReadModels
+from memwarden.projections.search.assemble import SearchWorkingSets
+from memwarden.projections.search.drivers import RERANK_DEPTH, Driver, policy_drivers
+from memwarden.projections.search.neighbours import SearchNeighbours
+from memwarden.projections.search.vectors import SearchVectorIndex
 
 
 def search_drivers() -> dict[str, Driver]:

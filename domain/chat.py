@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import msgspec
 
-from domain.endpoint import endpoint_url, post_json
+from memwarden.domain.endpoint import endpoint_url, post_json
 
 T = TypeVar("T")
 DEFAULT_MAX_BYTES = 64 * 1024

@@ -72,7 +72,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     process) or ``redis`` (several: ``serve --workers N``, several machines)."""
     extractor_url: str | None = None
     """The base URL of an OpenAI-compatible API whose ``chat/completions`` splits a write
-    into facts (DESIGN.md section 4, step 2); None: every write is stored verbatim."""
+    into facts (docs/architecture.md section 4, step 2); None: every write is stored verbatim."""
     extractor_model: str = ""
     extractor_api_key: str | None = None
     extractor_timeout: float = 10.0

@@ -64,7 +64,7 @@ class Verification(Result, frozen=True, kw_only=True):
 
 
 class Memory(Result, frozen=True, kw_only=True):
-    """A memory as ``read`` answers it (DESIGN.md section 3); ``content`` is None once erased.
+    """A memory as ``read`` answers it (docs/architecture.md section 3); ``content`` is None once erased.
     A read with ``as_of``/``valid_at`` answers the as-of fields only (the rest default)."""
 
     id: UUID

@@ -8,8 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 from psycopg import Cursor
 from psycopg.sql import Identifier
 
-from domain.ledger.mapper import Recorded
-from domain.model.events import Event
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import Event
 
 EventHandler = Callable[[Cursor[Any], Identifier, Recorded], None]
 """Applies one recorded event to a projection's tables in a schema (the ``Identifier``)."""

@@ -16,9 +16,9 @@ from typing import Any
 
 from psycopg import Cursor
 
-from domain.ledger import locks
-from domain.ledger.app import Ledger
-from projections.base import DeferredIndexes, Projection
+from memwarden.domain.ledger import locks
+from memwarden.domain.ledger.app import Ledger
+from memwarden.projections.base import DeferredIndexes, Projection
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.database import FailureRun
-from projections.tracking import Position
+from memwarden.domain.ledger.database import FailureRun
+from memwarden.projections.tracking import Position
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from domain.embedding import Embedder, EmbedderUnavailable
-from domain.ledger import locks
-from domain.ledger.app import Ledger
-from domain.model.identity import COMPLIANCE_ROLES, REVIEWER_ROLES, Identity
-from domain.model.namespaces import ancestors
-from projections.autopilot.projection import AutopilotProjection
-from projections.autopilot.views import (
+from memwarden.domain.embedding import Embedder, EmbedderUnavailable
+from memwarden.domain.ledger import locks
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.model.identity import COMPLIANCE_ROLES, REVIEWER_ROLES, Identity
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.projections.autopilot.projection import AutopilotProjection
+from memwarden.projections.autopilot.views import (
     AutopilotCounts,
     DecisionView,
     FindingView,
@@ -30,11 +30,11 @@ from projections.autopilot.views import (
     unjudged_memories,
     worker_gauges,
 )
-from projections.base import DeferredIndexes, Projection
-from projections.disputes.projection import DisputesProjection
-from projections.disputes.views import DisputeView, list_disputes
-from projections.governance.projection import AuditProjection, KeysProjection, SharesProjection
-from projections.governance.views import (
+from memwarden.projections.base import DeferredIndexes, Projection
+from memwarden.projections.disputes.projection import DisputesProjection
+from memwarden.projections.disputes.views import DisputeView, list_disputes
+from memwarden.projections.governance.projection import AuditProjection, KeysProjection, SharesProjection
+from memwarden.projections.governance.views import (
     AuditFilter,
     AuditView,
     KeyView,
@@ -44,15 +44,21 @@ from projections.governance.views import (
     scope_counts,
     shared_into,
 )
-from projections.memory_objects.projection import MemoryObjectsProjection
-from projections.memory_objects.views import HistoryScope, HistoryStep, MemoryView, history, read_memory
-from projections.runner import ProjectionRunner
-from projections.search.drivers import Driver
-from projections.search.projection import SearchIndexProjection
-from projections.search.service import SearchService
-from projections.search.telemetry import AccessProjection
-from projections.timeline.projection import TimelineProjection
-from projections.timeline.service import TimeTravel
+from memwarden.projections.memory_objects.projection import MemoryObjectsProjection
+from memwarden.projections.memory_objects.views import (
+    HistoryScope,
+    HistoryStep,
+    MemoryView,
+    history,
+    read_memory,
+)
+from memwarden.projections.runner import ProjectionRunner
+from memwarden.projections.search.drivers import Driver
+from memwarden.projections.search.projection import SearchIndexProjection
+from memwarden.projections.search.service import SearchService
+from memwarden.projections.search.telemetry import AccessProjection
+from memwarden.projections.timeline.projection import TimelineProjection
+from memwarden.projections.timeline.service import TimeTravel
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +142,7 @@ class ReadModels:
         self, identity: Identity, memory_id: UUID, after: int | None = None
     ) -> list[HistoryStep] | None:
         """A chain the caller may see: what ``read`` shows it, and for compliance staff the
-        chains of their subtree (DESIGN.md §7), quarantined versions for its reviewers."""
+        chains of their subtree (docs/architecture.md §7), quarantined versions for its reviewers."""
         self.wait_for(after)
         with self.ledger.datastore.get_connection() as conn:
             scope = self.scope(identity)

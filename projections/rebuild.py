@@ -15,12 +15,12 @@ import msgspec
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger import locks
-from domain.ledger.database import unavailable
-from domain.ledger.mapper import Recorded
-from projections.base import DeferredIndexes, Projection
-from projections.runner import ProjectionRunner
-from projections.tracking import Applied, Position
+from memwarden.domain.ledger import locks
+from memwarden.domain.ledger.database import unavailable
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.projections.base import DeferredIndexes, Projection
+from memwarden.projections.runner import ProjectionRunner
+from memwarden.projections.tracking import Applied, Position
 
 REBUILD_BATCH = 5000
 

@@ -28,9 +28,9 @@ import msgspec
 from msgspec.structs import replace
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.app import Ledger
-from domain.ledger.mapper import Recorded
-from domain.model.asof import (
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.asof import (
     AsOfAnswer,
     AsOfMemory,
     answers,
@@ -39,10 +39,10 @@ from domain.model.asof import (
     matches_query,
     standing_of,
 )
-from domain.model.events import MemoryWritten
-from domain.model.memory import MemoryState, evolve_memory
-from domain.model.scopes import Subtree
-from projections.sanitize import sanitized, storable_text
+from memwarden.domain.model.events import MemoryWritten
+from memwarden.domain.model.memory import MemoryState, evolve_memory
+from memwarden.domain.model.scopes import Subtree
+from memwarden.projections.sanitize import sanitized, storable_text
 
 READ_BATCH = 5000
 SNAPSHOT_TABLE = "replay_snapshots"

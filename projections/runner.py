@@ -20,14 +20,14 @@ from typing import Any
 import msgspec
 from psycopg import Connection, Cursor
 
-from domain.ledger import locks
-from domain.ledger.app import Ledger
-from domain.ledger.database import unavailable
-from domain.ledger.mapper import Recorded
-from projections.base import Projection
-from projections.deferred_index import DeferredIndexPolicy
-from projections.followers import Follower, projecting, watching
-from projections.tracking import Applied, Position, Stop, Tracking
+from memwarden.domain.ledger import locks
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.database import unavailable
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.projections.base import Projection
+from memwarden.projections.deferred_index import DeferredIndexPolicy
+from memwarden.projections.followers import Follower, projecting, watching
+from memwarden.projections.tracking import Applied, Position, Stop, Tracking
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 1000

@@ -5,7 +5,7 @@ versions accepted values no read model can hold: text with NUL or a lone surroga
 PostgreSQL's ``text`` and ``jsonb`` refuse) and times that leave years 1-9999 once
 converted to UTC (``0001-01-01T00:00:00+01:00`` is year 0 in UTC: PostgreSQL stores it,
 Python cannot read it back). Whatever the ledger holds, every projection applies
-(DESIGN.md section 4), so each projection takes its events through ``sanitized``:
+(docs/architecture.md section 4), so each projection takes its events through ``sanitized``:
 
 - text: NUL and lone surrogates (also what invalid UTF-8 decodes to with
   ``surrogateescape``) become U+FFFD, the replacement character;
@@ -27,8 +27,8 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
-from domain.ledger.mapper import Recorded
-from domain.model.events import Event
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import Event
 
 REPLACEMENT = "\ufffd"
 EARLIEST = datetime.min.replace(tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""SQL for a namespace subtree (DESIGN.md §7): the root itself, or a descendant matched by
+"""SQL for a namespace subtree (docs/architecture.md §7): the root itself, or a descendant matched by
 an escaped LIKE pattern anchored on ``/`` (``acme/eng`` never matches ``acme/engineering``,
 and ``_``, ``%``, ``\\`` in a name are literal)."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from psycopg.sql import SQL, Composed, Identifier
 
-from domain.model.namespaces import subtree_like_pattern
+from memwarden.domain.model.namespaces import subtree_like_pattern
 
 
 def in_subtree(column: str, root: str) -> tuple[Composed, dict[str, Any]]:

@@ -18,10 +18,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from bootstrap.migrate import migrate
-from domain.ledger.database import ConnectionParams, EmbeddedServer
-from domain.services.core import Core
-from domain.settings import Settings
+from memwarden.bootstrap.migrate import migrate
+from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import Settings
 
 
 @pytest.fixture(autouse=True)

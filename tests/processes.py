@@ -53,7 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def cli_last_line(env: dict[str, str], *args: str) -> str:
     """The last line a ``memwarden`` command printed (it must exit 0)."""
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", *args],
+        [sys.executable, "-m", "memwarden.api.cli.main", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -90,7 +90,7 @@ def serving(env: dict[str, str], host: str = "127.0.0.1") -> Iterator[tuple[subp
     (``localhost`` for a browser that keeps Secure cookies there). Stopped on the way out."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli.main", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
     )
     base = f"http://{host}:{port}"
     try:

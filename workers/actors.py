@@ -22,15 +22,15 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from domain.ledger.checkpoints import Checkpoint
-from domain.model.errors import DomainError
-from domain.model.leases import LeaseBusy, LeaseLost
-from domain.model.namespaces import validate_namespace
-from domain.services.autopilot import AutopilotService, PassResult
-from domain.services.checkpoints import CheckpointService
-from domain.services.consolidation import ConsolidationResult, ConsolidationService
-from domain.settings import Settings, deployment_key
-from workers.tickets import TicketState, TicketStore, Write, apply_ticket
+from memwarden.domain.ledger.checkpoints import Checkpoint
+from memwarden.domain.model.errors import DomainError
+from memwarden.domain.model.leases import LeaseBusy, LeaseLost
+from memwarden.domain.model.namespaces import validate_namespace
+from memwarden.domain.services.autopilot import AutopilotService, PassResult
+from memwarden.domain.services.checkpoints import CheckpointService
+from memwarden.domain.services.consolidation import ConsolidationResult, ConsolidationService
+from memwarden.domain.settings import Settings, deployment_key
+from memwarden.workers.tickets import TicketState, TicketStore, Write, apply_ticket
 
 log = logging.getLogger(__name__)
 AUTOPILOT_QUEUE = "autopilot"

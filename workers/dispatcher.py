@@ -1,5 +1,5 @@
 """The dispatchers: each follows the ledger's notification log with its own tracking record
-and hands each new active memory to the autopilot (DESIGN.md section 4, step 9), or each
+and hands each new active memory to the autopilot (docs/architecture.md section 4, step 9), or each
 namespace with new material (memories, faults) to consolidation (section 6).
 
 No trigger is lost between a commit and the queue: the tracking record only advances past
@@ -22,11 +22,11 @@ import msgspec
 import redis
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.app import Ledger
-from domain.ledger.database import FailureRun, database_outage
-from domain.ledger.mapper import Recorded
-from domain.model.events import ContextFaulted, MemoryWritten
-from projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRACKING_TABLE
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.database import FailureRun, database_outage
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import ContextFaulted, MemoryWritten
+from memwarden.projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRACKING_TABLE
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 500

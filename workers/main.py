@@ -12,10 +12,10 @@ from uuid import UUID
 
 import dramatiq
 
-from bootstrap.runtime import Runtime
-from domain.services.autopilot import PassResult
-from domain.settings import Settings
-from workers.actors import (
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.services.autopilot import PassResult
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import (
     AUTOPILOT_QUEUE,
     MAINTENANCE_QUEUE,
     TICKETS_QUEUE,
@@ -28,7 +28,7 @@ from workers.actors import (
     redis_broker,
     run_checkpoint,
 )
-from workers.dispatcher import (
+from memwarden.workers.dispatcher import (
     Background,
     Dispatcher,
     MemoryBatch,
@@ -37,8 +37,8 @@ from workers.dispatcher import (
     memory_batches,
     new_material,
 )
-from workers.metrics import count_in_process, uncount
-from workers.tickets import TicketStore
+from memwarden.workers.metrics import count_in_process, uncount
+from memwarden.workers.tickets import TicketStore
 
 log = logging.getLogger(__name__)
 CHECKPOINT_CHECK_SECONDS = 5.0

@@ -13,9 +13,9 @@ from typing import Any
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from domain.settings import Settings
-from workers.actors import AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, TICKETS_QUEUE, redis_broker
-from workers.dispatcher import Dispatcher
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, TICKETS_QUEUE, redis_broker
+from memwarden.workers.dispatcher import Dispatcher
 
 CONNECT_SECONDS = 0.5
 """A scrape waits at most this long for a Redis that does not answer."""

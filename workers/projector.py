@@ -18,7 +18,7 @@ import threading
 import time
 from types import FrameType
 
-from bootstrap.runtime import Runtime
+from memwarden.bootstrap.runtime import Runtime
 
 log = logging.getLogger(__name__)
 READY_LINE = "projecting"
@@ -61,7 +61,7 @@ class ProjectorProcess:
         builds the configured embedder's vector index), so the API processes start after
         it, not at the same time."""
         process = subprocess.Popen(
-            [sys.executable, "-m", "api.cli.main", "project", "--exit-with-parent"],
+            [sys.executable, "-m", "memwarden.api.cli.main", "project", "--exit-with-parent"],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -30,10 +30,10 @@ import msgspec
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Composable, Identifier
 
-from domain.ledger.database import FailureRun
-from domain.model.errors import DomainError, InvalidRequest
-from domain.model.identity import Identity
-from domain.services.memory import BatchItem
+from memwarden.domain.ledger.database import FailureRun
+from memwarden.domain.model.errors import DomainError, InvalidRequest
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.memory import BatchItem
 
 log = logging.getLogger(__name__)
 STALE_SECONDS = 60.0

@@ -12,15 +12,15 @@ from typing import Any
 
 from psycopg.sql import SQL, Identifier
 
-from bootstrap.runtime import Runtime
-from domain.ledger.chain import ChainReport
-from domain.ledger.recorder import verify_tables
-from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
-from domain.model.errors import DomainError
-from domain.model.identity import Identity
-from domain.services.memory import WriteResult
-from domain.settings import Settings
-from projections.search.service import SearchQuery
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.chain import ChainReport
+from memwarden.domain.ledger.recorder import verify_tables
+from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from memwarden.domain.model.errors import DomainError
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.settings import Settings
+from memwarden.projections.search.service import SearchQuery
 
 Say = Callable[[str], None]
 

@@ -1,4 +1,4 @@
-"""CLI commands of erasure: ``certificates verify FILE``, ``keys rotate-kek``, ``bench erase``."""
+"""CLI commands of erasure: ``certificates verify FILE``, ``keys rotate-kek``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import msgspec
 
-from bootstrap.runtime import Runtime
-from domain.ledger.keys import KEK_BYTES, KeyConfigError, KeyEncryptionKey
-from domain.model.certificates import DeletionCertificate
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.keys import KEK_BYTES, KeyConfigError, KeyEncryptionKey
+from memwarden.domain.model.certificates import DeletionCertificate
+from memwarden.domain.settings import Settings
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -126,13 +126,7 @@ def cmd_keys_rotate_kek(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_erase(args: argparse.Namespace) -> int:
-    from api.cli.bench.erase import run_erase_bench  # noqa: PLC0415 - only this command needs it
-
-    return run_erase_bench(args)
-
-
-def register(sub: Any, keys: Any, bench: Any) -> None:
+def register(sub: Any, keys: Any) -> None:
     """Add the erasure commands to the CLI's parsers."""
     certificates = sub.add_parser("certificates", help="deletion certificates").add_subparsers(
         dest="certificates_command", required=True
@@ -146,9 +140,3 @@ def register(sub: Any, keys: Any, bench: Any) -> None:
     rotate.add_argument("--new-kek-file", help="the new KEK (32 bytes or base64); default: generate one")
     rotate.add_argument("--json", action="store_true")
     rotate.set_defaults(handler=cmd_keys_rotate_kek)
-
-    erase = bench.add_parser("erase", help="erase 1/100/10,000 memories by ids and subject; writer latency")
-    erase.add_argument("--store", type=int, default=100_000, help="memories in the store")
-    erase.add_argument("--baseline-seconds", type=float, default=5.0, help="writer alone, before erasing")
-    erase.add_argument("--json", action="store_true")
-    erase.set_defaults(handler=cmd_bench_erase)

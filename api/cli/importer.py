@@ -40,16 +40,16 @@ from typing import Any, TextIO
 import msgspec
 import yaml
 
-from api.cli.knowledge import OPERATOR, publisher
-from api.cli.progress import ProgressBar
-from api.http.schemas import batch_entry
-from bootstrap.runtime import Runtime
-from domain.model.errors import DomainError, InvalidRequest
-from domain.model.identity import Identity
-from domain.model.namespaces import validate_namespace
-from domain.model.write import Rejection
-from domain.services.knowledge import markdown_files, read_text
-from domain.services.memory import MAX_BATCH_ITEMS, BatchItem, MemoryService, WriteResult
+from memwarden.api.cli.knowledge import OPERATOR, publisher
+from memwarden.api.cli.progress import ProgressBar
+from memwarden.api.http.schemas import batch_entry
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.errors import DomainError, InvalidRequest
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.namespaces import validate_namespace
+from memwarden.domain.model.write import Rejection
+from memwarden.domain.services.knowledge import markdown_files, read_text
+from memwarden.domain.services.memory import MAX_BATCH_ITEMS, BatchItem, MemoryService, WriteResult
 
 MAX_MARKDOWN_BYTES = 1_048_576
 """A Markdown file larger than this is refused unread (the content limit is far below)."""

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from bootstrap.runtime import Runtime
-from domain.embedding import ModelFileRejected, embedder_from_env
-from domain.model.errors import DomainError, InvalidRequest
-from domain.model.identity import Identity
-from domain.model.keys import check_actor_name
-from domain.model.namespaces import tenant_of, validate_namespace
-from domain.model.storable import check_storable
-from domain.services.knowledge import KnowledgeLoadResult, KnowledgeService, chunk_count
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding import ModelFileRejected, embedder_from_env
+from memwarden.domain.model.errors import DomainError, InvalidRequest
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import check_actor_name
+from memwarden.domain.model.namespaces import tenant_of, validate_namespace
+from memwarden.domain.model.storable import check_storable
+from memwarden.domain.services.knowledge import KnowledgeLoadResult, KnowledgeService, chunk_count
 
 OPERATOR = "operator@cli"
 

@@ -13,28 +13,27 @@ from typing import Any, TypeAlias
 import msgspec
 from psycopg.sql import SQL, Identifier
 
-from api.cli.bench.commands import register as register_bench_commands
-from api.cli.bench.commands import register_service_benches
-from api.cli.erasure import register as register_erasure_commands
-from api.cli.importer import register as register_import_command
-from api.cli.knowledge import register as register_knowledge_commands
-from api.cli.listening import announce_when_listening
-from api.cli.migrate import check_configured_database
-from api.cli.migrate import register as register_migrate_command
-from api.cli.reembed import register as register_reembed_command
-from api.cli.timetravel import register as register_time_commands
-from api.mcp.command import register as register_mcp_command
-from bootstrap.migrate import MigrationError
-from bootstrap.runtime import Runtime
-from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
-from domain.model.errors import DomainError
-from domain.model.identity import Identity
-from domain.model.keys import IssueKey
-from domain.model.namespaces import tenant_of, validate_namespace
-from domain.model.text import storable_text_problem
-from domain.settings import Settings
-from projections.governance.views import KeyView
-from workers.cli import register_worker_command
+from memwarden.api.cli.bench import register as register_bench_commands
+from memwarden.api.cli.erasure import register as register_erasure_commands
+from memwarden.api.cli.importer import register as register_import_command
+from memwarden.api.cli.knowledge import register as register_knowledge_commands
+from memwarden.api.cli.listening import announce_when_listening
+from memwarden.api.cli.migrate import check_configured_database
+from memwarden.api.cli.migrate import register as register_migrate_command
+from memwarden.api.cli.reembed import register as register_reembed_command
+from memwarden.api.cli.timetravel import register as register_time_commands
+from memwarden.api.mcp.command import register as register_mcp_command
+from memwarden.bootstrap.migrate import MigrationError
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
+from memwarden.domain.model.errors import DomainError
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.model.namespaces import tenant_of, validate_namespace
+from memwarden.domain.model.text import storable_text_problem
+from memwarden.domain.settings import Settings
+from memwarden.projections.governance.views import KeyView
+from memwarden.workers.cli import register_worker_command
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -47,7 +46,7 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def cmd_demo(_args: argparse.Namespace) -> int:
-    from api.cli.demo import demo_settings, run_demo  # noqa: PLC0415 - only this command needs it
+    from memwarden.api.cli.demo import demo_settings, run_demo  # noqa: PLC0415 - only this command needs it
 
     with demo_settings() as settings, Runtime(settings) as runtime:
         facts = run_demo(runtime)
@@ -193,8 +192,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """The API; by default with a projector process beside it (see workers/projector.py)."""
     import uvicorn  # noqa: PLC0415 - only this command needs it
 
-    from workers.cli import serve_autopilot  # noqa: PLC0415
-    from workers.projector import ProjectorProcess  # noqa: PLC0415
+    from memwarden.workers.cli import serve_autopilot  # noqa: PLC0415
+    from memwarden.workers.projector import ProjectorProcess  # noqa: PLC0415
 
     # The API processes (uvicorn's workers included) inherit these.
     # Several API processes agree on buckets and last writes through Redis.
@@ -215,7 +214,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.run(
-            "api.http.app:app_from_env",
+            "memwarden.api.http.app:app_from_env",
             factory=True,
             host=args.host,
             port=args.port,
@@ -236,7 +235,7 @@ def _exit_on_signal(_signum: int, _frame: object) -> None:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
-    from workers.projector import run_projector  # noqa: PLC0415
+    from memwarden.workers.projector import run_projector  # noqa: PLC0415
 
     return run_projector(exit_with_parent=args.exit_with_parent)
 
@@ -250,16 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     _ledger_commands(sub)
     projections = _projection_commands(sub)
     register_time_commands(sub, projections)
-    bench = register_bench_commands(sub)
+    register_bench_commands(sub)
     keys = _key_commands(sub)
     _serve_commands(sub)
     register_migrate_command(sub)
-    register_erasure_commands(sub, keys, bench)
+    register_erasure_commands(sub, keys)
     register_knowledge_commands(sub)
     register_import_command(sub)
     register_reembed_command(sub)
     register_mcp_command(sub)
-    register_service_benches(bench)
     register_worker_command(sub)
     show_defaults(parser)
     return parser

@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 import psycopg
 
-from bootstrap.migrate import MigrationError, MigrationReport, migrate, require_migrated
-from domain.ledger.database import ConnectionParams, resolve_database
-from domain.settings import Settings
+from memwarden.bootstrap.migrate import MigrationError, MigrationReport, migrate, require_migrated
+from memwarden.domain.ledger.database import ConnectionParams, resolve_database
+from memwarden.domain.settings import Settings
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

@@ -12,11 +12,11 @@ from typing import Any
 
 import msgspec
 
-from api.cli.knowledge import OPERATOR
-from api.cli.progress import ProgressBar
-from bootstrap.runtime import Runtime
-from domain.model.errors import DomainError
-from domain.services.reembed import DEFAULT_BATCH, ReembedReport
+from memwarden.api.cli.knowledge import OPERATOR
+from memwarden.api.cli.progress import ProgressBar
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.errors import DomainError
+from memwarden.domain.services.reembed import DEFAULT_BATCH, ReembedReport
 
 
 class ReembedSummary(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 import msgspec
 from psycopg.sql import SQL, Identifier
 
-from api.cli.progress import staged_progress
-from bootstrap.runtime import Runtime
-from domain.model.asof import AsOfAnswer, AsOfMemory
-from domain.model.errors import DomainError
-from domain.model.namespaces import validate_namespace
-from domain.model.scopes import Subtree
-from domain.model.storable import check_storable
-from domain.model.text import quote_text
-from domain.model.times import parse_time_text
-from projections.rebuild import Rebuilder, RebuildFailed
-from projections.timeline.service import AsOfQuestion
+from memwarden.api.cli.progress import staged_progress
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.asof import AsOfAnswer, AsOfMemory
+from memwarden.domain.model.errors import DomainError
+from memwarden.domain.model.namespaces import validate_namespace
+from memwarden.domain.model.scopes import Subtree
+from memwarden.domain.model.storable import check_storable
+from memwarden.domain.model.text import quote_text
+from memwarden.domain.model.times import parse_time_text
+from memwarden.projections.rebuild import Rebuilder, RebuildFailed
+from memwarden.projections.timeline.service import AsOfQuestion
 
 
 def parse_time(text: str) -> datetime:

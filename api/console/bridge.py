@@ -9,7 +9,7 @@ import httpx
 import msgspec
 from litestar import Request
 
-from domain.model.text import escape_unprintable
+from memwarden.domain.model.text import escape_unprintable
 
 INTERNAL_BASE = "http://console.internal"
 

@@ -14,10 +14,10 @@ from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
-from api.console.bridge import ApiRefused, call_api
-from api.console.diff import diff_memories
-from api.console.queues import MEMORY_COLUMNS, QUEUES, ReviewQueue
-from api.console.session import (
+from memwarden.api.console.bridge import ApiRefused, call_api
+from memwarden.api.console.diff import diff_memories
+from memwarden.api.console.queues import MEMORY_COLUMNS, QUEUES, ReviewQueue
+from memwarden.api.console.session import (
     CONSOLE_ROLES,
     CsrfRefused,
     NoSession,
@@ -27,9 +27,9 @@ from api.console.session import (
     session_cookie,
     session_key,
 )
-from api.http.gate import api_state
-from domain.model.keys import parse_key
-from domain.model.text import escape_unprintable
+from memwarden.api.http.gate import api_state
+from memwarden.domain.model.keys import parse_key
+from memwarden.domain.model.text import escape_unprintable
 
 Req = Request[Any, Any, Any]
 HERE = Path(__file__).parent

@@ -11,7 +11,7 @@ from typing import Any
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
 
-from domain.model.keys import parse_key
+from memwarden.domain.model.keys import parse_key
 
 COOKIE = "memwarden_console"
 PATH = "/console"

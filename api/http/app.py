@@ -14,23 +14,23 @@ from litestar.datastructures import State
 from litestar.middleware import DefineMiddleware
 from litestar.template.config import TemplateConfig
 
-from api.console.pages import TEMPLATES, ConsoleController
-from api.http.body import check_body_types
-from api.http.errors import handle
-from api.http.gate import KeyAuthentication, audit_unaudited, gate
-from api.http.metrics import metrics_middleware
-from api.http.openapi import docs_assets, document_errors, openapi_config, share_document
-from api.http.route_docs import describe_routes
-from api.http.routes.admin import AdminController
-from api.http.routes.compliance import ComplianceController
-from api.http.routes.erasure import ErasureController
-from api.http.routes.health import HEALTH_ROUTES
-from api.http.routes.mem import MemController
-from api.http.routes.timetravel import AsOfController, OpsController
-from api.http.state import MAX_BODY_BYTES, STATE_KEY, ApiState
-from api.mcp.http import McpEndpoint
-from bootstrap.runtime import Runtime
-from domain.settings import Settings
+from memwarden.api.console.pages import TEMPLATES, ConsoleController
+from memwarden.api.http.body import check_body_types
+from memwarden.api.http.errors import handle
+from memwarden.api.http.gate import KeyAuthentication, audit_unaudited, gate
+from memwarden.api.http.metrics import metrics_middleware
+from memwarden.api.http.openapi import docs_assets, document_errors, openapi_config, share_document
+from memwarden.api.http.route_docs import describe_routes
+from memwarden.api.http.routes.admin import AdminController
+from memwarden.api.http.routes.compliance import ComplianceController
+from memwarden.api.http.routes.erasure import ErasureController
+from memwarden.api.http.routes.health import HEALTH_ROUTES
+from memwarden.api.http.routes.mem import MemController
+from memwarden.api.http.routes.timetravel import AsOfController, OpsController
+from memwarden.api.http.state import MAX_BODY_BYTES, STATE_KEY, ApiState
+from memwarden.api.mcp.http import McpEndpoint
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.settings import Settings
 
 PUBLIC_PATHS = ["^/healthz$", "^/readyz$", "^/metrics$", "^/schema"]
 CONSOLE_PATHS = ["^/console"]

@@ -20,11 +20,11 @@ import msgspec.inspect as mi
 from litestar import Litestar
 from litestar.routes import HTTPRoute
 
-from api.http.routing import Syscall, body_type, syscall_of
-from api.http.schemas import Body
-from domain.model.errors import DomainError, IdentityInBody, InvalidRequest
-from domain.model.storable import check_storable, unstorable_field
-from domain.model.text import escape_unprintable
+from memwarden.api.http.routing import Syscall, body_type, syscall_of
+from memwarden.api.http.schemas import Body
+from memwarden.domain.model.errors import DomainError, IdentityInBody, InvalidRequest
+from memwarden.domain.model.storable import check_storable, unstorable_field
+from memwarden.domain.model.text import escape_unprintable
 
 S = TypeVar("S", bound=msgspec.Struct)
 IDENTITY_FIELDS = frozenset({"namespace", "actor", "role", "tenant", "agent_id"})

@@ -12,12 +12,12 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 
-from domain.ledger.database import unavailable
-from domain.model.errors import DomainError, NotFound
-from domain.model.events import AuditOutcome
-from domain.model.policies import TenantSuspended
-from domain.model.text import escape_unprintable
-from projections.runner import ProjectionLag
+from memwarden.domain.ledger.database import unavailable
+from memwarden.domain.model.errors import DomainError, NotFound
+from memwarden.domain.model.events import AuditOutcome
+from memwarden.domain.model.policies import TenantSuspended
+from memwarden.domain.model.text import escape_unprintable
+from memwarden.projections.runner import ProjectionLag
 
 log = logging.getLogger(__name__)
 RETRY_AFTER = 2

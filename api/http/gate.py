@@ -30,20 +30,27 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.types import Scope
 
-from api.http.body import IDENTITY_FIELDS, decode_body
-from api.http.errors import RateLimited, Unauthenticated, audit_outcome, classify
-from api.http.limits import HEAD
-from api.http.routing import Syscall, body_type, syscall_of
-from api.http.state import STATE_KEY, ApiState
-from domain.ledger.database import unavailable
-from domain.model.errors import DomainError, Forbidden, IdentityInBody, InvalidRequest, NotFound, TooLarge
-from domain.model.events import AuditOutcome
-from domain.model.identity import Identity
-from domain.model.keys import parse_key
-from domain.model.policies import EffectivePolicy, check_not_suspended
-from domain.model.text import escape_unprintable, quote_text, storable_text_problem
-from domain.services.commands import SPOOLED, Note
-from domain.services.governance import GovernanceService
+from memwarden.api.http.body import IDENTITY_FIELDS, decode_body
+from memwarden.api.http.errors import RateLimited, Unauthenticated, audit_outcome, classify
+from memwarden.api.http.limits import HEAD
+from memwarden.api.http.routing import Syscall, body_type, syscall_of
+from memwarden.api.http.state import STATE_KEY, ApiState
+from memwarden.domain.ledger.database import unavailable
+from memwarden.domain.model.errors import (
+    DomainError,
+    Forbidden,
+    IdentityInBody,
+    InvalidRequest,
+    NotFound,
+    TooLarge,
+)
+from memwarden.domain.model.events import AuditOutcome
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import parse_key
+from memwarden.domain.model.policies import EffectivePolicy, check_not_suspended
+from memwarden.domain.model.text import escape_unprintable, quote_text, storable_text_problem
+from memwarden.domain.services.commands import SPOOLED, Note
+from memwarden.domain.services.governance import GovernanceService
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import redis
 import redis.asyncio
 
-from api.http.metrics import Metrics
+from memwarden.api.http.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.http.routing import syscall_of
+from memwarden.api.http.routing import syscall_of
 
 Labels = tuple[tuple[str, str], ...]
 

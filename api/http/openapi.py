@@ -36,8 +36,8 @@ from litestar.routes import HTTPRoute
 from litestar.static_files import create_static_files_router
 from swagger_ui_bundle import swagger_ui_path
 
-from api.http.errors import STATUS, ErrorBody
-from api.http.routing import body_type, syscall_of
+from memwarden.api.http.errors import STATUS, ErrorBody
+from memwarden.api.http.routing import body_type, syscall_of
 
 ASSETS = "/schema/assets"
 ERROR_SCHEMA = "ErrorBody"

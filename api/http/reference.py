@@ -1,6 +1,6 @@
 """docs/reference.md, generated from the app's OpenAPI document: every route with its
-roles, body, answer and errors. ``python -m api.http.reference`` rewrites the file;
-``python -m api.http.reference --check`` exits 1 when it is out of date (the tests check it)."""
+roles, body, answer and errors. ``python -m memwarden.api.http.reference`` rewrites the file;
+``python -m memwarden.api.http.reference --check`` exits 1 when it is out of date (the tests check it)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from api.http.app import create_app
+from memwarden.api.http.app import create_app
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
 HEADER = """# memwarden — API reference
 
-Generated from the OpenAPI document (`/schema/openapi.json`) by `python -m api.http.reference`;
+Generated from the OpenAPI document (`/schema/openapi.json`) by `python -m memwarden.api.http.reference`;
 do not edit by hand. The contract and its rules are in the repository's README and
 DESIGN notes; every request but the public ones carries `Authorization: Bearer mw_…`, and
 every error is `{"error": "<code>", "detail": "<human sentence>"}`.
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = REFERENCE.read_text(encoding="utf-8") if REFERENCE.exists() else ""
         if current != text:
-            sys.stderr.write(f"{REFERENCE} is out of date: run python -m api.http.reference\n")
+            sys.stderr.write(f"{REFERENCE} is out of date: run python -m memwarden.api.http.reference\n")
             return 1
         return 0
     REFERENCE.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from litestar.enums import HttpMethod
 from litestar.openapi.spec import Operation
 from litestar.routes import HTTPRoute
 
-from api.http.routing import syscall_of
+from memwarden.api.http.routing import syscall_of
 
 ROUTES: dict[str, tuple[str, str]] = {
     "write": (

@@ -22,8 +22,8 @@ from litestar.openapi.spec import Reference, Schema
 from litestar.typing import FieldDefinition
 from typing_extensions import override
 
-from domain.model.errors import InvalidRequest
-from domain.model.identity import ROLES
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.identity import ROLES
 
 if TYPE_CHECKING:
     from litestar._openapi.schema_generation import SchemaCreator

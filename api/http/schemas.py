@@ -8,12 +8,12 @@ from uuid import UUID
 
 import msgspec
 
-from domain.ledger.checkpoints import Checkpoint
-from domain.model.classification import Classification
-from domain.model.commands import ProvenanceClaim, WriteMemory
-from domain.model.consolidation import ProposalState
-from domain.model.errors import InvalidRequest
-from domain.model.events import (
+from memwarden.domain.ledger.checkpoints import Checkpoint
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.consolidation import ProposalState
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.events import (
     ConflictReview,
     Directive,
     DisputeDecision,
@@ -21,14 +21,14 @@ from domain.model.events import (
     MemoryScope,
     MemoryType,
 )
-from domain.model.policies import PolicyBody
-from domain.model.storable import unstorable_field
-from domain.model.text import escape_unprintable, quote_text
-from domain.model.times import parse_time_text
-from domain.model.write import Rejection
-from domain.services.memory import MAX_BATCH_ITEMS, BatchItem, FactResult, WriteResult
-from projections.governance.views import AuditView
-from projections.search.service import SearchQuery
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.model.storable import unstorable_field
+from memwarden.domain.model.text import escape_unprintable, quote_text
+from memwarden.domain.model.times import parse_time_text
+from memwarden.domain.model.write import Rejection
+from memwarden.domain.services.memory import MAX_BATCH_ITEMS, BatchItem, FactResult, WriteResult
+from memwarden.projections.governance.views import AuditView
+from memwarden.projections.search.service import SearchQuery
 
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time on the wire must carry its zone (API.md): a naive time is refused (400)."""

@@ -7,17 +7,17 @@ from uuid import UUID
 
 import redis
 
-from api.http.limits import CallerState, ProcessCallerState, RedisCallerState, TokenBuckets
-from api.http.metrics import Metrics
-from api.http.schemas import TicketStatus, WriteBody
-from bootstrap.runtime import Runtime, api_runtime
-from domain.model.identity import Identity
-from domain.services.governance import GovernanceService
-from domain.services.memory import MemoryService
-from domain.settings import Settings, deployment_key
-from projections.reads import ReadModels
-from workers.actors import TicketSender
-from workers.tickets import UNTAKEN_SECONDS, TicketStore, TicketWorker
+from memwarden.api.http.limits import CallerState, ProcessCallerState, RedisCallerState, TokenBuckets
+from memwarden.api.http.metrics import Metrics
+from memwarden.api.http.schemas import TicketStatus, WriteBody
+from memwarden.bootstrap.runtime import Runtime, api_runtime
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.governance import GovernanceService
+from memwarden.domain.services.memory import MemoryService
+from memwarden.domain.settings import Settings, deployment_key
+from memwarden.projections.reads import ReadModels
+from memwarden.workers.actors import TicketSender
+from memwarden.workers.tickets import UNTAKEN_SECONDS, TicketStore, TicketWorker
 
 log = logging.getLogger(__name__)
 

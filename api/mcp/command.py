@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from domain.model.keys import parse_key
+from memwarden.domain.model.keys import parse_key
 
 KEY_VARIABLE = "MEMWARDEN_API_KEY"
 URL_VARIABLE = "MEMWARDEN_URL"
@@ -20,7 +20,7 @@ def cmd_mcp(_args: argparse.Namespace) -> int:
         return 2
     import anyio  # noqa: PLC0415 - the MCP server only when this command runs
 
-    from api.mcp.stdio import serve_stdio  # noqa: PLC0415
+    from memwarden.api.mcp.stdio import serve_stdio  # noqa: PLC0415
 
     anyio.run(serve_stdio, key, os.environ.get(URL_VARIABLE, "").strip() or None)
     return 0

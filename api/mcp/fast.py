@@ -24,7 +24,7 @@ from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from api.mcp.server import ToolAnswer
+from memwarden.api.mcp.server import ToolAnswer
 
 Headers = dict[str, str]
 _ROUTING = (b"mcp-protocol-version", b"mcp-method", b"mcp-name")

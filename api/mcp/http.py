@@ -22,10 +22,10 @@ from litestar import Litestar, asgi
 from litestar.handlers import ASGIRouteHandler
 from litestar.types import Receive, Scope, Send
 
-from api.http.routing import SYSCALL, Syscall
+from memwarden.api.http.routing import SYSCALL, Syscall
 
 if TYPE_CHECKING:
-    from api.mcp.streamable import McpService
+    from memwarden.api.mcp.streamable import McpService
 
 MCP_PATH = "/mcp"
 logging.getLogger("mcp").setLevel(logging.WARNING)
@@ -34,7 +34,7 @@ metrics and audit records say what was called."""
 
 
 def _service_class() -> type[McpService]:
-    from api.mcp.streamable import McpService  # noqa: PLC0415 - the SDK on the first /mcp request
+    from memwarden.api.mcp.streamable import McpService  # noqa: PLC0415 - the SDK on the first /mcp request
 
     return McpService
 

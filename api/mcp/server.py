@@ -15,8 +15,8 @@ import msgspec
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from api.mcp.syscalls import Reply, Syscalls
-from api.mcp.tools import BY_NAME, listing, no_header_parameters
+from memwarden.api.mcp.syscalls import Reply, Syscalls
+from memwarden.api.mcp.tools import BY_NAME, listing, no_header_parameters
 
 SERVER_NAME = "memwarden"
 INSTRUCTIONS = (

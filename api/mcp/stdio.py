@@ -11,9 +11,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from api.mcp.server import build_server
-from api.mcp.syscalls import AppSyscalls, RemoteSyscalls
-from domain.settings import Settings
+from memwarden.api.mcp.server import build_server
+from memwarden.api.mcp.syscalls import AppSyscalls, RemoteSyscalls
+from memwarden.domain.settings import Settings
 
 
 async def _run(server: Server[Any]) -> None:
@@ -34,7 +34,7 @@ async def serve_stdio(key: str, url: str | None) -> None:
         finally:
             await remote.close()
         return
-    from api.http.app import create_app  # noqa: PLC0415 - the local app only when no URL is given
+    from memwarden.api.http.app import create_app  # noqa: PLC0415 - the local app only when no URL is given
 
     app = create_app(Settings.from_env())
     async with app.lifespan():

@@ -14,10 +14,10 @@ from litestar.types import Receive, Scope, Send
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from api.http.state import MAX_BODY_BYTES
-from api.mcp.fast import response, routing_headers, tool_call
-from api.mcp.server import build_server, call_tool
-from api.mcp.syscalls import AppSyscalls
+from memwarden.api.http.state import MAX_BODY_BYTES
+from memwarden.api.mcp.fast import response, routing_headers, tool_call
+from memwarden.api.mcp.server import build_server, call_tool
+from memwarden.api.mcp.syscalls import AppSyscalls
 
 MAX_MCP_BODY = 4 * MAX_BODY_BYTES
 """A syscall body over the API's limit still reaches the gate, which answers too_large."""

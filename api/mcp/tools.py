@@ -10,8 +10,8 @@ from typing import Any
 import mcp_types as types
 import msgspec
 
-from api.http.routes.erasure import ForgetBody
-from api.http.schemas import (
+from memwarden.api.http.routes.erasure import ForgetBody
+from memwarden.api.http.schemas import (
     AckBody,
     AssembleBody,
     FaultBody,

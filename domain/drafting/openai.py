@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 import msgspec
 
-from domain.chat import BadAnswer, ChatEndpoint
-from domain.endpoint import EndpointError
-from domain.model.consolidation import Drafter, DraftFailed
-from domain.model.events import ProposalKind
-from domain.settings import Settings
+from memwarden.domain.chat import BadAnswer, ChatEndpoint
+from memwarden.domain.endpoint import EndpointError
+from memwarden.domain.model.consolidation import Drafter, DraftFailed
+from memwarden.domain.model.events import ProposalKind
+from memwarden.domain.settings import Settings
 
 MAX_RESPONSE_BYTES = 64 * 1024
 MAX_STATEMENTS = 20

@@ -4,7 +4,7 @@
 :class:`MiniLMEmbedder` is made.
 """
 
-from domain.embedding.base import (
+from memwarden.domain.embedding.base import (
     CachingEmbedder,
     Embedder,
     EmbedderUnavailable,
@@ -15,11 +15,11 @@ from domain.embedding.base import (
     vector_from_bytes,
     vector_to_bytes,
 )
-from domain.embedding.batching import BatchingEmbedder
-from domain.embedding.factory import embedder_for_model, embedder_from_env
-from domain.embedding.hashing import HashEmbedder
-from domain.embedding.minilm import MiniLMEmbedder, shared_minilm
-from domain.embedding.openai import OpenAIEmbedder
+from memwarden.domain.embedding.batching import BatchingEmbedder
+from memwarden.domain.embedding.factory import embedder_for_model, embedder_from_env
+from memwarden.domain.embedding.hashing import HashEmbedder
+from memwarden.domain.embedding.minilm import MiniLMEmbedder, shared_minilm
+from memwarden.domain.embedding.openai import OpenAIEmbedder
 
 __all__ = [
     "BatchingEmbedder",

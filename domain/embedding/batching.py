@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from domain.embedding.base import Embedder, EmbedderUnavailable, EmbedderWrapper, Matrix
+from memwarden.domain.embedding.base import Embedder, EmbedderUnavailable, EmbedderWrapper, Matrix
 
 MAX_BATCH = 64
 

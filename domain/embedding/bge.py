@@ -14,7 +14,7 @@ and without it a memory and a query are embedded alike (the cache serves both).
 
 from __future__ import annotations
 
-from domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile, Shared
+from memwarden.domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile, Shared
 
 MODEL_ID = "bge-small-en-v1.5-int8"
 DIMENSIONS = 384

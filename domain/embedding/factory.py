@@ -19,15 +19,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from domain.embedding.base import CachingEmbedder, Embedder
-from domain.embedding.batching import BatchingEmbedder
-from domain.embedding.bge import MODEL_ID as BGE_ID
-from domain.embedding.bge import shared_bge_small
-from domain.embedding.hashing import HASH_PREFIX, HashEmbedder
-from domain.embedding.minilm import MODEL_ID as MINILM_ID
-from domain.embedding.minilm import shared_minilm
-from domain.embedding.openai import OpenAIEmbedder
-from domain.settings import positive_number
+from memwarden.domain.embedding.base import CachingEmbedder, Embedder
+from memwarden.domain.embedding.batching import BatchingEmbedder
+from memwarden.domain.embedding.bge import MODEL_ID as BGE_ID
+from memwarden.domain.embedding.bge import shared_bge_small
+from memwarden.domain.embedding.hashing import HASH_PREFIX, HashEmbedder
+from memwarden.domain.embedding.minilm import MODEL_ID as MINILM_ID
+from memwarden.domain.embedding.minilm import shared_minilm
+from memwarden.domain.embedding.openai import OpenAIEmbedder
+from memwarden.domain.settings import positive_number
 
 CHOICES = ("minilm", "bge", "openai", "hash", "hash-<dimensions>", "none")
 

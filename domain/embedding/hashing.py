@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from domain.embedding.base import Matrix, normalize_rows
+from memwarden.domain.embedding.base import Matrix, normalize_rows
 
 _WORD = re.compile(r"\w+")
 _PERSON = b"memwarden-hash1"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile, Shared, read_pinned
+from memwarden.domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile, Shared, read_pinned
 
 __all__ = ["MODEL_SHA256", "TOKENIZER_SHA256", "MiniLMEmbedder", "read_pinned", "shared_minilm"]
 

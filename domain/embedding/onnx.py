@@ -24,7 +24,13 @@ from typing import Any, Generic, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from domain.embedding.base import EmbedderUnavailable, Matrix, ModelFileRejected, check_texts, normalize_rows
+from memwarden.domain.embedding.base import (
+    EmbedderUnavailable,
+    Matrix,
+    ModelFileRejected,
+    check_texts,
+    normalize_rows,
+)
 
 
 @dataclass(frozen=True)

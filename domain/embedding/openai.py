@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from domain.embedding.base import EmbedderUnavailable, Matrix, check_texts, normalize_rows
-from domain.endpoint import EndpointError, endpoint_url, post_json
+from memwarden.domain.embedding.base import EmbedderUnavailable, Matrix, check_texts, normalize_rows
+from memwarden.domain.endpoint import EndpointError, endpoint_url, post_json
 
 MAX_INPUTS_PER_REQUEST = 128
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024

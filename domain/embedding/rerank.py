@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from domain.embedding.base import Matrix, check_texts
-from domain.embedding.onnx import Encoded, ModelSpec, OnnxEncoder, PinnedFile, Shared, by_length
-from domain.settings import positive_number
+from memwarden.domain.embedding.base import Matrix, check_texts
+from memwarden.domain.embedding.onnx import Encoded, ModelSpec, OnnxEncoder, PinnedFile, Shared, by_length
+from memwarden.domain.settings import positive_number
 
 MODEL_ID = "ms-marco-MiniLM-L-12-v2-int8"
 MAX_TOKENS = 512

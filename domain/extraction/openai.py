@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from domain.chat import ChatEndpoint
-from domain.endpoint import EndpointError
-from domain.extraction.base import ExtractionFailed
-from domain.extraction.parsing import facts_from_completion
-from domain.settings import Settings
+from memwarden.domain.chat import ChatEndpoint
+from memwarden.domain.endpoint import EndpointError
+from memwarden.domain.extraction.base import ExtractionFailed
+from memwarden.domain.extraction.parsing import facts_from_completion
+from memwarden.domain.settings import Settings
 
 MAX_RESPONSE_BYTES = 1024 * 1024
 SYSTEM_PROMPT = (

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from domain.extraction.base import ExtractionFailed
-from domain.model.text import normalize, storable_text_problem
+from memwarden.domain.extraction.base import ExtractionFailed
+from memwarden.domain.model.text import normalize, storable_text_problem
 
 _FENCE = re.compile(r"\A```[\w-]*[ \t]*\n(?P<body>.*)\n[ \t]*```\Z", re.DOTALL)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import msgspec
 
-from domain.chat import BadAnswer, ChatEndpoint
-from domain.endpoint import EndpointError
-from domain.model.judging import Judge, Judgement, JudgeUnavailable, RulesJudge, Statement, Verdict
-from domain.settings import Settings
+from memwarden.domain.chat import BadAnswer, ChatEndpoint
+from memwarden.domain.endpoint import EndpointError
+from memwarden.domain.model.judging import Judge, Judgement, JudgeUnavailable, RulesJudge, Statement, Verdict
+from memwarden.domain.settings import Settings
 
 MAX_RESPONSE_BYTES = 64 * 1024
 SYSTEM_PROMPT = (

@@ -14,32 +14,42 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger import locks
-from domain.ledger.audit_spool import AuditSpool
-from domain.ledger.certificates import CertificateCheck, check_certificate_signature, sign_certificate
-from domain.ledger.chain import ChainReport
-from domain.ledger.checkpoints import (
+from memwarden.domain.ledger import locks
+from memwarden.domain.ledger.audit_spool import AuditSpool
+from memwarden.domain.ledger.certificates import (
+    CertificateCheck,
+    check_certificate_signature,
+    sign_certificate,
+)
+from memwarden.domain.ledger.chain import ChainReport
+from memwarden.domain.ledger.checkpoints import (
     Checkpoint,
     CheckpointLog,
     CheckpointSigner,
     verify_checkpoint_signature,
 )
-from domain.ledger.database import ConnectionParams, unavailable
-from domain.ledger.group_commit import CommitterPerKey, GroupCommitter
-from domain.ledger.keys import KeyEncryptionKey, SigningKey
-from domain.ledger.mapper import Recorded, SealingMapper
-from domain.ledger.recorder import (
+from memwarden.domain.ledger.database import ConnectionParams, unavailable
+from memwarden.domain.ledger.group_commit import CommitterPerKey, GroupCommitter
+from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
+from memwarden.domain.ledger.mapper import Recorded, SealingMapper
+from memwarden.domain.ledger.recorder import (
     EVENTS_TABLE,
     AppendGroup,
     ChainedApplicationRecorder,
     DataKeyRow,
     GroupResult,
 )
-from domain.ledger.sealing import DataKeys, unwrap_key, wrap_key
-from domain.model.certificates import DeletionCertificate
-from domain.model.events import EVENT_TYPES, AuditRecorded, ErasureCertified, KnowledgeErased, MemoryErased
-from domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
-from domain.settings import LEDGER_CHAINS, SCHEMA
+from memwarden.domain.ledger.sealing import DataKeys, unwrap_key, wrap_key
+from memwarden.domain.model.certificates import DeletionCertificate
+from memwarden.domain.model.events import (
+    EVENT_TYPES,
+    AuditRecorded,
+    ErasureCertified,
+    KnowledgeErased,
+    MemoryErased,
+)
+from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
+from memwarden.domain.settings import LEDGER_CHAINS, SCHEMA
 
 
 class StreamConflict(Exception):
@@ -63,7 +73,7 @@ def ledger_env(params: ConnectionParams, pool_size: int = 8, timeout_seconds: fl
     connection and a connection attempt, so a request fails fast when the database is down."""
     return {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "APPLICATION_RECORDER_TOPIC": "domain.ledger.recorder:ChainedApplicationRecorder",
+        "APPLICATION_RECORDER_TOPIC": "memwarden.domain.ledger.recorder:ChainedApplicationRecorder",
         "POSTGRES_DBNAME": params.dbname,
         "POSTGRES_HOST": params.host,
         "POSTGRES_PORT": params.port,

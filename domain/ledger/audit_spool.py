@@ -28,7 +28,7 @@ from typing import IO
 
 import msgspec
 
-from domain.model.events import AuditRecorded
+from memwarden.domain.model.events import AuditRecorded
 
 log = logging.getLogger(__name__)
 

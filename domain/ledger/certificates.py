@@ -13,8 +13,8 @@ import msgspec
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from domain.ledger.keys import SigningKey
-from domain.model.certificates import DeletionCertificate, certificate_message, certificate_problem
+from memwarden.domain.ledger.keys import SigningKey
+from memwarden.domain.model.certificates import DeletionCertificate, certificate_message, certificate_problem
 
 
 class CertificateCheck(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.keys import SigningKey, public_key_bytes
+from memwarden.domain.ledger.keys import SigningKey, public_key_bytes
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

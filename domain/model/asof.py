@@ -1,4 +1,4 @@
-"""Time travel, the rules (DESIGN.md section 3, "Bitemporal reads"). Pure: no clock, no I/O.
+"""Time travel, the rules (docs/architecture.md section 3, "Bitemporal reads"). Pure: no clock, no I/O.
 
 Which events are *known at T*
 -----------------------------
@@ -33,7 +33,7 @@ from uuid import UUID
 import msgspec
 from msgspec.structs import replace
 
-from domain.model.events import (
+from memwarden.domain.model.events import (
     Event,
     MemoryEvent,
     MemoryReaffirmed,
@@ -45,10 +45,10 @@ from domain.model.events import (
     MemoryWritten,
     TrustTier,
 )
-from domain.model.memory import MemoryState
+from memwarden.domain.model.memory import MemoryState
 
 ERASED_EVENT = "MemoryErased"
-"""The erasure event (crypto-shredding, DESIGN.md section 8), recognised by name."""
+"""The erasure event (crypto-shredding, docs/architecture.md section 8), recognised by name."""
 
 
 class Standing(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,4 +1,4 @@
-"""The conflict autopilot's rules (DESIGN.md section 5): a memory's pass, findings and
+"""The conflict autopilot's rules (docs/architecture.md section 5): a memory's pass, findings and
 automatic settlements, and a reviewer's answer to each. Pure: states, a judgement, the
 namespace's dial, ``now`` and ids in; events out.
 
@@ -25,8 +25,8 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 import msgspec
 from msgspec.structs import replace
 
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import (
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.events import (
     ConflictReview,
     ConflictSettled,
     ConflictsJudged,
@@ -39,12 +39,12 @@ from domain.model.events import (
     MemoryWritten,
     SettlementOverturned,
 )
-from domain.model.identity import REVIEWER_ROLES, Identity
-from domain.model.judging import Judgement
-from domain.model.memory import MemoryState
-from domain.model.namespaces import is_within
-from domain.model.storable import check_storable
-from domain.model.write import supersede
+from memwarden.domain.model.identity import REVIEWER_ROLES, Identity
+from memwarden.domain.model.judging import Judgement
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.model.namespaces import is_within
+from memwarden.domain.model.storable import check_storable
+from memwarden.domain.model.write import supersede
 
 AUTOPILOT = "autopilot"
 """The pass's name (its leases) and the supersedence reason of its settlements."""

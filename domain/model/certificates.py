@@ -13,7 +13,7 @@ from uuid import UUID
 
 import msgspec
 
-from domain.model.text import normalize
+from memwarden.domain.model.text import normalize
 
 CERTIFICATE_KIND = "memwarden-deletion-certificate-v1"
 TargetKind = Literal["ids", "subject", "subtree"]

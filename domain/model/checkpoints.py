@@ -1,4 +1,4 @@
-"""Periodic signed checkpoints (DESIGN.md section 2): when the chain head is due for one.
+"""Periodic signed checkpoints (docs/architecture.md section 2): when the chain head is due for one.
 Pure: the last checkpoint's position and time, the head, the events since and ``now`` in;
 a yes or no out.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from domain.model.events import Event, LeaseEvent
+from memwarden.domain.model.events import Event, LeaseEvent
 
 CHECKPOINTS = "checkpoints"
 """The pass's name (its lease)."""

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import msgspec
 
-from domain.model.events import DisputeDecision, MemoryScope, MemoryType
+from memwarden.domain.model.events import DisputeDecision, MemoryScope, MemoryType
 
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time with its zone: a naive time cannot be ordered against the ledger's times."""

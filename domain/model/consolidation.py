@@ -1,4 +1,4 @@
-"""Consolidation's rules (DESIGN.md section 6): clusters of a namespace's memories, the
+"""Consolidation's rules (docs/architecture.md section 6): clusters of a namespace's memories, the
 proposals drafted from them, and a reviewer's answer to each. Pure: memory states, their
 near-duplicate pairs, ``now`` and the lease token in; events out.
 
@@ -28,9 +28,9 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 import msgspec
 from msgspec.structs import replace
 
-from domain.model.autopilot import check_reviewer
-from domain.model.errors import InvalidRequest, InvalidState
-from domain.model.events import (
+from memwarden.domain.model.autopilot import check_reviewer
+from memwarden.domain.model.errors import InvalidRequest, InvalidState
+from memwarden.domain.model.events import (
     ContextFaulted,
     Event,
     ProposalApproved,
@@ -40,10 +40,10 @@ from domain.model.events import (
     ProposalRejected,
     ProposalTextDrafted,
 )
-from domain.model.identity import Identity
-from domain.model.memory import MemoryState
-from domain.model.storable import check_storable
-from domain.model.text import invisible_character, is_low_information, storable_text_problem
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.model.storable import check_storable
+from memwarden.domain.model.text import invisible_character, is_low_information, storable_text_problem
 
 CONSOLIDATION = "consolidation"
 """The pass's name (its leases) and the provenance of what approval publishes."""

@@ -7,9 +7,9 @@ from uuid import UUID
 
 import msgspec
 
-from domain.model.commands import ResolveDispute, WritePolicy
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import (
+from memwarden.domain.model.commands import ResolveDispute, WritePolicy
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.events import (
     ClaimSet,
     DisputeResolved,
     Event,
@@ -19,12 +19,12 @@ from domain.model.events import (
     MemoryWritten,
     Provenance,
 )
-from domain.model.identity import REVIEWER_ROLES, Identity
-from domain.model.memory import Claim, DisputeState, MemoryState
-from domain.model.namespaces import is_within
-from domain.model.storable import check_storable
-from domain.model.text import normalize
-from domain.model.write import stays_current, supersede, verify_content
+from memwarden.domain.model.identity import REVIEWER_ROLES, Identity
+from memwarden.domain.model.memory import Claim, DisputeState, MemoryState
+from memwarden.domain.model.namespaces import is_within
+from memwarden.domain.model.storable import check_storable
+from memwarden.domain.model.text import normalize
+from memwarden.domain.model.write import stays_current, supersede, verify_content
 
 
 class ResolveState(msgspec.Struct, frozen=True, kw_only=True):

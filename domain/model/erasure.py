@@ -1,4 +1,4 @@
-"""The forget decider (DESIGN.md section 8): who may erase what, downward only.
+"""The forget decider (docs/architecture.md section 8): who may erase what, downward only.
 
 Pure: the service finds candidate memories and knowledge documents and loads their
 authoritative state; this module decides which of them are erased, refuses anything outside
@@ -18,15 +18,15 @@ from uuid import UUID
 
 import msgspec
 
-from domain.model.certificates import DeletionCertificate, TargetKind, subject_digest
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound, OutsideSubtree
-from domain.model.events import KnowledgeErased, MemoryErased
-from domain.model.identity import REVIEWER_ROLES, Identity
-from domain.model.knowledge import KnowledgeState
-from domain.model.memory import MemoryState
-from domain.model.namespaces import ancestors, is_within, validate_namespace
-from domain.model.storable import check_storable
-from domain.model.text import normalize_key
+from memwarden.domain.model.certificates import DeletionCertificate, TargetKind, subject_digest
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound, OutsideSubtree
+from memwarden.domain.model.events import KnowledgeErased, MemoryErased
+from memwarden.domain.model.identity import REVIEWER_ROLES, Identity
+from memwarden.domain.model.knowledge import KnowledgeState
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.model.namespaces import ancestors, is_within, validate_namespace
+from memwarden.domain.model.storable import check_storable
+from memwarden.domain.model.text import normalize_key
 
 MAX_FORGET_IDS = 100_000
 MAX_REASON_LENGTH = 1_000

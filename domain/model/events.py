@@ -13,8 +13,8 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
 
-from domain.model.certificates import DeletionCertificate
-from domain.model.classification import Classification
+from memwarden.domain.model.certificates import DeletionCertificate
+from memwarden.domain.model.classification import Classification
 
 MemoryType = Literal["fact", "preference", "episode", "pointer", "instruction"]
 MemoryScope = Literal["user", "assistant", "team", "org"]

@@ -1,4 +1,4 @@
-"""Judges: does one statement contradict another? (DESIGN.md section 5)
+"""Judges: does one statement contradict another? (docs/architecture.md section 5)
 
 A judge takes two ``Statement``s and returns a ``Judgement``: ``contradiction`` or
 ``compatible``, the rule that decided and a short explanation. A judge that cannot answer

@@ -11,12 +11,12 @@ from datetime import datetime
 
 import msgspec
 
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound, OutsideSubtree
-from domain.model.events import Event, KeyIssued, KeyRevoked
-from domain.model.identity import REVIEWER_ROLES, ROLE_LEVEL, ROLES, Identity, Role
-from domain.model.namespaces import is_within, validate_namespace
-from domain.model.storable import check_storable
-from domain.model.text import invisible_character
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound, OutsideSubtree
+from memwarden.domain.model.events import Event, KeyIssued, KeyRevoked
+from memwarden.domain.model.identity import REVIEWER_ROLES, ROLE_LEVEL, ROLES, Identity, Role
+from memwarden.domain.model.namespaces import is_within, validate_namespace
+from memwarden.domain.model.storable import check_storable
+from memwarden.domain.model.text import invisible_character
 
 KEY_PREFIX = "mw"
 _KEY = re.compile(r"mw_([0-9a-f]{32})_([A-Za-z0-9]{20,128})")

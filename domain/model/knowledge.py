@@ -1,4 +1,4 @@
-"""L3 knowledge documents (DESIGN.md section 6): markdown with YAML front matter, published
+"""L3 knowledge documents (docs/architecture.md section 6): markdown with YAML front matter, published
 as immutable, versioned ``KnowledgePublished`` events. Pure: no I/O, no clock.
 
 A document's stream is keyed by (namespace, slug); each version is a whole new event, so a
@@ -22,14 +22,14 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 import msgspec
 import yaml
 
-from domain.model.commands import WritePolicy
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, OutsideSubtree
-from domain.model.events import Event, KnowledgeChunk, KnowledgeErased, KnowledgePublished
-from domain.model.identity import REVIEWER_ROLES, Identity
-from domain.model.namespaces import is_within, tenant_of, validate_namespace
-from domain.model.storable import unstorable_field
-from domain.model.text import quote_text
-from domain.model.write import MAX_TAG_LENGTH, MAX_TAGS, Rejection, verify_content
+from memwarden.domain.model.commands import WritePolicy
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, OutsideSubtree
+from memwarden.domain.model.events import Event, KnowledgeChunk, KnowledgeErased, KnowledgePublished
+from memwarden.domain.model.identity import REVIEWER_ROLES, Identity
+from memwarden.domain.model.namespaces import is_within, tenant_of, validate_namespace
+from memwarden.domain.model.storable import unstorable_field
+from memwarden.domain.model.text import quote_text
+from memwarden.domain.model.write import MAX_TAG_LENGTH, MAX_TAGS, Rejection, verify_content
 
 FRONT_MATTER_KEYS = frozenset({"title", "slug", "namespace", "tags"})
 MAX_CHUNK_CHARS = 1_200

@@ -17,8 +17,8 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
 
-from domain.model.errors import DomainError
-from domain.model.events import LeaseEvent, LeaseReleased, LeaseTaken
+from memwarden.domain.model.errors import DomainError
+from memwarden.domain.model.events import LeaseEvent, LeaseReleased, LeaseTaken
 
 
 class LeaseBusy(DomainError):

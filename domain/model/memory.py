@@ -9,8 +9,8 @@ from uuid import UUID
 import msgspec
 from msgspec.structs import replace
 
-from domain.model.classification import Classification
-from domain.model.events import (
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.events import (
     ClaimKind,
     ClaimSet,
     DisputeDecision,
@@ -31,8 +31,8 @@ from domain.model.events import (
     Provenance,
     TrustTier,
 )
-from domain.model.text import normalize
-from domain.model.trust import rank_of
+from memwarden.domain.model.text import normalize
+from memwarden.domain.model.trust import rank_of
 
 
 class Verification(msgspec.Struct, frozen=True):
@@ -94,7 +94,7 @@ class MemoryState(msgspec.Struct, frozen=True, kw_only=True):
         return frozenset(p.actor for p in self.provenance)
 
     def is_current(self, now: datetime) -> bool:
-        """Believed now and valid now (DESIGN.md section 3)."""
+        """Believed now and valid now (docs/architecture.md section 3)."""
         return (
             self.status == "active"
             and self.retired_at is None

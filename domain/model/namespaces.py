@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from domain.model.errors import InvalidRequest
-from domain.model.text import quote_text, storable_text_problem
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.text import quote_text, storable_text_problem
 
 MAX_NAMESPACE_LENGTH = 255
 MAX_DEPTH = 16

@@ -11,8 +11,8 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
 
-from domain.model.commands import WritePolicy
-from domain.model.errors import (
+from memwarden.domain.model.commands import WritePolicy
+from memwarden.domain.model.errors import (
     DomainError,
     Forbidden,
     InvalidRequest,
@@ -20,10 +20,10 @@ from domain.model.errors import (
     NotFound,
     OutsideSubtree,
 )
-from domain.model.events import ConflictReview, Directive, DirectiveAcknowledged, PolicySet
-from domain.model.identity import REVIEWER_ROLES, Identity
-from domain.model.namespaces import ancestors, is_within, validate_namespace
-from domain.model.storable import check_storable
+from memwarden.domain.model.events import ConflictReview, Directive, DirectiveAcknowledged, PolicySet
+from memwarden.domain.model.identity import REVIEWER_ROLES, Identity
+from memwarden.domain.model.namespaces import ancestors, is_within, validate_namespace
+from memwarden.domain.model.storable import check_storable
 
 DEFAULT_CONFLICT_REVIEW: ConflictReview = "lower_trust"
 DEFAULT_RATE_LIMIT_PER_MINUTE = 1_200

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domain.model.errors import InvalidState
-from domain.model.events import EmbeddingModelAdopted, MemoryReembedded
-from domain.model.memory import MemoryState
+from memwarden.domain.model.errors import InvalidState
+from memwarden.domain.model.events import EmbeddingModelAdopted, MemoryReembedded
+from memwarden.domain.model.memory import MemoryState
 
 REEMBEDDING = "reembed"
 """The pass's name (its lease, and its audit records' op)."""

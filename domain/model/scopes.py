@@ -1,7 +1,7 @@
 """The namespaces a read covers, as something ``in`` can test. Pure.
 
 An agent's scope is an enumerated set (its namespace and ancestors: it looks *up*);
-compliance staff look *down* a ``Subtree`` (DESIGN.md §7). Both engines of an as-of
+compliance staff look *down* a ``Subtree`` (docs/architecture.md §7). Both engines of an as-of
 answer (SQL and ledger replay) test membership through the same rule, ``is_within``.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from domain.model.namespaces import is_within
+from memwarden.domain.model.namespaces import is_within
 
 
 class Subtree(msgspec.Struct, frozen=True):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from domain.model.errors import Forbidden, InvalidRequest, NotFound
-from domain.model.events import MemoryShared, PinSet
-from domain.model.identity import REVIEWER_ROLES, WRITER_ROLES, Identity
-from domain.model.memory import MemoryState
-from domain.model.namespaces import ancestors, is_within, tenant_of, validate_namespace
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, NotFound
+from memwarden.domain.model.events import MemoryShared, PinSet
+from memwarden.domain.model.identity import REVIEWER_ROLES, WRITER_ROLES, Identity
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.model.namespaces import ancestors, is_within, tenant_of, validate_namespace
 
 
 def share_stream(memory_id: UUID, with_namespace: str) -> UUID:

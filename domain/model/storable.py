@@ -15,9 +15,9 @@ from datetime import datetime
 
 import msgspec
 
-from domain.model.errors import InvalidRequest
-from domain.model.text import escape_unprintable, storable_text_problem
-from domain.model.times import time_problem
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.text import escape_unprintable, storable_text_problem
+from memwarden.domain.model.times import time_problem
 
 
 def unstorable_field(value: object, path: str = "") -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from domain.model.errors import InvalidRequest
+from memwarden.domain.model.errors import InvalidRequest
 
 SOURCE_RANKS: dict[str, int] = {
     "manual": 50,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domain.model.commands import VerifyMemory
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import MemoryVerified
-from domain.model.identity import WRITER_ROLES, Identity
-from domain.model.memory import MemoryState, Verification, trust_tier_from
-from domain.model.namespaces import ancestors
-from domain.model.storable import check_storable
+from memwarden.domain.model.commands import VerifyMemory
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.events import MemoryVerified
+from memwarden.domain.model.identity import WRITER_ROLES, Identity
+from memwarden.domain.model.memory import MemoryState, Verification, trust_tier_from
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.domain.model.storable import check_storable
 
 MAX_NOTE_LENGTH = 2_000
 

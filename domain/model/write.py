@@ -1,4 +1,4 @@
-"""The write decider (DESIGN.md section 4, steps 3-6): pure, no I/O, no clock."""
+"""The write decider (docs/architecture.md section 4, steps 3-6): pure, no I/O, no clock."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from uuid import UUID
 
 import msgspec
 
-from domain.model.classification import Classification, classify
-from domain.model.commands import WriteMemory, WritePolicy
-from domain.model.errors import Forbidden, InvalidRequest, ProvenanceNotAllowed
-from domain.model.events import (
+from memwarden.domain.model.classification import Classification, classify
+from memwarden.domain.model.commands import WriteMemory, WritePolicy
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, ProvenanceNotAllowed
+from memwarden.domain.model.events import (
     ClaimSet,
     DisputeOpened,
     Event,
@@ -21,11 +21,11 @@ from domain.model.events import (
     Provenance,
     SupersedenceKind,
 )
-from domain.model.identity import WRITER_ROLES, Identity
-from domain.model.memory import Claim, MemoryState, trust_tier_from
-from domain.model.storable import unstorable_field
-from domain.model.text import is_low_information, normalize, normalize_key
-from domain.model.trust import HUMAN_ONLY_SOURCES, source_rank
+from memwarden.domain.model.identity import WRITER_ROLES, Identity
+from memwarden.domain.model.memory import Claim, MemoryState, trust_tier_from
+from memwarden.domain.model.storable import unstorable_field
+from memwarden.domain.model.text import is_low_information, normalize, normalize_key
+from memwarden.domain.model.trust import HUMAN_ONLY_SOURCES, source_rank
 
 Outcome = Literal["stored", "deduplicated", "superseded", "disputed", "rejected"]
 MAX_TAGS = 64

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from domain.model.events import AuditOutcome, AuditRecorded
-from domain.model.identity import Identity
-from domain.model.text import escape_unprintable
+from memwarden.domain.model.events import AuditOutcome, AuditRecorded
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.text import escape_unprintable
 
 MAX_DETAIL = 200
 

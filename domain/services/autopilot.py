@@ -1,4 +1,4 @@
-"""The conflict autopilot as a plain service (DESIGN.md section 5): one memory's pass under
+"""The conflict autopilot as a plain service (docs/architecture.md section 5): one memory's pass under
 the namespace's lease, findings resolved and settlements overturned by reviewers.
 
 The actor (workers/) and the in-process fallback of ``memwarden serve`` both call
@@ -18,8 +18,8 @@ from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import Ledger, NewMemoryKey
-from domain.model.autopilot import (
+from memwarden.domain.ledger.app import Ledger, NewMemoryKey
+from memwarden.domain.model.autopilot import (
     AUTOPILOT,
     MIN_COSINE,
     NEIGHBOURS_K,
@@ -36,7 +36,7 @@ from domain.model.autopilot import (
     judged_event,
     judgement_stream,
 )
-from domain.model.events import (
+from memwarden.domain.model.events import (
     ClaimKind,
     ClaimSet,
     ConflictReview,
@@ -46,15 +46,15 @@ from domain.model.events import (
     FindingOpened,
     JudgedOutcome,
 )
-from domain.model.identity import Identity
-from domain.model.judging import Judge, JudgeUnavailable, Statement
-from domain.model.leases import Lease
-from domain.model.memory import Claim, MemoryState, evolve_memory
-from domain.services.commands import Decided, Note, Retry
-from domain.services.leases import Leases
-from domain.services.memory import MemoryService, Vectors
-from domain.services.ports import Neighbours, Pending
-from domain.services.streams import fold
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.judging import Judge, JudgeUnavailable, Statement
+from memwarden.domain.model.leases import Lease
+from memwarden.domain.model.memory import Claim, MemoryState, evolve_memory
+from memwarden.domain.services.commands import Decided, Note, Retry
+from memwarden.domain.services.leases import Leases
+from memwarden.domain.services.memory import MemoryService, Vectors
+from memwarden.domain.services.ports import Neighbours, Pending
+from memwarden.domain.services.streams import fold
 
 log = logging.getLogger(__name__)
 S = TypeVar("S")

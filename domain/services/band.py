@@ -1,4 +1,4 @@
-"""The synchronous band of a write (DESIGN.md section 4, step 7): a fact written with no
+"""The synchronous band of a write (docs/architecture.md section 4, step 7): a fact written with no
 slot is judged, inside the write, against its own namespace's current neighbours at cosine
 ``SUPERSEDE_MIN_COSINE`` or more; the neighbours the judge finds contradicted are settled
 by the write decider exactly as a slot's incumbents are (supersede, or quarantine a lower
@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from typing import Protocol
 from uuid import UUID
 
-from domain.model.autopilot import NEIGHBOURS_K, SUPERSEDE_MIN_COSINE
-from domain.model.commands import WriteMemory
-from domain.model.judging import Judge, JudgeUnavailable, Statement
-from domain.model.memory import MemoryState
-from domain.services.streams import Streams
+from memwarden.domain.model.autopilot import NEIGHBOURS_K, SUPERSEDE_MIN_COSINE
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.judging import Judge, JudgeUnavailable, Statement
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.services.streams import Streams
 
 log = logging.getLogger(__name__)
 

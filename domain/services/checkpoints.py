@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from domain.ledger.app import Ledger
-from domain.ledger.checkpoints import Checkpoint
-from domain.model.checkpoints import CHECKPOINTS, LEDGER_SCOPE, OWN_EVENTS, checkpoint_due
-from domain.model.leases import Lease
-from domain.services.commands import CommandRunner, Decided
-from domain.services.leases import Leases
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.checkpoints import Checkpoint
+from memwarden.domain.model.checkpoints import CHECKPOINTS, LEDGER_SCOPE, OWN_EVENTS, checkpoint_due
+from memwarden.domain.model.leases import Lease
+from memwarden.domain.services.commands import CommandRunner, Decided
+from memwarden.domain.services.leases import Leases
 
 DEFAULT_EVERY_EVENTS = 1_000
 DEFAULT_EVERY_SECONDS = 600.0

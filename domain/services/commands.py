@@ -20,15 +20,15 @@ from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
-from domain.ledger.database import unavailable
-from domain.ledger.mapper import Recorded
-from domain.model.errors import DomainError, InvalidState, NotFound
-from domain.model.events import AuditOutcome, Event
-from domain.model.identity import Identity
-from domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
-from domain.services.audit import audit_record
-from domain.services.streams import Streams
+from memwarden.domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
+from memwarden.domain.ledger.database import unavailable
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.errors import DomainError, InvalidState, NotFound
+from memwarden.domain.model.events import AuditOutcome, Event
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
+from memwarden.domain.services.audit import audit_record
+from memwarden.domain.services.streams import Streams
 
 MAX_ATTEMPTS = 12
 """How many times a command is decided again after a stream conflict, by default."""

@@ -1,4 +1,4 @@
-"""Consolidation as a plain service (DESIGN.md section 6): one namespace's pass under its
+"""Consolidation as a plain service (docs/architecture.md section 6): one namespace's pass under its
 lease drafts proposals; reviewers approve (publishing L3 knowledge with ``consolidation``
 provenance), edit or reject them, audited.
 
@@ -17,8 +17,8 @@ from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import NewMemoryKey
-from domain.model.consolidation import (
+from memwarden.domain.ledger.app import NewMemoryKey
+from memwarden.domain.model.consolidation import (
     CONSOLIDATION,
     DUPLICATE_COSINE,
     NEAR_MISS_COSINE,
@@ -45,17 +45,17 @@ from domain.model.consolidation import (
     ranked,
     worded,
 )
-from domain.model.errors import InvalidState
-from domain.model.events import ContextFaulted, Event, ProposalDrafted, ProposalTextDrafted
-from domain.model.identity import Identity
-from domain.model.leases import Lease
-from domain.model.memory import MemoryState
-from domain.services.commands import Decided, Note, Retry
-from domain.services.knowledge import KnowledgeService
-from domain.services.leases import Leases
-from domain.services.memory import MemoryService
-from domain.services.ports import Members, Neighbours
-from domain.services.streams import fold
+from memwarden.domain.model.errors import InvalidState
+from memwarden.domain.model.events import ContextFaulted, Event, ProposalDrafted, ProposalTextDrafted
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.leases import Lease
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.services.commands import Decided, Note, Retry
+from memwarden.domain.services.knowledge import KnowledgeService
+from memwarden.domain.services.leases import Leases
+from memwarden.domain.services.memory import MemoryService
+from memwarden.domain.services.ports import Members, Neighbours
+from memwarden.domain.services.streams import fold
 
 MAX_MEMBERS = 500
 """A pass looks at a namespace's newest memories, at most this many."""

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import TracebackType
 
-from domain.embedding import Embedder, embedder_from_env
-from domain.extraction import extractor_from_settings
-from domain.ledger.app import Ledger, StreamConflict, ledger_env
-from domain.ledger.audit_spool import AuditSpool
-from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
-from domain.ledger.keys import KeyEncryptionKey, SigningKey
-from domain.services.erasure import ErasureService
-from domain.services.governance import GovernanceService
-from domain.services.memory import ClaimIds, MemoryService
-from domain.settings import Settings
+from memwarden.domain.embedding import Embedder, embedder_from_env
+from memwarden.domain.extraction import extractor_from_settings
+from memwarden.domain.ledger.app import Ledger, StreamConflict, ledger_env
+from memwarden.domain.ledger.audit_spool import AuditSpool
+from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
+from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
+from memwarden.domain.services.erasure import ErasureService
+from memwarden.domain.services.governance import GovernanceService
+from memwarden.domain.services.memory import ClaimIds, MemoryService
+from memwarden.domain.settings import Settings
 
 PrepareDatabase = Callable[[ConnectionParams, bool], None]
 """What start-up does to the schema before the ledger opens, given the database and whether

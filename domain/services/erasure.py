@@ -1,6 +1,6 @@
 """Run ``forget``: find, load, decide, sign, and append in ONE transaction the
 MemoryErased and KnowledgeErased events, the certificate, the audit record and the
-destruction of the erased memories' and knowledge documents' data keys (DESIGN.md
+destruction of the erased memories' and knowledge documents' data keys (docs/architecture.md
 section 8)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import Ledger
-from domain.ledger.entropy import new_uuid
-from domain.ledger.mapper import Recorded
-from domain.model.certificates import DeletionCertificate
-from domain.model.consolidation import draws_on, evolve_proposal
-from domain.model.erasure import (
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.entropy import new_uuid
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.certificates import DeletionCertificate
+from memwarden.domain.model.consolidation import draws_on, evolve_proposal
+from memwarden.domain.model.erasure import (
     Derived,
     Forget,
     ForgetDecision,
@@ -29,15 +29,15 @@ from domain.model.erasure import (
     subject_keys,
     target_kind,
 )
-from domain.model.errors import DomainError
-from domain.model.events import ErasureCertified, KnowledgePublished
-from domain.model.identity import Identity
-from domain.model.knowledge import KnowledgeState, current_state, fold_knowledge
-from domain.model.memory import MemoryState
-from domain.services.commands import CommandRunner, Decided, Note, Retry
-from domain.services.memory import utcnow
-from domain.services.ports import ErasureLookup
-from domain.services.streams import Streams, fold
+from memwarden.domain.model.errors import DomainError
+from memwarden.domain.model.events import ErasureCertified, KnowledgePublished
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.knowledge import KnowledgeState, current_state, fold_knowledge
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
+from memwarden.domain.services.memory import utcnow
+from memwarden.domain.services.ports import ErasureLookup
+from memwarden.domain.services.streams import Streams, fold
 
 MAX_ATTEMPTS = 8
 

@@ -17,14 +17,14 @@ from datetime import datetime
 from typing import NoReturn
 from uuid import UUID, uuid4
 
-from domain.cache import TTLCache
-from domain.ledger.app import Ledger
-from domain.ledger.entropy import new_uuid
-from domain.model.commands import WritePolicy
-from domain.model.errors import InvalidState
-from domain.model.events import AuditOutcome, PolicySet
-from domain.model.identity import Identity
-from domain.model.keys import (
+from memwarden.domain.cache import TTLCache
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.entropy import new_uuid
+from memwarden.domain.model.commands import WritePolicy
+from memwarden.domain.model.errors import InvalidState
+from memwarden.domain.model.events import AuditOutcome, PolicySet
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import (
     IssueKey,
     KeyState,
     decide_issue,
@@ -33,9 +33,9 @@ from domain.model.keys import (
     format_key,
     parse_key,
 )
-from domain.model.memory import MemoryState
-from domain.model.namespaces import ancestors
-from domain.model.policies import (
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.domain.model.policies import (
     EffectivePolicy,
     NamespacePolicy,
     PolicyBody,
@@ -46,9 +46,9 @@ from domain.model.policies import (
     policy_from_event,
     policy_stream,
 )
-from domain.model.shares import decide_pin, decide_share
-from domain.services.commands import CommandRunner, Decided, Note, Retry
-from domain.services.memory import utcnow
+from memwarden.domain.model.shares import decide_pin, decide_share
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
+from memwarden.domain.services.memory import utcnow
 
 CACHE_SECONDS = 1.0
 MAX_ATTEMPTS = 8

@@ -19,14 +19,14 @@ from uuid import UUID
 
 import msgspec
 
-from domain.embedding import Embedder, EmbedderUnavailable, vector_to_bytes
-from domain.ledger.app import Ledger, NewMemoryKey
-from domain.ledger.entropy import new_uuid
-from domain.model.commands import WritePolicy
-from domain.model.errors import DomainError, InvalidRequest, InvalidState
-from domain.model.events import KnowledgeErased, KnowledgePublished
-from domain.model.identity import Identity
-from domain.model.knowledge import (
+from memwarden.domain.embedding import Embedder, EmbedderUnavailable, vector_to_bytes
+from memwarden.domain.ledger.app import Ledger, NewMemoryKey
+from memwarden.domain.ledger.entropy import new_uuid
+from memwarden.domain.model.commands import WritePolicy
+from memwarden.domain.model.errors import DomainError, InvalidRequest, InvalidState
+from memwarden.domain.model.events import KnowledgeErased, KnowledgePublished
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.knowledge import (
     KnowledgeDraft,
     KnowledgeState,
     check_publisher,
@@ -40,11 +40,11 @@ from domain.model.knowledge import (
     parse_document,
     resolve_namespace,
 )
-from domain.model.namespaces import validate_namespace
-from domain.model.storable import check_storable
-from domain.model.text import quote_text
-from domain.services.commands import CommandRunner, Decided, Note, Retry
-from domain.services.memory import utcnow
+from memwarden.domain.model.namespaces import validate_namespace
+from memwarden.domain.model.storable import check_storable
+from memwarden.domain.model.text import quote_text
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
+from memwarden.domain.services.memory import utcnow
 
 OP = "knowledge_publish"
 MAX_ATTEMPTS = 8

@@ -8,13 +8,21 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import NoReturn, TypeVar
 
-from domain.ledger.app import Ledger
-from domain.ledger.entropy import new_uuid
-from domain.ledger.mapper import Recorded
-from domain.model.events import LeaseEvent
-from domain.model.identity import Identity
-from domain.model.leases import Lease, LeaseBusy, LeaseLost, decide_take, lease_from, lease_id, release
-from domain.services.commands import CommandRunner, Decided, Retry
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.entropy import new_uuid
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import LeaseEvent
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.leases import (
+    Lease,
+    LeaseBusy,
+    LeaseLost,
+    decide_take,
+    lease_from,
+    lease_id,
+    release,
+)
+from memwarden.domain.services.commands import CommandRunner, Decided, Retry
 
 R = TypeVar("R")
 

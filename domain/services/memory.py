@@ -15,21 +15,21 @@ from uuid import UUID
 
 import msgspec
 
-from domain.embedding import Embedder, EmbedderUnavailable, embed_rows, vector_to_bytes
-from domain.extraction import ExtractionFailed, Extractor
-from domain.ledger.app import Ledger, NewMemoryKey
-from domain.ledger.entropy import new_uuid
-from domain.model.classification import Classification
-from domain.model.commands import (
+from memwarden.domain.embedding import Embedder, EmbedderUnavailable, embed_rows, vector_to_bytes
+from memwarden.domain.extraction import ExtractionFailed, Extractor
+from memwarden.domain.ledger.app import Ledger, NewMemoryKey
+from memwarden.domain.ledger.entropy import new_uuid
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.commands import (
     ProvenanceClaim,
     ResolveDispute,
     VerifyMemory,
     WriteMemory,
     WritePolicy,
 )
-from domain.model.disputes import ResolveState, check_reviewer, decide_resolve
-from domain.model.errors import DomainError, InvalidRequest
-from domain.model.events import (
+from memwarden.domain.model.disputes import ResolveState, check_reviewer, decide_resolve
+from memwarden.domain.model.errors import DomainError, InvalidRequest
+from memwarden.domain.model.events import (
     AuditOutcome,
     ClaimKind,
     ClaimSet,
@@ -39,17 +39,17 @@ from domain.model.events import (
     MemoryWritten,
     TrustTier,
 )
-from domain.model.identity import Identity
-from domain.model.memory import (
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import (
     Claim,
     DisputeState,
     MemoryState,
     evolve_claim,
     evolve_memory,
 )
-from domain.model.text import normalize, normalize_key
-from domain.model.verification import decide_verify
-from domain.model.write import (
+from memwarden.domain.model.text import normalize, normalize_key
+from memwarden.domain.model.verification import decide_verify
+from memwarden.domain.model.write import (
     MAX_TAGS,
     Outcome,
     Rejection,
@@ -58,9 +58,9 @@ from domain.model.write import (
     check_write_allowed,
     decide_write,
 )
-from domain.services.band import Banded, SynchronousBand, banded
-from domain.services.commands import CommandRunner, Decided, Note, Retry
-from domain.services.streams import Streams
+from memwarden.domain.services.band import Banded, SynchronousBand, banded
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
+from memwarden.domain.services.streams import Streams
 
 MAX_BATCH_ITEMS = 256
 """The most writes one ``write_batch`` decides and appends together."""

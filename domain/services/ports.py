@@ -13,7 +13,7 @@ from uuid import UUID
 
 import msgspec
 
-from domain.model.identity import Identity
+from memwarden.domain.model.identity import Identity
 
 
 class Neighbours(Protocol):

@@ -20,13 +20,13 @@ from uuid import UUID
 
 import msgspec
 
-from domain.embedding import Embedder, embed_rows, vector_to_bytes
-from domain.ledger.app import Ledger
-from domain.model.events import EMBEDDING_MODEL_STREAM, EmbeddingModelAdopted, Event
-from domain.model.identity import Identity
-from domain.model.leases import Lease
-from domain.model.namespaces import tenant_of
-from domain.model.reembedding import (
+from memwarden.domain.embedding import Embedder, embed_rows, vector_to_bytes
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.model.events import EMBEDDING_MODEL_STREAM, EmbeddingModelAdopted, Event
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.leases import Lease
+from memwarden.domain.model.namespaces import tenant_of
+from memwarden.domain.model.reembedding import (
     LEDGER_SCOPE,
     REEMBEDDING,
     ReembeddingIncomplete,
@@ -34,10 +34,10 @@ from domain.model.reembedding import (
     decide_reembed,
     needs_vector,
 )
-from domain.services.commands import CommandRunner, Decided, Note
-from domain.services.leases import Leases
-from domain.services.ports import VectorIndex
-from domain.services.streams import Streams
+from memwarden.domain.services.commands import CommandRunner, Decided, Note
+from memwarden.domain.services.leases import Leases
+from memwarden.domain.services.ports import VectorIndex
+from memwarden.domain.services.streams import Streams
 
 DEFAULT_BATCH = 256
 ROUNDS = 3

@@ -15,9 +15,9 @@ from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import Ledger
-from domain.ledger.mapper import Recorded
-from domain.model.events import (
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import (
     ClaimKind,
     ClaimSet,
     DisputeOpened,
@@ -32,7 +32,7 @@ from domain.model.events import (
     MemoryVerified,
     MemoryWritten,
 )
-from domain.model.memory import (
+from memwarden.domain.model.memory import (
     Claim,
     DisputeState,
     MemoryState,

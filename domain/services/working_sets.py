@@ -14,10 +14,10 @@ from uuid import UUID
 
 import msgspec
 
-from domain.embedding import EmbedderUnavailable
-from domain.ledger.app import Ledger
-from domain.ledger.checkpoints import InvalidCheckpoint, verify_signature
-from domain.model.capsules import (
+from memwarden.domain.embedding import EmbedderUnavailable
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.checkpoints import InvalidCheckpoint, verify_signature
+from memwarden.domain.model.capsules import (
     Admission,
     Block,
     Candidate,
@@ -27,14 +27,14 @@ from domain.model.capsules import (
     plan_capsule,
     receipt_message,
 )
-from domain.model.errors import InvalidRequest
-from domain.model.events import CapsuleIssued, ContextFaulted
-from domain.model.faults import L2_THRESHOLD, L3_THRESHOLD, Tier, decide_tier, ranked
-from domain.model.identity import Identity
-from domain.model.policies import EffectivePolicy
-from domain.model.text import estimate_tokens
-from domain.services.commands import CommandRunner, Decided, Note, Retry
-from domain.services.ports import MemoryText, ScopedReads, WorkingSetReads
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.events import CapsuleIssued, ContextFaulted
+from memwarden.domain.model.faults import L2_THRESHOLD, L3_THRESHOLD, Tier, decide_tier, ranked
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.policies import EffectivePolicy
+from memwarden.domain.model.text import estimate_tokens
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
+from memwarden.domain.services.ports import MemoryText, ScopedReads, WorkingSetReads
 
 MAX_BUDGET = 200_000
 MAX_HINT_CHARS = 2_000

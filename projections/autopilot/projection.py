@@ -9,8 +9,8 @@ from uuid import UUID
 from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.mapper import Recorded
-from domain.model.events import (
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import (
     ConflictSettled,
     ConflictsJudged,
     FindingOpened,
@@ -25,8 +25,8 @@ from domain.model.events import (
     ProposalTextDrafted,
     SettlementOverturned,
 )
-from projections.base import HandlerMap
-from projections.sanitize import sanitized
+from memwarden.projections.base import HandlerMap
+from memwarden.projections.sanitize import sanitized
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS {s}.findings (

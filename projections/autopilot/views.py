@@ -11,8 +11,8 @@ import msgspec
 from psycopg import Connection
 from psycopg.sql import SQL, Composed, Identifier
 
-from domain.model.namespaces import subtree_like_pattern
-from projections.visibility import current
+from memwarden.domain.model.namespaces import subtree_like_pattern
+from memwarden.projections.visibility import current
 
 
 class FindingView(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,9 +7,9 @@ from typing import Any
 from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.mapper import Recorded
-from domain.model.events import DisputeOpened, DisputeResolved, MemoryErased
-from projections.sanitize import sanitized
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import DisputeOpened, DisputeResolved, MemoryErased
+from memwarden.projections.sanitize import sanitized
 
 
 class DisputesProjection:

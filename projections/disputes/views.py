@@ -10,7 +10,7 @@ import msgspec
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
-from domain.model.namespaces import subtree_like_pattern
+from memwarden.domain.model.namespaces import subtree_like_pattern
 
 
 class DisputeView(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,8 +15,8 @@ from uuid import UUID
 
 from psycopg.sql import SQL, Identifier
 
-from domain.model.namespaces import subtree_like_pattern
-from projections.reads import ReadModels
+from memwarden.domain.model.namespaces import subtree_like_pattern
+from memwarden.projections.reads import ReadModels
 
 
 class ProjectionErasureLookup:

@@ -8,10 +8,10 @@ from typing import Any
 from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.mapper import Recorded
-from domain.model.events import AuditRecorded, KeyIssued, KeyRevoked, MemoryShared, PinSet
-from projections.rows import array_literal, columns
-from projections.sanitize import sanitized
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import AuditRecorded, KeyIssued, KeyRevoked, MemoryShared, PinSet
+from memwarden.projections.rows import array_literal, columns
+from memwarden.projections.sanitize import sanitized
 
 
 class KeysProjection:

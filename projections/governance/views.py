@@ -16,8 +16,8 @@ import msgspec
 from psycopg import Connection
 from psycopg.sql import SQL, Composable, Identifier
 
-from domain.model.namespaces import subtree_like_pattern
-from projections.visibility import current
+from memwarden.domain.model.namespaces import subtree_like_pattern
+from memwarden.projections.visibility import current
 
 
 class KeyView(msgspec.Struct, frozen=True, kw_only=True):

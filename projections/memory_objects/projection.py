@@ -1,4 +1,4 @@
-"""The ``memory_objects`` read model: one row per memory with both time axes (DESIGN.md §3),
+"""The ``memory_objects`` read model: one row per memory with both time axes (docs/architecture.md §3),
 plus ``memory_supersedence``: the edges of the correction/succession chains."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import msgspec
 from psycopg import Cursor
 from psycopg.sql import SQL, Composed, Identifier
 
-from domain.ledger.mapper import Recorded
-from domain.model.erasure import erasure_keys
-from domain.model.events import (
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.erasure import erasure_keys
+from memwarden.domain.model.events import (
     MemoryErased,
     MemoryEvent,
     MemoryReaffirmed,
@@ -23,10 +23,10 @@ from domain.model.events import (
     MemoryWritten,
     Provenance,
 )
-from domain.model.trust import rank_of
-from projections.base import HandlerMap
-from projections.rows import array_literal, columns
-from projections.sanitize import sanitized
+from memwarden.domain.model.trust import rank_of
+from memwarden.projections.base import HandlerMap
+from memwarden.projections.rows import array_literal, columns
+from memwarden.projections.sanitize import sanitized
 
 _json = msgspec.json.Encoder()
 

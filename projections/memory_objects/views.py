@@ -16,8 +16,8 @@ import msgspec
 from psycopg import Connection
 from psycopg.sql import SQL, Composable, Identifier
 
-from domain.model.classification import Classification
-from projections.scopes import in_subtree
+from memwarden.domain.model.classification import Classification
+from memwarden.projections.scopes import in_subtree
 
 
 class ProvenanceView(msgspec.Struct, frozen=True):

@@ -12,11 +12,11 @@ from uuid import UUID
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
-from domain.model.identity import Identity
-from domain.services.ports import KnowledgeText, MemoryText, Scores
-from projections.search.drivers import BASELINE, SearchRequest
-from projections.search.service import SearchQuery, SearchService, check_query
-from projections.search.view import ScopedView
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.ports import KnowledgeText, MemoryText, Scores
+from memwarden.projections.search.drivers import BASELINE, SearchRequest
+from memwarden.projections.search.service import SearchQuery, SearchService, check_query
+from memwarden.projections.search.view import ScopedView
 
 
 class SearchWorkingSets:

@@ -29,14 +29,14 @@ from uuid import UUID
 import msgspec
 from psycopg.sql import SQL, Identifier
 
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.model.namespaces import ancestors
-from domain.model.text import estimate_tokens
-from projections.search.drivers import Driver, SearchRequest
-from projections.search.service import SearchQuery, SearchService
-from projections.search.view import Hit
-from projections.visibility import current
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.domain.model.text import estimate_tokens
+from memwarden.projections.search.drivers import Driver, SearchRequest
+from memwarden.projections.search.service import SearchQuery, SearchService
+from memwarden.projections.search.view import Hit
+from memwarden.projections.visibility import current
 
 LATENCY_P95_MS = 250.0
 PLANTED = "The maintenance window codename for the Kestrel cluster is heliotrope-47."

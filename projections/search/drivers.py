@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from projections.search.view import Hit, ScopedView
+from memwarden.projections.search.view import Hit, ScopedView
 
 MIN_CANDIDATES = 40
 CANDIDATES_PER_RESULT = 4

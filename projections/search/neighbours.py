@@ -16,10 +16,10 @@ from uuid import UUID
 import numpy as np
 from psycopg.sql import SQL, Identifier
 
-from domain.embedding.base import vector_from_bytes
-from domain.model.identity import Identity
-from projections.search.service import SearchQuery, SearchService, Serving
-from projections.search.view import Hit
+from memwarden.domain.embedding.base import vector_from_bytes
+from memwarden.domain.model.identity import Identity
+from memwarden.projections.search.service import SearchQuery, SearchService, Serving
+from memwarden.projections.search.view import Hit
 
 
 class SearchNeighbours:

@@ -35,8 +35,8 @@ import psycopg
 from psycopg import Cursor
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
-from domain.ledger.mapper import Recorded
-from domain.model.events import (
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.events import (
     EmbeddingModelAdopted,
     KnowledgeErased,
     KnowledgePublished,
@@ -44,9 +44,9 @@ from domain.model.events import (
     MemoryReembedded,
     MemoryWritten,
 )
-from projections.sanitize import sanitized
-from projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
-from projections.search.lexical import term_frequencies
+from memwarden.projections.sanitize import sanitized
+from memwarden.projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
+from memwarden.projections.search.lexical import term_frequencies
 
 MEMORY = "memory"
 KNOWLEDGE = "knowledge"

@@ -30,18 +30,24 @@ import numpy as np
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
-from domain.cache import TTLCache
-from domain.embedding import Embedder, EmbedderUnavailable, embed_one, embedder_for_model
-from domain.ledger.app import Ledger
-from domain.model.errors import InvalidRequest
-from domain.model.identity import Identity
-from domain.model.namespaces import ancestors
-from projections.governance.views import shared_into
-from projections.memory_objects.views import ProvenanceView
-from projections.search.drivers import BASELINE, Driver, LexicalDriver, SearchRequest, policy_drivers
-from projections.search.projection import serving_of
-from projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView, ScopeSizes
-from projections.timeline.views import position_at
+from memwarden.domain.cache import TTLCache
+from memwarden.domain.embedding import Embedder, EmbedderUnavailable, embed_one, embedder_for_model
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.projections.governance.views import shared_into
+from memwarden.projections.memory_objects.views import ProvenanceView
+from memwarden.projections.search.drivers import (
+    BASELINE,
+    Driver,
+    LexicalDriver,
+    SearchRequest,
+    policy_drivers,
+)
+from memwarden.projections.search.projection import serving_of
+from memwarden.projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView, ScopeSizes
+from memwarden.projections.timeline.views import position_at
 
 log = logging.getLogger(__name__)
 MAX_K = 100

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from psycopg.sql import SQL, Identifier, Literal
 
-from domain.ledger.app import Ledger
-from domain.services.ports import Lacking
-from projections.search.projection import MEMORY, serving_of
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.services.ports import Lacking
+from memwarden.projections.search.projection import MEMORY, serving_of
 
 _LACKING = (
     "FROM {s}.search_docs d WHERE d.kind = {kind} AND d.model IS DISTINCT FROM %(m)s"

@@ -20,12 +20,12 @@ import numpy as np
 from psycopg import Connection
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
-from domain.cache import TTLCache
-from domain.model.text import estimate_tokens
-from projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
-from projections.search.lexical import K1, B, query_terms
-from projections.search.projection import KNOWLEDGE, MEMORY
-from projections.visibility import current, known_at
+from memwarden.domain.cache import TTLCache
+from memwarden.domain.model.text import estimate_tokens
+from memwarden.projections.search.halfvec import HalfvecParam, bind_halfvec_arrays
+from memwarden.projections.search.lexical import K1, B, query_terms
+from memwarden.projections.search.projection import KNOWLEDGE, MEMORY
+from memwarden.projections.visibility import current, known_at
 
 EF_SEARCH = 100  # 5k scope, top-40 candidates: 199 of 200 top-10 lists as the exact scan's (64: 193)
 MAX_SCAN_TUPLES = 50_000

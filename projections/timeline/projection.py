@@ -18,9 +18,9 @@ from uuid import UUID
 from psycopg import Cursor
 from psycopg.sql import SQL, Composed, Identifier
 
-from domain.ledger.mapper import Recorded
-from domain.model.asof import Standing, evolve_standing, is_erasure, is_memory_event
-from projections.sanitize import sanitized
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.asof import Standing, evolve_standing, is_erasure, is_memory_event
+from memwarden.projections.sanitize import sanitized
 
 
 class _Open:

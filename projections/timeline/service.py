@@ -10,14 +10,14 @@ from uuid import UUID
 
 import msgspec
 
-from domain.ledger.app import Ledger
-from domain.model.asof import AsOfAnswer, AsOfMemory, differences
-from domain.model.errors import InvalidRequest, OutsideSubtree
-from domain.model.identity import Identity
-from domain.model.namespaces import is_within, validate_namespace
-from domain.model.scopes import Subtree
-from projections.replay import ReplayEngine
-from projections.timeline.views import as_of_memories, memory_at, position_at
+from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.model.asof import AsOfAnswer, AsOfMemory, differences
+from memwarden.domain.model.errors import InvalidRequest, OutsideSubtree
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.namespaces import is_within, validate_namespace
+from memwarden.domain.model.scopes import Subtree
+from memwarden.projections.replay import ReplayEngine
+from memwarden.projections.timeline.views import as_of_memories, memory_at, position_at
 
 MAX_LIMIT = 1000
 
@@ -47,7 +47,7 @@ class Verification(msgspec.Struct, frozen=True, kw_only=True):
 
 def scope_for(identity: Identity, target: str | None = None) -> Subtree:
     """What compliance staff look at: the subtree of ``target``, a namespace inside the
-    caller's subtree, or of the caller's own namespace (DESIGN.md §7)."""
+    caller's subtree, or of the caller's own namespace (docs/architecture.md §7)."""
     if target is None:
         return Subtree(identity.namespace)
     validate_namespace(target)

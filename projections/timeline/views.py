@@ -17,10 +17,10 @@ import msgspec
 from psycopg import Connection
 from psycopg.sql import SQL, Composable, Composed, Identifier
 
-from domain.model.asof import AsOfMemory
-from domain.model.scopes import Subtree
-from projections.scopes import in_subtree
-from projections.visibility import current, in_effect, known_at
+from memwarden.domain.model.asof import AsOfMemory
+from memwarden.domain.model.scopes import Subtree
+from memwarden.projections.scopes import in_subtree
+from memwarden.projections.visibility import current, in_effect, known_at
 
 
 def position_at(conn: Connection[Any], schema: str, as_of: datetime, cap: int) -> int:

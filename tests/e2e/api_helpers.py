@@ -6,11 +6,11 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from bootstrap.runtime import Runtime
-from domain.model.events import AuditRecorded
-from domain.model.identity import Identity
-from domain.model.keys import IssueKey
-from domain.model.namespaces import tenant_of
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.events import AuditRecorded
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.model.namespaces import tenant_of
 
 
 def issue_key(runtime: Runtime, namespace: str, actor: str, role: str) -> str:

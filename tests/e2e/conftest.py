@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams
-from domain.settings import Settings
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.settings import Settings
 from tests.conftest import copy_of_template, url_of
 from tests.e2e.api_helpers import Api
 from tests.processes import cli_key, serving

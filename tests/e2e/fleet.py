@@ -21,12 +21,12 @@ from uuid import UUID
 import httpx
 import psycopg
 
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams
-from domain.model.events import ConflictsJudged
-from domain.model.identity import Identity
-from domain.model.policies import PolicyBody
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.model.events import ConflictsJudged
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.settings import Settings
 from tests.processes import REPO_ROOT, free_port, ready, wait_until
 
 
@@ -45,7 +45,7 @@ class Fleet:
         run = self._runs[name] = self._runs.get(name, 0) + 1
         with (self.logs / f"{name}.{run}.log").open("wb") as output:
             process = subprocess.Popen(
-                [sys.executable, "-m", "api.cli.main", *args],
+                [sys.executable, "-m", "memwarden.api.cli.main", *args],
                 cwd=REPO_ROOT,
                 env={**self.env, **(env or {})},
                 stdout=output,
@@ -99,7 +99,7 @@ class Fleet:
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "api.cli.main", *args],
+            [sys.executable, "-m", "memwarden.api.cli.main", *args],
             cwd=REPO_ROOT,
             env=self.env,
             capture_output=True,

@@ -17,8 +17,8 @@ import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
 from tests.processes import free_port
 
 

@@ -9,10 +9,10 @@ from uuid import UUID
 
 import msgspec
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import ProvenanceClaim, WriteMemory
-from domain.model.identity import Identity
-from domain.model.policies import PolicyBody
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.policies import PolicyBody
 
 TEAM = Identity(namespace="acme/eng", actor="bot", role="agent")
 OPS = Identity(namespace="acme/ops", actor="opsbot", role="agent")

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.settings import Settings
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 
 FACT = "The deploy service runs on Kubernetes in eu-west-1"
@@ -46,7 +46,7 @@ def test_a_key_revoked_elsewhere_stops_within_the_cache_ttl(api: Api, settings: 
     with Runtime(settings, follow=False) as other:  # another process (the CLI) revokes it
         key = other.core.governance.key(agent.split("_")[1])
         assert key is not None
-        from domain.model.identity import Identity  # noqa: PLC0415
+        from memwarden.domain.model.identity import Identity  # noqa: PLC0415
 
         other.core.governance.revoke_key(Identity("acme", "operator@cli", "owner"), key.key_id)
     time.sleep(1.1)

@@ -7,7 +7,7 @@ import base64
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from domain.model.capsules import Block, Receipt, blocks_root, receipt_message
+from memwarden.domain.model.capsules import Block, Receipt, blocks_root, receipt_message
 from tests.e2e.api_helpers import Api
 
 

@@ -11,11 +11,11 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.model.identity import Identity
-from domain.model.policies import PolicyBody
-from domain.settings import Settings
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 
 

@@ -10,11 +10,11 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams
-from domain.model.events import AuditRecorded
-from domain.settings import Settings
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.model.events import AuditRecorded
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 from tests.e2e.fleet import read_only
 from tests.processes import wait_until

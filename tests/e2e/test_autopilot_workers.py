@@ -12,12 +12,12 @@ from uuid import UUID
 
 import pytest
 
-from domain.settings import Settings
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import redis_broker
+from memwarden.workers.dispatcher import Dispatcher
+from memwarden.workers.main import WorkerProcess
 from tests.e2e.api_helpers import Api
 from tests.processes import eventually
-from workers.actors import redis_broker
-from workers.dispatcher import Dispatcher
-from workers.main import WorkerProcess
 
 NS = "acme/eng/platform"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from api.cli.bench.ingest import BATCH_SIZES
+from benchmarks.ingest import BATCH_SIZES
 from tests.e2e.test_bench_search_cli import bench_env, run_cli
 from tests.processes import TIMED
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from domain.ledger.database import ConnectionParams
+from memwarden.domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
 from tests.processes import TIMED
 
@@ -30,7 +30,7 @@ def bench_env(pg_server: ConnectionParams, tmp_path: Path) -> dict[str, str]:
 
 def run_cli(env: dict[str, str], *args: str) -> Any:
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", "bench", *args, "--json"],
+        [sys.executable, "-m", "memwarden.api.cli.main", "bench", *args, "--json"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from domain.settings import Settings
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 from tests.processes import cli_last_line
 

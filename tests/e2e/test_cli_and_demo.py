@@ -10,11 +10,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from api.cli.demo import run_demo
-from api.cli.main import main
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams
-from domain.settings import Settings
+from memwarden.api.cli.demo import run_demo
+from memwarden.api.cli.main import main
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.settings import Settings
 from tests.conftest import url_of
 
 

@@ -13,9 +13,9 @@ from typing import NamedTuple
 import httpx
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.settings import Settings
 from tests.conftest import url_of
 from tests.e2e.review_seed import seed_review_queues
 from tests.processes import TIMED, cli_key, cli_last_line, serving

@@ -79,7 +79,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     log = tmp_path / "serve.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "api.cli.main", "serve", "--port", str(port)],
+            [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port)],
             cwd=REPO_ROOT,
             env=env,
             stdout=output,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from api.cli.main import main
-from bootstrap.runtime import Runtime
-from domain.model.events import AuditRecorded
-from domain.settings import Settings
+from memwarden.api.cli.main import main
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.events import AuditRecorded
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 
 
@@ -94,8 +94,8 @@ def test_forget_over_http_then_read_and_certificates(api: Api) -> None:
 
 
 def test_forget_a_subtree_over_http_erases_its_knowledge_documents(api: Api) -> None:
-    from domain.model.identity import Identity  # noqa: PLC0415
-    from domain.services.knowledge import KnowledgeService  # noqa: PLC0415
+    from memwarden.domain.model.identity import Identity  # noqa: PLC0415
+    from memwarden.domain.services.knowledge import KnowledgeService  # noqa: PLC0415
     from tests.unit.builders import EXPENSE_POLICY  # noqa: PLC0415
 
     core = api.runtime.core
@@ -134,9 +134,9 @@ def test_forget_a_subtree_over_http_erases_its_knowledge_documents(api: Api) -> 
 def test_cli_certificates_verify_and_rotate_kek(
     cli_env: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from domain.model.commands import WriteMemory  # noqa: PLC0415
-    from domain.model.erasure import Forget  # noqa: PLC0415
-    from domain.model.identity import Identity  # noqa: PLC0415
+    from memwarden.domain.model.commands import WriteMemory  # noqa: PLC0415
+    from memwarden.domain.model.erasure import Forget  # noqa: PLC0415
+    from memwarden.domain.model.identity import Identity  # noqa: PLC0415
 
     admin = Identity("acme/eng", "alice", "admin")
     with Runtime(cli_env, follow=False) as runtime:

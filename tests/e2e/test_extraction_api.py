@@ -1,4 +1,4 @@
-"""`verbatim` over HTTP (DESIGN.md section 4, step 2): with an extractor configured, a write
+"""`verbatim` over HTTP (docs/architecture.md section 4, step 2): with an extractor configured, a write
 is split into facts, each decided like any write, in one append with its audit record;
 without one, or when it fails, the content is stored verbatim and the result and the
 audit record say why. The extractor is a real HTTP server speaking the OpenAI
@@ -18,10 +18,10 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.model.events import AuditRecorded, MemoryWritten
-from domain.settings import Settings
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.events import AuditRecorded, MemoryWritten
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 from tests.local_http import LocalServer, send
 from tests.processes import TIMED

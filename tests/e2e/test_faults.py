@@ -1,4 +1,4 @@
-"""Fault injection on real processes (DESIGN.md sections 9 and 11): `memwarden serve`,
+"""Fault injection on real processes (docs/architecture.md sections 9 and 11): `memwarden serve`,
 `memwarden project` and `memwarden worker` are killed, and PostgreSQL and Redis taken
 away, while clients keep calling; afterwards nothing acknowledged is lost, nothing is
 half-written or applied twice, the chain verifies and the read models rebuild equal."""
@@ -18,14 +18,14 @@ import httpx
 import psycopg
 import pytest
 
-from bootstrap.migrate import migrate
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams, EmbeddedServer
-from domain.model.commands import WriteMemory
-from domain.model.events import AuditRecorded, MemoryWritten
-from domain.model.identity import Identity
-from domain.services.memory import MAX_BATCH_ITEMS, BatchItem
-from domain.settings import Settings
+from memwarden.bootstrap.migrate import migrate
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import AuditRecorded, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.memory import MAX_BATCH_ITEMS, BatchItem
+from memwarden.domain.settings import Settings
 from tests.conftest import url_of
 from tests.e2e.fleet import (
     Fleet,

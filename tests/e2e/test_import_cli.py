@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from api.cli.importer import ProgressFile, read_source, run_import
-from domain.model.events import AuditRecorded, MemoryWritten
-from domain.model.identity import Identity
-from domain.services.core import Core
-from domain.settings import Settings
+from memwarden.api.cli.importer import ProgressFile, read_source, run_import
+from memwarden.domain.model.events import AuditRecorded, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AS = "acme/eng/dana"
@@ -34,7 +34,7 @@ def cli_env(settings: Settings) -> dict[str, str]:
 
 def run_import_cli(env: dict[str, str], path: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", "import", str(path), "--as", AS, "--json", *extra],
+        [sys.executable, "-m", "memwarden.api.cli.main", "import", str(path), "--as", AS, "--json", *extra],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

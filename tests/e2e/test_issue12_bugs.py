@@ -18,13 +18,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.cli.main import main
-from api.http.metrics import Gauge, Metrics
-from api.http.routes import health
-from domain.ledger.database import ConnectionParams
-from domain.model.namespaces import is_within
-from domain.model.scopes import Subtree
-from projections.timeline.service import AsOfQuestion
+from memwarden.api.cli.main import main
+from memwarden.api.http.metrics import Gauge, Metrics
+from memwarden.api.http.routes import health
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.model.namespaces import is_within
+from memwarden.domain.model.scopes import Subtree
+from memwarden.projections.timeline.service import AsOfQuestion
 from tests.conftest import url_of
 from tests.e2e.api_helpers import Api
 from tests.processes import free_port
@@ -204,7 +204,7 @@ def test_serve_prints_one_listening_line_once_it_accepts_connections(
         "MEMWARDEN_EMBEDDER": "hash",
     }
     server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli.main", "serve", "--port", str(port)],
+        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port)],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from api.cli.main import main
-from bootstrap.runtime import Runtime
-from domain.model.events import KeyIssued
-from domain.settings import Settings
+from memwarden.api.cli.main import main
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.events import KeyIssued
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 
 POISON = {

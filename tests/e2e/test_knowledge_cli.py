@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from api.cli.main import main
-from bootstrap.runtime import Runtime
-from domain.model.events import AuditRecorded, KnowledgePublished
-from domain.model.knowledge import knowledge_stream
-from domain.settings import Settings
+from memwarden.api.cli.main import main
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.events import AuditRecorded, KnowledgePublished
+from memwarden.domain.model.knowledge import knowledge_stream
+from memwarden.domain.settings import Settings
 
 DEPLOYS = """---
 title: Deploys

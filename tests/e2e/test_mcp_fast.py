@@ -17,9 +17,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from api.mcp.fast import routing_headers, tool_call
-from bootstrap.runtime import Runtime
-from domain.settings import Settings
+from memwarden.api.mcp.fast import routing_headers, tool_call
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import issue_key
 from tests.e2e.mcp_helpers import served_app
 

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from mcp import Client
 
-from api.http.body import IDENTITY_FIELDS
-from bootstrap.runtime import Runtime
-from domain.model.identity import Identity
-from domain.model.policies import PolicyBody
-from domain.settings import Settings
+from memwarden.api.http.body import IDENTITY_FIELDS
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import audit_records, issue_key
 from tests.e2e.mcp_helpers import mcp_client, payload, served_app
 

@@ -13,8 +13,8 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from bootstrap.runtime import Runtime
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import audit_records, issue_key
 from tests.e2e.mcp_helpers import payload, served_app
 
@@ -42,7 +42,7 @@ def environment(settings: Settings, key: str, url: str | None = None) -> dict[st
 
 def over_stdio(env: dict[str, str], scenario: Callable[[Client], Awaitable[None]]) -> None:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "api.cli.main", "mcp"], env=env, cwd=str(REPO_ROOT)
+        command=sys.executable, args=["-m", "memwarden.api.cli.main", "mcp"], env=env, cwd=str(REPO_ROOT)
     )
 
     async def main() -> None:
@@ -114,7 +114,7 @@ def test_stdio_reports_an_unreachable_server_as_a_tool_error(runtime: Runtime, s
 def test_stdio_without_a_key_exits_with_a_message(settings: Settings) -> None:
     env = {**os.environ, **environment(settings, "not-a-key")}
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli.main", "mcp"],
+        [sys.executable, "-m", "memwarden.api.cli.main", "mcp"],
         check=False,
         cwd=REPO_ROOT,
         env=env,

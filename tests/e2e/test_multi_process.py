@@ -1,5 +1,5 @@
 """Two `memwarden serve` and two `memwarden worker` processes on one PostgreSQL and one
-Redis (DESIGN.md section 11): a key's rate limit counts its calls on both APIs, a read on
+Redis (docs/architecture.md section 11): a key's rate limit counts its calls on both APIs, a read on
 one API finds the key's write on the other at once, the workers' leases fence every pass
 (one of them killed midway), and every memory is judged exactly once."""
 
@@ -12,11 +12,11 @@ from uuid import UUID
 
 import pytest
 
-from domain.model.events import LeaseEvent, LeaseTaken
-from domain.settings import Settings
+from memwarden.domain.model.events import LeaseEvent, LeaseTaken
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import redis_broker
 from tests.e2e.fleet import Fleet, client, deployment_env, fleet, judged, ledger_events, limit_tenant
 from tests.processes import cli_key, wait_until
-from workers.actors import redis_broker
 
 pytestmark = pytest.mark.slow
 

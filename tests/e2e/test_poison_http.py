@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from api.cli.main import main
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.errors import InvalidRequest
-from domain.model.events import AuditRecorded, KeyIssued, MemoryWritten
-from domain.model.identity import Identity
-from domain.model.keys import IssueKey
-from domain.services.knowledge import KnowledgeService
-from domain.settings import Settings
-from projections.rebuild import Rebuilder
+from memwarden.api.cli.main import main
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.events import AuditRecorded, KeyIssued, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.services.knowledge import KnowledgeService
+from memwarden.domain.settings import Settings
+from memwarden.projections.rebuild import Rebuilder
 from tests.e2e.api_helpers import Api
 
 NUL = "nul \u0000 here"

@@ -7,13 +7,13 @@ import re
 import threading
 from uuid import UUID
 
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.workers.actors import declare_autopilot, holder_id, redis_broker
+from memwarden.workers.dispatcher import Dispatcher
+from memwarden.workers.main import InProcessAutopilot
+from memwarden.workers.metrics import count_in_process, uncount
 from tests.e2e.api_helpers import Api
-from workers.actors import declare_autopilot, holder_id, redis_broker
-from workers.dispatcher import Dispatcher
-from workers.main import InProcessAutopilot
-from workers.metrics import count_in_process, uncount
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
 

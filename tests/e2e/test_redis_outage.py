@@ -1,7 +1,7 @@
 """A real Redis outage and a killed worker: a Redis of the test's own (`redis-server
 --save ""`, so a restart loses every queued message) is stopped in the middle of the
 writes, a `memwarden worker` is killed with SIGKILL, both come back; every memory is then
-judged, and exactly once (DESIGN.md section 9: Redis down delays work, never drops it)."""
+judged, and exactly once (docs/architecture.md section 9: Redis down delays work, never drops it)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from uuid import UUID
 import pytest
 import redis
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.events import ConflictsJudged
-from domain.model.identity import Identity
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import ConflictsJudged
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
 from tests.processes import REPO_ROOT, TIMED, eventually, free_port
 
 pytestmark = TIMED
@@ -48,7 +48,7 @@ def _pings(client: redis.Redis) -> bool:
 
 def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "api.cli.main", "worker", "--threads", "2"],
+        [sys.executable, "-m", "memwarden.api.cli.main", "worker", "--threads", "2"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

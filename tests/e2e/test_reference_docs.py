@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from api.http import openapi
-from api.http.app import create_app
-from api.http.reference import REFERENCE, main, render
+from memwarden.api.http import openapi
+from memwarden.api.http.app import create_app
+from memwarden.api.http.reference import REFERENCE, main, render
 
 
 def test_every_route_is_described_with_its_roles() -> None:

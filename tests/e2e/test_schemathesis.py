@@ -32,9 +32,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from api.http.state import STATE_KEY
-from domain.model.identity import Identity
-from domain.model.policies import MAX_RATE_LIMIT_PER_MINUTE, PolicyBody
+from memwarden.api.http.state import STATE_KEY
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.policies import MAX_RATE_LIMIT_PER_MINUTE, PolicyBody
 from tests.e2e.api_helpers import Api
 
 EXAMPLES_PER_OPERATION = 20

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from domain.ledger.database import ConnectionParams
+from memwarden.domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
 from tests.processes import REPO_ROOT, cli_key, free_port, ready, wait_until
 
@@ -30,7 +30,7 @@ def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_p
     admin = cli_key(env, "acme", "boss", "admin")
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "api.cli.main", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
     )
     base = f"http://127.0.0.1:{port}"
 

@@ -19,20 +19,20 @@ from uuid import UUID
 import pytest
 from litestar.testing import TestClient
 
-from api.http.app import create_app
-from api.http.schemas import WriteBody
-from api.http.state import WriteTickets
-from bootstrap.runtime import Runtime
-from domain.model.events import AuditRecorded, MemoryWritten
-from domain.model.identity import Identity
-from domain.services.memory import QUEUED_OP
-from domain.settings import Settings
+from memwarden.api.http.app import create_app
+from memwarden.api.http.schemas import WriteBody
+from memwarden.api.http.state import WriteTickets
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.events import AuditRecorded, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.memory import QUEUED_OP
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import TICKETS_QUEUE, TicketSender, redis_broker
+from memwarden.workers.tickets import TicketStore, TicketWorker
 from tests.e2e.api_helpers import Api
 from tests.e2e.fleet import Fleet, deployment_env, fleet, redis_server
 from tests.local_http import LocalServer, send
 from tests.processes import free_port, wait_until
-from workers.actors import TICKETS_QUEUE, TicketSender, redis_broker
-from workers.tickets import TicketStore, TicketWorker
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
 STALE = 2.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from projections.timeline.service import AsOfQuestion
+from memwarden.projections.timeline.service import AsOfQuestion
 from tests.e2e.api_helpers import Api
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from api.cli.demo import demo_settings
-from domain.embedding.minilm import TOKENIZER_SHA256
+from memwarden.api.cli.demo import demo_settings
+from memwarden.domain.embedding.minilm import TOKENIZER_SHA256
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (

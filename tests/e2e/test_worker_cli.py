@@ -15,13 +15,13 @@ from uuid import UUID
 
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.events import ConflictsJudged
-from domain.model.identity import Identity
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import ConflictsJudged
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import redis_broker
 from tests.processes import wait_until
-from workers.actors import redis_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACES = [f"acme/team{n}" for n in range(4)]
@@ -46,7 +46,7 @@ def start_worker(settings: Settings) -> subprocess.Popen[str]:
         "PYTHONPATH": str(ROOT),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "api.cli.main", "worker", "--threads", "2"],
+        [sys.executable, "-m", "memwarden.api.cli.main", "worker", "--threads", "2"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,

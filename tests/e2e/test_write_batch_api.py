@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from domain.model.events import AuditRecorded, MemoryWritten
+from memwarden.domain.model.events import AuditRecorded, MemoryWritten
 from tests.e2e.api_helpers import Api
 
 NS = "acme/eng"

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import dramatiq
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.settings import Settings
-from workers.actors import (
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import (
     LEASE_RETRY_MS,
     declare_autopilot,
     declare_consolidation,

@@ -16,13 +16,13 @@ import msgspec
 import psycopg
 import pytest
 
-from domain.ledger.app import StreamConflict
-from domain.ledger.audit_spool import AuditSpool, SpoolFull
-from domain.model.events import AuditRecorded
-from domain.model.identity import Identity
-from domain.services.audit import audit_record
-from domain.services.core import Core
-from domain.settings import Settings
+from memwarden.domain.ledger.app import StreamConflict
+from memwarden.domain.ledger.audit_spool import AuditSpool, SpoolFull
+from memwarden.domain.model.events import AuditRecorded
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.audit import audit_record
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import Settings
 from tests.processes import wait_until
 
 AGENT = Identity("acme/eng", "bot", "agent")
@@ -141,9 +141,9 @@ KEEP_AND_DIE = textwrap.dedent(
     from datetime import UTC, datetime
     from pathlib import Path
     from uuid import UUID
-    from domain.ledger.audit_spool import AuditSpool
-    from domain.model.identity import Identity
-    from domain.services.audit import audit_record
+    from memwarden.domain.ledger.audit_spool import AuditSpool
+    from memwarden.domain.model.identity import Identity
+    from memwarden.domain.services.audit import audit_record
 
     def refuse(record):
         raise OSError("the ledger takes no writes")

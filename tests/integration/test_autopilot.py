@@ -11,18 +11,18 @@ from uuid import UUID
 
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.autopilot import OverturnDecision, ResolveFinding
-from domain.model.commands import ProvenanceClaim, WriteMemory
-from domain.model.errors import Forbidden, InvalidState, NotFound
-from domain.model.identity import Identity
-from domain.model.judging import RulesJudge
-from domain.model.leases import Lease, LeaseBusy, LeaseLost
-from domain.model.policies import PolicyBody
-from domain.services.leases import Leases
-from domain.settings import Settings
-from projections.governance.views import AuditFilter
-from workers.dispatcher import Sweeper
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.autopilot import OverturnDecision, ResolveFinding
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.errors import Forbidden, InvalidState, NotFound
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.judging import RulesJudge
+from memwarden.domain.model.leases import Lease, LeaseBusy, LeaseLost
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.services.leases import Leases
+from memwarden.domain.settings import Settings
+from memwarden.projections.governance.views import AuditFilter
+from memwarden.workers.dispatcher import Sweeper
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 ORG = Identity(namespace="acme", actor="lead", role="member")

@@ -10,11 +10,14 @@ from uuid import UUID
 
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.events import ConflictsJudged, LeaseReleased, LeaseTaken, MemoryWritten
-from domain.model.identity import Identity
-from domain.model.leases import LeaseLost
-from domain.model.policies import PolicyBody
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.events import ConflictsJudged, LeaseReleased, LeaseTaken, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.leases import LeaseLost
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.workers import dispatcher as dispatch
+from memwarden.workers.actors import run_batch
+from memwarden.workers.dispatcher import Dispatcher, MemoryBatch, memory_batches
 from tests.integration.test_autopilot import (
     AGENT,
     REVIEWER,
@@ -23,9 +26,6 @@ from tests.integration.test_autopilot import (
     worker_1_holds_a_short_lease,
     write,
 )
-from workers import dispatcher as dispatch
-from workers.actors import run_batch
-from workers.dispatcher import Dispatcher, MemoryBatch, memory_batches
 
 OTHER = Identity(namespace="acme/eng/data", actor="bot", role="agent")
 __all__ = ["runtime"]  # the fixture of tests/integration/test_autopilot.py: the band off

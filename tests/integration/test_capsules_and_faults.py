@@ -13,15 +13,15 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg.sql import SQL, Identifier
 
-from bootstrap.runtime import Runtime
-from domain.model.capsules import block_hash, merkle_root, receipt_message
-from domain.model.commands import WriteMemory
-from domain.model.errors import InvalidRequest
-from domain.model.events import AuditRecorded, CapsuleIssued, ContextFaulted, Directive
-from domain.model.identity import Identity
-from domain.model.policies import PolicyBody
-from domain.services.knowledge import KnowledgeService
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.capsules import block_hash, merkle_root, receipt_message
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.events import AuditRecorded, CapsuleIssued, ContextFaulted, Directive
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.services.knowledge import KnowledgeService
+from memwarden.domain.settings import Settings
 from tests.unit.builders import EXPENSE_POLICY
 
 AGENT = Identity(namespace="acme/eng/alpha", actor="bot", role="agent")

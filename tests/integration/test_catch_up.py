@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from psycopg import Cursor
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
-from domain.model.erasure import Forget
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections import runner as runner_module
-from projections.rebuild import Rebuilder
-from projections.search import projection as search_module
-from projections.search.projection import SearchIndexProjection, hnsw_index_name
-from projections.search.service import SearchQuery
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections import runner as runner_module
+from memwarden.projections.rebuild import Rebuilder
+from memwarden.projections.search import projection as search_module
+from memwarden.projections.search.projection import SearchIndexProjection, hnsw_index_name
+from memwarden.projections.search.service import SearchQuery
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 PEER = Identity("acme/eng", "agent-2", "agent")

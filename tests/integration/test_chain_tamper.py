@@ -24,15 +24,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.chain import GENESIS, canonical, link
-from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
-from domain.ledger.keys import SigningKey
-from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
-from domain.model.events import EVENT_TYPES
-from domain.model.identity import Identity
-from domain.services.core import Core
-from domain.settings import SCHEMA
-from domain.settings import Settings as MwSettings
+from memwarden.domain.ledger.chain import GENESIS, canonical, link
+from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
+from memwarden.domain.ledger.keys import SigningKey
+from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from memwarden.domain.model.events import EVENT_TYPES
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import SCHEMA
+from memwarden.domain.settings import Settings as MwSettings
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 OTHER = Identity("acme/eng", "agent-2", "agent")

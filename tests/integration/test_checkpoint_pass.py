@@ -11,16 +11,16 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.ledger.checkpoints import Checkpoint
-from domain.model.checkpoints import CHECKPOINTS, LEDGER_SCOPE
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.model.leases import LeaseBusy, LeaseLost
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.checkpoints import Checkpoint
+from memwarden.domain.model.checkpoints import CHECKPOINTS, LEDGER_SCOPE
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.leases import LeaseBusy, LeaseLost
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import run_checkpoint
+from memwarden.workers.main import InProcessAutopilot, WorkerProcess
 from tests.processes import eventually
-from workers.actors import run_checkpoint
-from workers.main import InProcessAutopilot, WorkerProcess
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
 

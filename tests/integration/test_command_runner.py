@@ -10,14 +10,14 @@ from uuid import UUID
 
 import pytest
 
-from domain.ledger.entropy import new_uuid
-from domain.model.errors import DomainError, Forbidden, NotFound
-from domain.model.events import AuditRecorded, LeaseEvent, LeaseTaken
-from domain.model.identity import Identity
-from domain.model.leases import decide_take, lease_from, lease_id
-from domain.services.commands import CommandRunner, Decided, Note, Retry, TooMuchContention
-from domain.services.core import Core
-from domain.settings import Settings
+from memwarden.domain.ledger.entropy import new_uuid
+from memwarden.domain.model.errors import DomainError, Forbidden, NotFound
+from memwarden.domain.model.events import AuditRecorded, LeaseEvent, LeaseTaken
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.leases import decide_take, lease_from, lease_id
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry, TooMuchContention
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import Settings
 
 WHO = Identity(namespace="acme/eng", actor="tester", role="agent")
 STREAM = lease_id("runner-test", WHO.namespace)

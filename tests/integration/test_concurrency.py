@@ -21,16 +21,16 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.app import StreamConflict
-from domain.ledger.keys import KeyEncryptionKey, SigningKey
-from domain.model.commands import WriteMemory
-from domain.model.events import AuditRecorded, ClaimSet
-from domain.model.identity import Identity
-from domain.model.memory import MemoryState
-from domain.model.text import normalize
-from domain.services.core import Core
-from domain.services.memory import WriteResult
-from domain.settings import SCHEMA, Settings
+from memwarden.domain.ledger.app import StreamConflict
+from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import AuditRecorded, ClaimSet
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.model.text import normalize
+from memwarden.domain.services.core import Core
+from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.settings import SCHEMA, Settings
 
 T = TypeVar("T")
 NS = "acme/eng"

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.settings import Settings
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 from tests.e2e.review_seed import seed_review_queues
 

@@ -10,14 +10,14 @@ from uuid import UUID
 import pytest
 from litestar.testing import TestClient
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.model.commands import ProvenanceClaim, WriteMemory
-from domain.model.erasure import Forget
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import KnowledgePublished
-from domain.model.identity import Identity
-from domain.settings import Settings
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.events import KnowledgePublished
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")

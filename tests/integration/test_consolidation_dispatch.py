@@ -9,15 +9,15 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.events import ContextFaulted, MemoryWritten
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.autopilot.views import ProposalView
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import ContextFaulted, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.autopilot.views import ProposalView
+from memwarden.workers.dispatcher import Dispatcher, new_material
+from memwarden.workers.main import InProcessAutopilot, WorkerProcess
 from tests.processes import eventually
-from workers.dispatcher import Dispatcher, new_material
-from workers.main import InProcessAutopilot, WorkerProcess
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 SALES = Identity(namespace="acme/sales", actor="bot", role="agent")

@@ -16,15 +16,15 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams
-from domain.model.commands import WriteMemory
-from domain.model.erasure import Forget
-from domain.model.errors import InvalidState
-from domain.model.events import ProposalDrafted, ProposalTextDrafted
-from domain.settings import Settings
-from projections.rebuild import Rebuilder
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.errors import InvalidState
+from memwarden.domain.model.events import ProposalDrafted, ProposalTextDrafted
+from memwarden.domain.settings import Settings
+from memwarden.projections.rebuild import Rebuilder
 from tests.integration.test_consolidation_erasure import (
     AGENT,
     FACT,

@@ -11,14 +11,14 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams
-from domain.model.commands import WriteMemory
-from domain.model.erasure import Forget
-from domain.model.errors import InvalidState
-from domain.model.events import KnowledgeErased
-from domain.model.identity import Identity
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.errors import InvalidState
+from memwarden.domain.model.events import KnowledgeErased
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 REVIEWER = Identity(namespace="acme/eng", actor="rev", role="admin")

@@ -19,20 +19,20 @@ from eventsourcing import persistence
 from eventsourcing.postgres import PostgresDatastore
 from psycopg import Cursor
 
-from api.http.errors import Unavailable, classify
-from bootstrap.runtime import Runtime
-from domain.ledger.database import ConnectionParams, EmbeddedServer, unavailable
-from domain.ledger.group_commit import GroupCommitter
-from domain.ledger.mapper import Recorded
-from domain.model.commands import VerifyMemory, WriteMemory
-from domain.model.events import MemoryVerified
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.disputes.projection import DisputesProjection
-from projections.memory_objects.projection import MemoryObjectsProjection
-from projections.reads import ReadModels
-from projections.rebuild import Rebuilder
-from projections.runner import ProjectionLag
+from memwarden.api.http.errors import Unavailable, classify
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, unavailable
+from memwarden.domain.ledger.group_commit import GroupCommitter
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.commands import VerifyMemory, WriteMemory
+from memwarden.domain.model.events import MemoryVerified
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.disputes.projection import DisputesProjection
+from memwarden.projections.memory_objects.projection import MemoryObjectsProjection
+from memwarden.projections.reads import ReadModels
+from memwarden.projections.rebuild import Rebuilder
+from memwarden.projections.runner import ProjectionLag
 from tests.processes import TIMED
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
@@ -134,7 +134,7 @@ def test_a_follower_that_cannot_reach_the_database_logs_once_and_once_when_back(
     with Runtime(settings, follow=False) as runtime:
         reads = ReadModels(runtime.ledger, _nowhere(tmp_path).conninfo(), [DisputesProjection()], 0.5)
         runner = reads.runner
-        caplog.set_level(logging.INFO, logger="projections.followers")
+        caplog.set_level(logging.INFO, logger="memwarden.projections.followers")
         runner.start()
         try:
             deadline = time.monotonic() + 10

@@ -21,12 +21,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bootstrap.migrate import prepare_database
-from domain.ledger.database import EmbeddedServer
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.services.core import Core
-from domain.settings import Settings
+from memwarden.bootstrap.migrate import prepare_database
+from memwarden.domain.ledger.database import EmbeddedServer
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 15.0
@@ -35,7 +35,7 @@ HOLDER = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from domain.ledger.database import EmbeddedServer
+from memwarden.domain.ledger.database import EmbeddedServer
 server = EmbeddedServer(Path(sys.argv[2]))
 print(server.start(), flush=True)
 time.sleep(600)
@@ -46,7 +46,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 import psycopg
-from domain.ledger.database import EmbeddedServer
+from memwarden.domain.ledger.database import EmbeddedServer
 server = EmbeddedServer(Path(sys.argv[2]))
 url = server.start()
 with psycopg.connect(url, connect_timeout=5) as conn:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from domain.embedding import (
+from memwarden.domain.embedding import (
     BatchingEmbedder,
     CachingEmbedder,
     MiniLMEmbedder,
@@ -17,7 +17,7 @@ from domain.embedding import (
     embedder_from_env,
     shared_minilm,
 )
-from domain.embedding.minilm import (
+from memwarden.domain.embedding.minilm import (
     MODEL_SHA256,
     TOKENIZER_SHA256,
     default_model_path,

@@ -17,17 +17,17 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from bootstrap.runtime import Runtime
-from domain.ledger.keys import KeyEncryptionKey
-from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
-from domain.model.erasure import Forget
-from domain.model.errors import Forbidden, NotFound, OutsideSubtree
-from domain.model.events import MemoryErased, MemoryWritten
-from domain.model.identity import Identity
-from domain.model.memory import MemoryState, evolve_memory
-from domain.model.policies import PolicyBody
-from domain.settings import Settings
-from projections.tracking import TRACKING_TABLE
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.keys import KeyEncryptionKey
+from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.errors import Forbidden, NotFound, OutsideSubtree
+from memwarden.domain.model.events import MemoryErased, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import MemoryState, evolve_memory
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.settings import Settings
+from memwarden.projections.tracking import TRACKING_TABLE
 
 ADMIN = Identity("acme/eng", "alice", "admin")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -474,7 +474,7 @@ def disputed(rt: Runtime, marker: str) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID]
 
 
 def test_an_erased_quarantined_memory_stays_as_missing_as_it_was(runtime: Runtime) -> None:
-    """Denied and missing look the same (DESIGN.md §7): nobody but a reviewer could see the
+    """Denied and missing look the same (docs/architecture.md §7): nobody but a reviewer could see the
     quarantined memory, so nobody else sees its tombstone, before or after a rebuild."""
     _, hidden, _ = disputed(runtime, "qx")
     reads = runtime.reads

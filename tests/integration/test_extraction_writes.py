@@ -13,12 +13,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from domain.model.commands import WriteMemory
-from domain.model.events import AuditRecorded
-from domain.model.identity import Identity
-from domain.services.core import Core
-from domain.services.memory import WriteResult
-from domain.settings import Settings
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import AuditRecorded
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.core import Core
+from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.settings import Settings
 from tests.integration.test_concurrency import RACERS, race
 from tests.local_http import LocalServer, send
 

@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.events import ConflictsJudged, FindingOpened, LeaseEvent
-from domain.model.identity import Identity
-from domain.model.leases import lease_id
-from domain.services.leases import Leases
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import ConflictsJudged, FindingOpened, LeaseEvent
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.leases import lease_id
+from memwarden.domain.services.leases import Leases
+from memwarden.domain.settings import Settings
 from tests.local_http import LocalServer, send
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
@@ -39,9 +39,9 @@ WORKER = """
 import sys
 from datetime import timedelta
 from uuid import UUID
-from bootstrap.runtime import Runtime
-from domain.model.leases import LeaseLost
-from domain.services.leases import Leases
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.leases import LeaseLost
+from memwarden.domain.services.leases import Leases
 
 with Runtime(follow=False) as rt:
     start = rt.memory.clock()

@@ -15,21 +15,21 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
-from bootstrap.runtime import Runtime
-from domain.embedding import EmbedderUnavailable, HashEmbedder, vector_from_bytes
-from domain.embedding.base import Matrix
-from domain.ledger.app import NewMemoryKey
-from domain.ledger.mapper import Recorded
-from domain.ledger.recorder import AppendGroup
-from domain.model.errors import Forbidden
-from domain.model.events import AuditRecorded, KnowledgePublished
-from domain.model.identity import Identity
-from domain.model.knowledge import KnowledgeState, decide_publish, knowledge_stream, parse_document
-from domain.model.policies import PolicyBody
-from domain.services.core import Core
-from domain.services.knowledge import KnowledgeService
-from domain.settings import SCHEMA, Settings
-from projections.rebuild import Rebuilder
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding import EmbedderUnavailable, HashEmbedder, vector_from_bytes
+from memwarden.domain.embedding.base import Matrix
+from memwarden.domain.ledger.app import NewMemoryKey
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.ledger.recorder import AppendGroup
+from memwarden.domain.model.errors import Forbidden
+from memwarden.domain.model.events import AuditRecorded, KnowledgePublished
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.knowledge import KnowledgeState, decide_publish, knowledge_stream, parse_document
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.services.core import Core
+from memwarden.domain.services.knowledge import KnowledgeService
+from memwarden.domain.settings import SCHEMA, Settings
+from memwarden.projections.rebuild import Rebuilder
 from tests.unit.builders import EXPENSE_POLICY
 
 OWNER = Identity("acme", "olga", "owner")

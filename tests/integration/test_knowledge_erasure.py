@@ -11,16 +11,16 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.erasure import Forget
-from domain.model.errors import Forbidden, NotFound
-from domain.model.events import AuditRecorded, ErasureCertified, KnowledgeErased, MemoryErased
-from domain.model.identity import Identity
-from domain.model.policies import PolicyBody
-from domain.services.knowledge import KnowledgeService
-from domain.settings import Settings
-from projections.rebuild import Rebuilder
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.errors import Forbidden, NotFound
+from memwarden.domain.model.events import AuditRecorded, ErasureCertified, KnowledgeErased, MemoryErased
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.services.knowledge import KnowledgeService
+from memwarden.domain.settings import Settings
+from memwarden.projections.rebuild import Rebuilder
 from tests.integration.test_erasure import assert_marker_gone, rebuild_projections, tables_holding
 from tests.integration.test_knowledge import (
     EXPENSES,

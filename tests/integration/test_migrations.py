@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from bootstrap.migrate import (
+from memwarden.bootstrap.migrate import (
     LOCK_KEY,
     MIGRATIONS_DIR,
     MigrationError,
@@ -28,13 +28,13 @@ from bootstrap.migrate import (
     migrate,
     pending,
 )
-from bootstrap.runtime import Runtime
-from domain.embedding.hashing import HashEmbedder
-from domain.ledger.database import ConnectionParams
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.reads import default_projections
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding.hashing import HashEmbedder
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.reads import default_projections
 from tests.conftest import url_of
 from tests.processes import REPO_ROOT, wait_until
 
@@ -322,7 +322,7 @@ def _cli_env(params: ConnectionParams, tmp_path: Path) -> dict[str, str]:
 def _cli(env: dict[str, str] | None, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
     """``memwarden ARGS`` in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "api.cli.main", *args],
+        [sys.executable, "-m", "memwarden.api.cli.main", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -349,7 +349,7 @@ def test_two_processes_migrating_at_once_apply_each_migration_once(
         holder.execute("SELECT pg_advisory_lock(hashtext(%s))", (LOCK_KEY,))
         runs = [
             subprocess.Popen(
-                [sys.executable, "-m", "api.cli.main", "migrate", "--json"],
+                [sys.executable, "-m", "memwarden.api.cli.main", "migrate", "--json"],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=subprocess.PIPE,

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from domain.embedding import ModelFileRejected, embedder_from_env
-from domain.embedding.bge import BGE_SMALL, MODEL_ID, shared_bge_small
-from domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, read_pinned
-from domain.embedding.rerank import MS_MARCO, CrossEncoder, reranker_from_env, shared_cross_encoder
+from memwarden.domain.embedding import ModelFileRejected, embedder_from_env
+from memwarden.domain.embedding.bge import BGE_SMALL, MODEL_ID, shared_bge_small
+from memwarden.domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, read_pinned
+from memwarden.domain.embedding.rerank import MS_MARCO, CrossEncoder, reranker_from_env, shared_cross_encoder
 
 pytestmark = pytest.mark.models
 

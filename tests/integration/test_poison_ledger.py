@@ -22,14 +22,14 @@ import psycopg
 import pytest
 from litestar.testing import TestClient
 
-from api.cli.main import main
-from api.http.app import create_app
-from bootstrap.runtime import Runtime
-from domain.embedding import HashEmbedder
-from domain.ledger.app import Ledger, NewMemoryKey
-from domain.ledger.mapper import Recorded
-from domain.model.commands import ProvenanceClaim, ResolveDispute, WriteMemory
-from domain.model.events import (
+from memwarden.api.cli.main import main
+from memwarden.api.http.app import create_app
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding import HashEmbedder
+from memwarden.domain.ledger.app import Ledger, NewMemoryKey
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, WriteMemory
+from memwarden.domain.model.events import (
     AuditRecorded,
     DisputeOpened,
     DisputeResolved,
@@ -40,13 +40,13 @@ from domain.model.events import (
     MemoryWritten,
     Provenance,
 )
-from domain.model.identity import Identity
-from domain.services.knowledge import KnowledgeService
-from domain.settings import SCHEMA, Settings
-from projections.rebuild import Rebuilder
-from projections.sanitize import EARLIEST, LATEST, REPLACEMENT
-from projections.timeline.service import AsOfQuestion
-from projections.tracking import ERRORS_TABLE
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.knowledge import KnowledgeService
+from memwarden.domain.settings import SCHEMA, Settings
+from memwarden.projections.rebuild import Rebuilder
+from memwarden.projections.sanitize import EARLIEST, LATEST, REPLACEMENT
+from memwarden.projections.timeline.service import AsOfQuestion
+from memwarden.projections.tracking import ERRORS_TABLE
 from tests.e2e.api_helpers import Api
 
 NAMESPACE = "acme/eng"

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from psycopg import Cursor
 
-from bootstrap.runtime import Runtime
-from domain.ledger.mapper import Recorded
-from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
-from domain.model.events import MemoryVerified
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.disputes.projection import DisputesProjection
-from projections.memory_objects.projection import MemoryObjectsProjection
-from projections.reads import ReadModels
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from memwarden.domain.model.events import MemoryVerified
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.disputes.projection import DisputesProjection
+from memwarden.projections.memory_objects.projection import MemoryObjectsProjection
+from memwarden.projections.reads import ReadModels
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 AGENT2 = Identity("acme/eng", "agent-2", "agent")

@@ -12,14 +12,14 @@ import psycopg
 import pytest
 from psycopg import Cursor
 
-from bootstrap.runtime import Runtime
-from domain.ledger.mapper import Recorded
-from domain.model.commands import ProvenanceClaim, VerifyMemory, WriteMemory
-from domain.model.events import MemoryVerified
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.memory_objects.projection import MemoryObjectsProjection
-from projections.rebuild import Rebuilder, RebuildFailed
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.commands import ProvenanceClaim, VerifyMemory, WriteMemory
+from memwarden.domain.model.events import MemoryVerified
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.memory_objects.projection import MemoryObjectsProjection
+from memwarden.projections.rebuild import Rebuilder, RebuildFailed
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 PEER = Identity("acme/eng", "agent-2", "agent")

@@ -14,16 +14,16 @@ import msgspec
 import psycopg
 import pytest
 
-from api.cli.main import main
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.erasure import Forget
-from domain.model.events import EmbeddingModelAdopted, MemoryReembedded, MemoryWritten
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.rebuild import Rebuilder
-from projections.search.projection import hnsw_index_name
-from projections.search.service import SearchQuery
+from memwarden.api.cli.main import main
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.events import EmbeddingModelAdopted, MemoryReembedded, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.rebuild import Rebuilder
+from memwarden.projections.search.projection import hnsw_index_name
+from memwarden.projections.search.service import SearchQuery
 
 OLD, NEW = "feature-hash-v1-384", "feature-hash-v1-256"
 AGENT = Identity("acme/eng", "agent-1", "agent")

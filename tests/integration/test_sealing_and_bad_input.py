@@ -13,13 +13,13 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from domain.model.commands import ProvenanceClaim, WriteMemory
-from domain.model.errors import DomainError, Forbidden, InvalidRequest, ProvenanceNotAllowed
-from domain.model.events import AuditRecorded
-from domain.model.identity import Identity
-from domain.services.core import Core
-from domain.services.memory import WriteResult
-from domain.settings import SCHEMA, Settings
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.errors import DomainError, Forbidden, InvalidRequest, ProvenanceNotAllowed
+from memwarden.domain.model.events import AuditRecorded
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.core import Core
+from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.settings import SCHEMA, Settings
 
 AGENT = Identity("acme/eng", "agent-1", "agent")
 MEMBER = Identity("acme/eng", "dana", "member")

@@ -18,16 +18,16 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from psycopg.sql import SQL, Identifier
 
-from bootstrap.runtime import Runtime
-from domain.embedding import EmbedderUnavailable
-from domain.model.commands import ProvenanceClaim, WriteMemory
-from domain.model.erasure import Forget
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.rebuild import Rebuilder
-from projections.search import view as view_module
-from projections.search.drivers import HybridDriver, LexicalDriver, SearchRequest, VectorDriver
-from projections.search.service import SearchQuery
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding import EmbedderUnavailable
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.rebuild import Rebuilder
+from memwarden.projections.search import view as view_module
+from memwarden.projections.search.drivers import HybridDriver, LexicalDriver, SearchRequest, VectorDriver
+from memwarden.projections.search.service import SearchQuery
 
 ALPHA = Identity(namespace="acme/eng/alpha", actor="bot", role="agent")
 ENG = Identity(namespace="acme/eng", actor="lead", role="member")
@@ -338,7 +338,7 @@ def test_a_failing_policy_driver_falls_back_to_the_baseline(runtime: Runtime) ->
 
 
 def test_bad_queries_are_refused(runtime: Runtime) -> None:
-    from domain.model.errors import InvalidRequest  # noqa: PLC0415
+    from memwarden.domain.model.errors import InvalidRequest  # noqa: PLC0415
 
     for bad in (
         SearchQuery(query="  "),

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from psycopg.sql import SQL
 
-from bootstrap.runtime import Runtime
-from domain.settings import Settings
-from projections.search.conformance import ConformanceKit, ConformanceReport, build_corpus
-from projections.search.drivers import Driver, HybridDriver, LexicalDriver, SearchRequest
-from projections.search.view import Hit, ScopedView
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.settings import Settings
+from memwarden.projections.search.conformance import ConformanceKit, ConformanceReport, build_corpus
+from memwarden.projections.search.drivers import Driver, HybridDriver, LexicalDriver, SearchRequest
+from memwarden.projections.search.view import Hit, ScopedView
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.search.drivers import HybridDriver, SearchRequest
-from projections.search.service import SearchQuery
-from projections.search.view import Hit
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.search.drivers import HybridDriver, SearchRequest
+from memwarden.projections.search.service import SearchQuery
+from memwarden.projections.search.view import Hit
 
 ALPHA = Identity(namespace="acme/eng/alpha", actor="bot", role="agent")
 CHILD = Identity(namespace="acme/eng/alpha/sub", actor="bot", role="agent")

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from psycopg.sql import Composed
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.search.service import SearchQuery
-from projections.search.view import ScopedView
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.search.service import SearchQuery
+from memwarden.projections.search.view import ScopedView
 
 AGENT = Identity(namespace="acme/eng/plans", actor="bot", role="agent")
 MEMORIES = 400

@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.embedding.rerank import CrossEncoder, shared_cross_encoder
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.search.drivers import HybridDriver, SearchRequest
-from projections.search.service import SearchQuery
-from projections.search.view import Hit
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding.rerank import CrossEncoder, shared_cross_encoder
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.search.drivers import HybridDriver, SearchRequest
+from memwarden.projections.search.service import SearchQuery
+from memwarden.projections.search.view import Hit
 
 pytestmark = pytest.mark.models
 

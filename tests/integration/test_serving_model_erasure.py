@@ -4,12 +4,12 @@ index hands the name to the earliest vector left, and a rebuild equals it."""
 
 from __future__ import annotations
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.erasure import Forget
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.rebuild import Rebuilder
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.rebuild import Rebuilder
 
 AGENT = Identity("acme/x", "a", "agent")
 ADMIN = Identity("acme/x", "lead", "admin")

@@ -9,9 +9,9 @@ from uuid import uuid4
 import pytest
 import redis
 
-from api.http.limits import HEAD, LastWrites, ProcessCallerState, RedisCallerState
-from api.http.metrics import Metrics
-from domain.settings import Settings
+from memwarden.api.http.limits import HEAD, LastWrites, ProcessCallerState, RedisCallerState
+from memwarden.api.http.metrics import Metrics
+from memwarden.domain.settings import Settings
 from tests.processes import free_port
 
 REDIS_URL = Settings.from_env().redis_url
@@ -89,7 +89,7 @@ def test_one_process_keeps_its_state_in_memory() -> None:
 def test_a_full_memory_of_last_writes_forgets_the_oldest_not_the_newest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("api.http.limits.MAX_KEYS_REMEMBERED", 4)
+    monkeypatch.setattr("memwarden.api.http.limits.MAX_KEYS_REMEMBERED", 4)
     writes = LastWrites()
     for position in range(1, 6):
         writes.note(f"key{position}", position)

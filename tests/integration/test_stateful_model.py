@@ -4,7 +4,7 @@ Hypothesis drives writes (plain and slotted, with sources of different trust ran
 validity dates, so dedupe, succession, correction and disputes all happen), dispute
 resolutions, verifications (by another actor, and refused to the writer), erasures and
 key revocations through the services, as an authenticated key would (the key decides
-who acts; a revoked key acts no more). The model below is written from DESIGN.md §3-§8,
+who acts; a revoked key acts no more). The model below is written from docs/architecture.md §3-§8,
 not from the deciders. After every step, for an agent of a namespace, of its child and of
 an outsider, ``read``, ``history``, ``search`` and the as-of answer at the current time
 must agree with the model: what is visible, its status, trust tier and content (null
@@ -35,17 +35,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
-from domain.model.erasure import Forget
-from domain.model.errors import DomainError, Forbidden, InvalidState, NotFound, ProvenanceNotAllowed
-from domain.model.identity import Identity
-from domain.model.keys import IssueKey
-from domain.model.namespaces import ancestors
-from domain.model.trust import SOURCE_RANKS
-from domain.settings import Settings
-from projections.search.service import MAX_TOKEN_BUDGET, SearchQuery
-from projections.timeline.service import AsOfQuestion
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.errors import DomainError, Forbidden, InvalidState, NotFound, ProvenanceNotAllowed
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.domain.model.trust import SOURCE_RANKS
+from memwarden.domain.settings import Settings
+from memwarden.projections.search.service import MAX_TOKEN_BUDGET, SearchQuery
+from memwarden.projections.timeline.service import AsOfQuestion
 
 STEPS_PER_EXAMPLE = 30
 EXAMPLES = 20
@@ -123,7 +123,7 @@ class Memory:
         return self.status == "active" and not self.closed
 
     def independent_tier(self) -> str:
-        """Verified when independent supports outnumber refutations (DESIGN.md §4)."""
+        """Verified when independent supports outnumber refutations (docs/architecture.md §4)."""
         words = [supports for actor, supports in self.verifications.items() if actor not in self.writers]
         return "verified" if sum(words) > len(words) - sum(words) else "canonical"
 
@@ -141,7 +141,7 @@ Expected = tuple[str, UUID | None] | type[DomainError]
 
 
 class Model:
-    """DESIGN.md §3-§8 for one tenant, in plain Python."""
+    """docs/architecture.md §3-§8 for one tenant, in plain Python."""
 
     def __init__(self) -> None:
         self.memories: dict[UUID, Memory] = {}

@@ -1,4 +1,4 @@
-"""The synchronous band of a write (DESIGN.md section 4, step 7), on real PostgreSQL,
+"""The synchronous band of a write (docs/architecture.md section 4, step 7), on real PostgreSQL,
 pgvector and the offline embedder: an unslotted fact that the judge finds contradicting an
 own-namespace neighbour (cosine >= 0.75) is settled inside the write, as a slot conflict is."""
 
@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import ProvenanceClaim, WriteMemory
-from domain.model.identity import Identity
-from domain.model.write import Outcome
-from domain.services.memory import WriteResult
-from domain.settings import Settings
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.write import Outcome
+from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.settings import Settings
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 ORG = Identity(namespace="acme", actor="bot", role="agent")

@@ -20,14 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.sql import SQL, Identifier
 
-from domain.ledger.chain import ANCHOR_PROBLEM
-from domain.ledger.recorder import verify_tenant_tables
-from domain.model.commands import WriteMemory
-from domain.model.events import EVENT_TYPES
-from domain.model.identity import Identity
-from domain.services.core import Core
-from domain.settings import SCHEMA
-from domain.settings import Settings as MwSettings
+from memwarden.domain.ledger.chain import ANCHOR_PROBLEM
+from memwarden.domain.ledger.recorder import verify_tenant_tables
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import EVENT_TYPES
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import SCHEMA
+from memwarden.domain.settings import Settings as MwSettings
 from tests.integration.test_chain_tamper import populate
 
 GLOBEX = Identity("globex/ops", "agent-7", "agent")

@@ -19,17 +19,17 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
-from api.http.routes.compliance import public_problem
-from bootstrap.runtime import Runtime
-from domain.ledger.chain import canonical, link, tenant_genesis
-from domain.ledger.mapper import Recorded
-from domain.ledger.recorder import AppendGroup
-from domain.model.commands import WriteMemory
-from domain.model.erasure import Forget
-from domain.model.identity import Identity
-from domain.services.audit import audit_record
-from domain.services.core import Core
-from domain.settings import SCHEMA, Settings
+from memwarden.api.http.routes.compliance import public_problem
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.chain import canonical, link, tenant_genesis
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.ledger.recorder import AppendGroup
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.audit import audit_record
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import SCHEMA, Settings
 
 ACME = Identity("acme/eng", "agent-1", "agent")
 ACME_ADMIN = Identity("acme/eng", "olga", "admin")

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.model.commands import WriteMemory
-from domain.model.events import AuditRecorded, MemoryWritten
-from domain.model.identity import Identity
-from domain.services.memory import QUEUED_OP, BatchItem
-from domain.settings import Settings
-from workers.actors import run_ticket
-from workers.tickets import TicketStore, apply_ticket
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import AuditRecorded, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.memory import QUEUED_OP, BatchItem
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import run_ticket
+from memwarden.workers.tickets import TicketStore, apply_ticket
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
 

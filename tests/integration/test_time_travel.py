@@ -1,5 +1,5 @@
 """Bitemporal as-of reads: indexed SQL over ``memory_timeline`` and a replay of the ledger
-must give the same answer, at any instant, for any caller (DESIGN.md section 3)."""
+must give the same answer, at any instant, for any caller (docs/architecture.md section 3)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from bootstrap.runtime import Runtime
-from domain.model.asof import AsOfAnswer, evolve_standing, standing_of
-from domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
-from domain.model.errors import DomainError
-from domain.model.identity import Identity
-from domain.model.memory import MemoryState, evolve_memory
-from domain.model.namespaces import ancestors
-from domain.services.memory import ClaimIds, MemoryService
-from domain.settings import Settings
-from projections.timeline.service import AsOfQuestion
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.asof import AsOfAnswer, evolve_standing, standing_of
+from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from memwarden.domain.model.errors import DomainError
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import MemoryState, evolve_memory
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.domain.services.memory import ClaimIds, MemoryService
+from memwarden.domain.settings import Settings
+from memwarden.projections.timeline.service import AsOfQuestion
 
 BASE = datetime(2031, 1, 1, tzinfo=UTC)
 
@@ -343,7 +343,7 @@ def test_evolve_standing_follows_evolve_memory(runtime: Runtime) -> None:
 
 
 def test_an_erased_memory_is_a_tombstone_at_every_instant(runtime: Runtime) -> None:
-    from domain.model.erasure import Forget  # noqa: PLC0415 - erasure is its own feature
+    from memwarden.domain.model.erasure import Forget  # noqa: PLC0415 - erasure is its own feature
 
     clock = FakeClock(BASE)
     memory = service(runtime, clock)

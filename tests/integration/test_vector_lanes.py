@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from bootstrap.runtime import Runtime
-from domain.embedding.base import embed_rows
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.search.service import SearchQuery
-from projections.search.view import IN_MEMORY_MIN_QUERIES, Hit, ScopedView
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding.base import embed_rows
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.search.service import SearchQuery
+from memwarden.projections.search.view import IN_MEMORY_MIN_QUERIES, Hit, ScopedView
 
 AGENT = Identity(namespace="acme/eng/lanes", actor="bot", role="agent")
 QUERIES = [

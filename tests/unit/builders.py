@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import NAMESPACE_OID, UUID, uuid5
 
-from domain.model.classification import Classification
-from domain.model.commands import ProvenanceClaim, WriteMemory, WritePolicy
-from domain.model.events import (
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory, WritePolicy
+from memwarden.domain.model.events import (
     ClaimKind,
     ClaimSet,
     DisputeOpened,
@@ -22,8 +22,8 @@ from domain.model.events import (
     MemoryEvent,
     Provenance,
 )
-from domain.model.identity import Identity, Role
-from domain.model.memory import (
+from memwarden.domain.model.identity import Identity, Role
+from memwarden.domain.model.memory import (
     Claim,
     DisputeState,
     MemoryState,
@@ -31,8 +31,8 @@ from domain.model.memory import (
     evolve_dispute,
     evolve_memory,
 )
-from domain.model.text import normalize, normalize_key
-from domain.model.write import WriteDecision, WriteState, decide_write
+from memwarden.domain.model.text import normalize, normalize_key
+from memwarden.domain.model.write import WriteDecision, WriteState, decide_write
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NS = "acme/eng"

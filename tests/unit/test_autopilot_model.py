@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from domain.model.autopilot import (
+from memwarden.domain.model.autopilot import (
     DecisionState,
     FindingState,
     OverturnDecision,
@@ -18,8 +18,8 @@ from domain.model.autopilot import (
     decide_pass,
     decide_resolve_finding,
 )
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import (
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.events import (
     ConflictSettled,
     ConflictsJudged,
     FindingOpened,
@@ -29,8 +29,8 @@ from domain.model.events import (
     MemoryWritten,
     SettlementOverturned,
 )
-from domain.model.judging import Judgement
-from domain.model.leases import Lease, LeaseBusy, LeaseLost, decide_take, lease_from, release
+from memwarden.domain.model.judging import Judgement
+from memwarden.domain.model.leases import Lease, LeaseBusy, LeaseLost, decide_take, lease_from, release
 from tests.unit.builders import ADMIN, AGENT, NS, at, ident, memory, uid
 
 TTL = timedelta(seconds=30)

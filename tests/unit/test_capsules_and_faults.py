@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.model.capsules import (
+from memwarden.domain.model.capsules import (
     DIRECTIVE_SHARE,
     Block,
     Candidate,
@@ -22,7 +22,7 @@ from domain.model.capsules import (
     plan_capsule,
     receipt_message,
 )
-from domain.model.faults import (
+from memwarden.domain.model.faults import (
     L2_THRESHOLD,
     L3_THRESHOLD,
     absolute_score,

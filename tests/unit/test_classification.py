@@ -1,10 +1,10 @@
-"""Classification of every persisted fact (DESIGN.md section 4, step 4)."""
+"""Classification of every persisted fact (docs/architecture.md section 4, step 4)."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain.model.classification import Classification, classify, luhn_valid
+from memwarden.domain.model.classification import Classification, classify, luhn_valid
 
 # Well-known documentation / test values, never real credentials.
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"

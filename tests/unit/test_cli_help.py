@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from api.cli.main import build_parser
+from memwarden.api.cli.main import build_parser
 
 
 def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.console.diff import diff_memories
+from memwarden.api.console.diff import diff_memories
 
 
 def _m(i: str, content: str, status: str = "active") -> dict[str, object]:

@@ -9,8 +9,8 @@ from uuid import UUID, uuid4
 import pytest
 from msgspec.structs import replace
 
-from domain.model.classification import Classification
-from domain.model.consolidation import (
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.consolidation import (
     Cluster,
     Links,
     decide_drafts,
@@ -24,10 +24,10 @@ from domain.model.consolidation import (
     proposal_content,
     proposal_stream,
 )
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import ContextFaulted, MemoryWritten, Provenance
-from domain.model.identity import Identity
-from domain.model.memory import MemoryState, evolve_memory
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.events import ContextFaulted, MemoryWritten, Provenance
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import MemoryState, evolve_memory
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 NS = "acme/eng"

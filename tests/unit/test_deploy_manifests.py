@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from api.cli.main import build_parser
+from memwarden.api.cli.main import build_parser
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SETTINGS_SOURCE = (DEPLOY.parent / "domain" / "settings.py").read_text()

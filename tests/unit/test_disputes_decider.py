@@ -1,4 +1,4 @@
-"""The dispute-resolution decider (DESIGN.md section 4, Disputes)."""
+"""The dispute-resolution decider (docs/architecture.md section 4, Disputes)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from uuid import UUID
 
 import pytest
 
-from domain.model.commands import ResolveDispute, WritePolicy
-from domain.model.disputes import ResolveState, decide_resolve
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import (
+from memwarden.domain.model.commands import ResolveDispute, WritePolicy
+from memwarden.domain.model.disputes import ResolveState, decide_resolve
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.events import (
     ClaimSet,
     DisputeDecision,
     DisputeResolved,
@@ -21,8 +21,8 @@ from domain.model.events import (
     MemoryWritten,
     Provenance,
 )
-from domain.model.identity import Identity
-from domain.model.memory import DisputeState, MemoryState, evolve_dispute
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import DisputeState, MemoryState, evolve_dispute
 from tests.unit.builders import (
     ADMIN,
     AGENT,
@@ -217,7 +217,7 @@ def test_uphold_new_when_the_incumbent_is_gone_supersedes_nothing() -> None:
 
 
 def test_uphold_new_never_leaves_two_current_values_in_the_slot() -> None:
-    """DESIGN.md section 4 step 6: a slot with a different value is always settled.
+    """docs/architecture.md section 4 step 6: a slot with a different value is always settled.
 
     Here the incumbent was superseded by a third memory while the dispute was open, so the
     slot's current holder is that third memory. Upholding the quarantined memory must not

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from domain.embedding import (
+from memwarden.domain.embedding import (
     CachingEmbedder,
     Embedder,
     EmbedderUnavailable,

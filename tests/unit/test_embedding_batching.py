@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from domain.embedding import BatchingEmbedder, EmbedderUnavailable, HashEmbedder
-from domain.embedding.base import Matrix
+from memwarden.domain.embedding import BatchingEmbedder, EmbedderUnavailable, HashEmbedder
+from memwarden.domain.embedding.base import Matrix
 
 
 class Slow:

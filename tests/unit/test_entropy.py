@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import threading
 
-from domain.ledger.entropy import CHUNK, new_uuid, random_bytes
+from memwarden.domain.ledger.entropy import CHUNK, new_uuid, random_bytes
 
 
 def test_no_byte_of_the_buffer_is_handed_out_twice() -> None:

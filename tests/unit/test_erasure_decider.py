@@ -10,13 +10,13 @@ from uuid import UUID
 import msgspec
 import pytest
 
-from domain.model.certificates import DeletionCertificate, certificate_message, certificate_problem
-from domain.model.commands import VerifyMemory, WritePolicy
-from domain.model.erasure import Forget, ForgetDecision, ForgetState, Head, chain_of, decide_forget
-from domain.model.errors import Forbidden, InvalidState, NotFound, OutsideSubtree
-from domain.model.events import KnowledgeErased, KnowledgePublished, MemoryErased, MemoryRetired
-from domain.model.identity import Identity
-from domain.model.knowledge import (
+from memwarden.domain.model.certificates import DeletionCertificate, certificate_message, certificate_problem
+from memwarden.domain.model.commands import VerifyMemory, WritePolicy
+from memwarden.domain.model.erasure import Forget, ForgetDecision, ForgetState, Head, chain_of, decide_forget
+from memwarden.domain.model.errors import Forbidden, InvalidState, NotFound, OutsideSubtree
+from memwarden.domain.model.events import KnowledgeErased, KnowledgePublished, MemoryErased, MemoryRetired
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.knowledge import (
     KnowledgeState,
     decide_publish,
     evolve_knowledge,
@@ -25,8 +25,8 @@ from domain.model.knowledge import (
     next_version,
     parse_document,
 )
-from domain.model.memory import MemoryState, evolve_memory
-from domain.model.verification import decide_verify
+from memwarden.domain.model.memory import MemoryState, evolve_memory
+from memwarden.domain.model.verification import decide_verify
 from tests.unit.builders import T0, at, memory, uid
 
 ADMIN = Identity("acme/eng", "alice", "admin")

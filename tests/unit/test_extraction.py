@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.extraction import ExtractionFailed, OpenAIExtractor, extractor_from_settings
-from domain.extraction.parsing import facts_from_answer, facts_from_completion
-from domain.model.text import normalize
-from domain.settings import Settings
+from memwarden.domain.extraction import ExtractionFailed, OpenAIExtractor, extractor_from_settings
+from memwarden.domain.extraction.parsing import facts_from_answer, facts_from_completion
+from memwarden.domain.model.text import normalize
+from memwarden.domain.settings import Settings
 from tests.local_http import LocalServer, send
 from tests.processes import TIMED
 

@@ -12,12 +12,12 @@ from litestar.params import JSONBody
 from litestar.routes import HTTPRoute
 from litestar.testing import TestClient
 
-from api.http.body import check_body_types, decode_body
-from api.http.routing import Syscall, body_type, syscall_of, syscall_post
-from api.http.schemas import Body, NewKeyBody, WriteBatchBody, WriteBody
-from domain.model.certificates import DeletionCertificate
-from domain.model.commands import WriteMemory
-from domain.model.errors import IdentityInBody, InvalidRequest
+from memwarden.api.http.body import check_body_types, decode_body
+from memwarden.api.http.routing import Syscall, body_type, syscall_of, syscall_post
+from memwarden.api.http.schemas import Body, NewKeyBody, WriteBatchBody, WriteBody
+from memwarden.domain.model.certificates import DeletionCertificate
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.errors import IdentityInBody, InvalidRequest
 
 WRITE = Syscall(name="write")
 BATCH = Syscall(name="write_batch", per_item=frozenset({"items"}))

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 import msgspec
 import pytest
 
-from domain.model.commands import WritePolicy
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, OutsideSubtree
-from domain.model.events import AuditRecorded, KnowledgePublished
-from domain.model.identity import Identity, Role
-from domain.model.knowledge import (
+from memwarden.domain.model.commands import WritePolicy
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, OutsideSubtree
+from memwarden.domain.model.events import AuditRecorded, KnowledgePublished
+from memwarden.domain.model.identity import Identity, Role
+from memwarden.domain.model.knowledge import (
     HEADING_SEPARATOR,
     MAX_CHUNK_CHARS,
     KnowledgeDraft,

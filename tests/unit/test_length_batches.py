@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.embedding.base import Matrix
-from domain.embedding.onnx import LENGTH_SPREAD, TOKENS_PER_BATCH, Encoded, by_length
+from memwarden.domain.embedding.base import Matrix
+from memwarden.domain.embedding.onnx import LENGTH_SPREAD, TOKENS_PER_BATCH, Encoded, by_length
 
 
 class Recorded:

@@ -8,16 +8,16 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.model.classification import classify
-from domain.model.commands import VerifyMemory, WritePolicy
-from domain.model.events import ClaimSet, MemoryEvent
-from domain.model.identity import Identity
-from domain.model.memory import MemoryState, evolve_claim, evolve_memory
-from domain.model.namespaces import ancestors, is_within, subtree_like_pattern, validate_namespace
-from domain.model.text import is_low_information, normalize
-from domain.model.trust import SOURCE_RANKS
-from domain.model.verification import decide_verify
-from domain.model.write import WriteDecision
+from memwarden.domain.model.classification import classify
+from memwarden.domain.model.commands import VerifyMemory, WritePolicy
+from memwarden.domain.model.events import ClaimSet, MemoryEvent
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import MemoryState, evolve_claim, evolve_memory
+from memwarden.domain.model.namespaces import ancestors, is_within, subtree_like_pattern, validate_namespace
+from memwarden.domain.model.text import is_low_information, normalize
+from memwarden.domain.model.trust import SOURCE_RANKS
+from memwarden.domain.model.verification import decide_verify
+from memwarden.domain.model.write import WriteDecision
 from tests.unit.builders import (
     NS,
     T0,

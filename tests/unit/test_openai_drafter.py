@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from domain.drafting import OpenAIDrafter, drafter_from_settings
-from domain.drafting.openai import MAX_INPUT_CHARS
-from domain.model.consolidation import MAX_PROPOSAL_CHARS, DraftFailed, drafted_text_problem, worded
-from domain.settings import Settings
+from memwarden.domain.drafting import OpenAIDrafter, drafter_from_settings
+from memwarden.domain.drafting.openai import MAX_INPUT_CHARS
+from memwarden.domain.model.consolidation import MAX_PROPOSAL_CHARS, DraftFailed, drafted_text_problem, worded
+from memwarden.domain.settings import Settings
 from tests.local_http import LocalServer, send
 
 STATEMENTS = ["Staging is rebuilt every Sunday night", "Every Sunday night staging is rebuilt"]

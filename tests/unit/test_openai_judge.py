@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from domain.judging import OpenAIJudge, judge_from_settings
-from domain.model.judging import JudgeUnavailable, RulesJudge, Statement
-from domain.settings import Settings
+from memwarden.domain.judging import OpenAIJudge, judge_from_settings
+from memwarden.domain.model.judging import JudgeUnavailable, RulesJudge, Statement
+from memwarden.domain.settings import Settings
 from tests.local_http import LocalServer, send
 
 A = Statement(content="Standup is at 9:30")

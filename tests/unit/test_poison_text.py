@@ -14,18 +14,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.cli.timetravel import parse_time
-from api.http.body import MAX_JSON_DEPTH, identity_named, nests_deeper_than
-from domain.model.commands import VerifyMemory, WriteMemory
-from domain.model.erasure import Forget, names_subject, subject_keys
-from domain.model.errors import InvalidRequest
-from domain.model.events import Directive
-from domain.model.keys import IssueKey, decide_issue
-from domain.model.knowledge import KnowledgeDraft, verify_document
-from domain.model.namespaces import validate_namespace
-from domain.model.policies import PolicyBody, decide_set_policy
-from domain.model.storable import check_storable, unstorable_field
-from domain.model.text import (
+from memwarden.api.cli.timetravel import parse_time
+from memwarden.api.http.body import MAX_JSON_DEPTH, identity_named, nests_deeper_than
+from memwarden.domain.model.commands import VerifyMemory, WriteMemory
+from memwarden.domain.model.erasure import Forget, names_subject, subject_keys
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.events import Directive
+from memwarden.domain.model.keys import IssueKey, decide_issue
+from memwarden.domain.model.knowledge import KnowledgeDraft, verify_document
+from memwarden.domain.model.namespaces import validate_namespace
+from memwarden.domain.model.policies import PolicyBody, decide_set_policy
+from memwarden.domain.model.storable import check_storable, unstorable_field
+from memwarden.domain.model.text import (
     escape_unprintable,
     invisible_character,
     is_low_information,
@@ -34,9 +34,9 @@ from domain.model.text import (
     quote_text,
     storable_text_problem,
 )
-from domain.model.times import parse_time_text, time_problem
-from domain.model.verification import decide_verify
-from domain.services.audit import MAX_DETAIL, safe_detail
+from memwarden.domain.model.times import parse_time_text, time_problem
+from memwarden.domain.model.verification import decide_verify
+from memwarden.domain.services.audit import MAX_DETAIL, safe_detail
 from tests.unit.builders import ADMIN, AGENT, OTHER_AGENT, POLICY, T0, cmd, decide, memory, write_state
 from tests.unit.test_disputes_decider import Scenario
 from tests.unit.test_erasure_decider import forget

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from api.cli.progress import ProgressBar, staged_progress
+from memwarden.api.cli.progress import ProgressBar, staged_progress
 
 
 class Terminal(io.StringIO):

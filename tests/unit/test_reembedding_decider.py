@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from domain.embedding import embedder_for_model, embedder_from_env
-from domain.model.events import EmbeddingModelAdopted, MemoryErased, MemoryReembedded
-from domain.model.memory import erased_tombstone, evolve_memory
-from domain.model.reembedding import ReembeddingIncomplete, decide_adoption, decide_reembed, needs_vector
+from memwarden.domain.embedding import embedder_for_model, embedder_from_env
+from memwarden.domain.model.events import EmbeddingModelAdopted, MemoryErased, MemoryReembedded
+from memwarden.domain.model.memory import erased_tombstone, evolve_memory
+from memwarden.domain.model.reembedding import (
+    ReembeddingIncomplete,
+    decide_adoption,
+    decide_reembed,
+    needs_vector,
+)
 from tests.unit.builders import NS, T0, memory, uid
 
 OLD, NEW = "feature-hash-v1-384", "feature-hash-v1-256"

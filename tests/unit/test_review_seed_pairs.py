@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain.embedding.hashing import HashEmbedder
-from domain.model.autopilot import MIN_COSINE, SUPERSEDE_MIN_COSINE
-from domain.model.judging import RulesJudge, Statement
+from memwarden.domain.embedding.hashing import HashEmbedder
+from memwarden.domain.model.autopilot import MIN_COSINE, SUPERSEDE_MIN_COSINE
+from memwarden.domain.model.judging import RulesJudge, Statement
 from tests.e2e.review_seed import OPS_CONTRADICTION, TEAM_CONTRADICTION
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.model.judging import RulesJudge, Statement
+from memwarden.domain.model.judging import RulesJudge, Statement
 
 C, OK = True, False  # contradiction, compatible
 

@@ -11,9 +11,9 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.ledger.mapper import Recorded
-from domain.model.classification import Classification
-from domain.model.events import (
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.events import (
     AuditRecorded,
     Event,
     KnowledgeChunk,
@@ -21,7 +21,14 @@ from domain.model.events import (
     MemoryWritten,
     Provenance,
 )
-from projections.sanitize import EARLIEST, LATEST, REPLACEMENT, sanitized, storable_text, storable_time
+from memwarden.projections.sanitize import (
+    EARLIEST,
+    LATEST,
+    REPLACEMENT,
+    sanitized,
+    storable_text,
+    storable_time,
+)
 
 AT = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
 UNSTORABLE = {"\x00"} | {chr(c) for c in range(0xD800, 0xE000)}

@@ -6,9 +6,9 @@ from uuid import UUID
 
 import pytest
 
-from api.cli.bench.locomo import KS
-from projections.search.drivers import candidates_for, merge, with_context
-from projections.search.view import Hit
+from benchmarks.locomo import KS
+from memwarden.projections.search.drivers import candidates_for, merge, with_context
+from memwarden.projections.search.view import Hit
 
 A, B, C, D = (UUID(int=i) for i in range(1, 5))
 

@@ -9,7 +9,7 @@ from uuid import UUID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.ledger.chain import ANCHOR_PROBLEM, canonical, link, tenant_genesis, verify_tenant_rows
+from memwarden.domain.ledger.chain import ANCHOR_PROBLEM, canonical, link, tenant_genesis, verify_tenant_rows
 
 Row = tuple[Any, ...]
 """(tenant, tenant position, id, version, topic, state, chain position, chain hash)."""

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from domain.model.errors import InvalidRequest
-from domain.model.namespaces import (
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.namespaces import (
     MAX_DEPTH,
     MAX_NAMESPACE_LENGTH,
     ancestors,
@@ -16,7 +16,7 @@ from domain.model.namespaces import (
     tenant_of,
     validate_namespace,
 )
-from domain.model.text import is_low_information, normalize
+from memwarden.domain.model.text import is_low_information, normalize
 
 # -- normalize ------------------------------------------------------------------------------
 

@@ -1,14 +1,20 @@
-"""The trust lattice (DESIGN.md section 3), roles, and the trust tier of verifications."""
+"""The trust lattice (docs/architecture.md section 3), roles, and the trust tier of verifications."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain.model.errors import InvalidRequest
-from domain.model.events import Provenance
-from domain.model.identity import HUMAN_ROLES, REVIEWER_ROLES, ROLES, WRITER_ROLES, Identity
-from domain.model.memory import Verification, trust_tier_from
-from domain.model.trust import DEFAULT_SOURCE, HUMAN_ONLY_SOURCES, SOURCE_RANKS, rank_of, source_rank
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.events import Provenance
+from memwarden.domain.model.identity import HUMAN_ROLES, REVIEWER_ROLES, ROLES, WRITER_ROLES, Identity
+from memwarden.domain.model.memory import Verification, trust_tier_from
+from memwarden.domain.model.trust import (
+    DEFAULT_SOURCE,
+    HUMAN_ONLY_SOURCES,
+    SOURCE_RANKS,
+    rank_of,
+    source_rank,
+)
 from tests.unit.builders import T0, at, memory
 
 

@@ -1,15 +1,15 @@
-"""Independent verification (DESIGN.md section 4): another actor countersigns or refutes."""
+"""Independent verification (docs/architecture.md section 4): another actor countersigns or refutes."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain.model.commands import VerifyMemory
-from domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
-from domain.model.events import MemoryVerified, Provenance
-from domain.model.identity import Identity
-from domain.model.memory import MemoryState, Verification, evolve_memory
-from domain.model.verification import MAX_NOTE_LENGTH, decide_verify
+from memwarden.domain.model.commands import VerifyMemory
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.events import MemoryVerified, Provenance
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.memory import MemoryState, Verification, evolve_memory
+from memwarden.domain.model.verification import MAX_NOTE_LENGTH, decide_verify
 from tests.unit.builders import (
     ADMIN,
     AGENT,
@@ -122,7 +122,7 @@ def test_the_latest_word_of_each_actor_counts() -> None:
 
 
 def test_a_verifier_who_later_co_writes_the_memory_no_longer_verifies_it() -> None:
-    """DESIGN.md: a memory becomes verified only through an independent actor.
+    """docs/architecture.md: a memory becomes verified only through an independent actor.
 
     Once the only supporter's own write joins the memory (dedupe), that support is no
     longer independent, so the memory must not remain ``verified`` on its strength.

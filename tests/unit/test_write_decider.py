@@ -1,13 +1,13 @@
-"""The write decider (DESIGN.md section 4, steps 3-6): pure, no I/O, no clock."""
+"""The write decider (docs/architecture.md section 4, steps 3-6): pure, no I/O, no clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain.model.classification import Classification
-from domain.model.commands import WriteMemory, WritePolicy
-from domain.model.errors import Forbidden, InvalidRequest, ProvenanceNotAllowed
-from domain.model.events import (
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.commands import WriteMemory, WritePolicy
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, ProvenanceNotAllowed
+from memwarden.domain.model.events import (
     ClaimSet,
     DisputeOpened,
     MemoryReaffirmed,
@@ -15,8 +15,8 @@ from domain.model.events import (
     MemoryWritten,
     Provenance,
 )
-from domain.model.memory import evolve_memory
-from domain.model.write import MAX_FIELD_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, WriteState
+from memwarden.domain.model.memory import evolve_memory
+from memwarden.domain.model.write import MAX_FIELD_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, WriteState
 from tests.unit.builders import (
     ADMIN,
     AGENT,

@@ -8,10 +8,10 @@ from uuid import UUID
 from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
-from api.http.gate import Call, api_state, command, current_call, query
-from api.http.routes.mem import policy_view
-from api.http.routing import Syscall, syscall_get, syscall_post, syscall_put
-from api.http.schemas import (
+from memwarden.api.http.gate import Call, api_state, command, current_call, query
+from memwarden.api.http.routes.mem import policy_view
+from memwarden.api.http.routing import Syscall, syscall_get, syscall_post, syscall_put
+from memwarden.api.http.schemas import (
     FindingResolveBody,
     NewKeyBody,
     NewKeyResponse,
@@ -24,16 +24,16 @@ from api.http.schemas import (
     RevokeBody,
     RevokeResponse,
 )
-from domain.model.autopilot import DecisionState, FindingState, OverturnDecision, ResolveFinding
-from domain.model.commands import ResolveDispute
-from domain.model.errors import InvalidRequest
-from domain.model.identity import REVIEWER_ROLES
-from domain.model.keys import IssueKey
-from domain.model.memory import DisputeState
-from domain.model.policies import check_policy_admin, effective_policy
-from projections.autopilot.views import DecisionView, FindingView, ProposalView
-from projections.disputes.views import DisputeView
-from projections.governance.views import KeyView
+from memwarden.domain.model.autopilot import DecisionState, FindingState, OverturnDecision, ResolveFinding
+from memwarden.domain.model.commands import ResolveDispute
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.identity import REVIEWER_ROLES
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.model.memory import DisputeState
+from memwarden.domain.model.policies import check_policy_admin, effective_policy
+from memwarden.projections.autopilot.views import DecisionView, FindingView, ProposalView
+from memwarden.projections.disputes.views import DisputeView
+from memwarden.projections.governance.views import KeyView
 
 Req = Request[Any, Any, Any]
 

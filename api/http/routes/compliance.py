@@ -10,9 +10,9 @@ import msgspec
 from litestar import Controller, Request
 from litestar.params import JSONBody
 
-from api.http.gate import Call, api_state, query
-from api.http.routing import Syscall, syscall_get, syscall_post
-from api.http.schemas import (
+from memwarden.api.http.gate import Call, api_state, query
+from memwarden.api.http.routing import Syscall, syscall_get, syscall_post
+from memwarden.api.http.schemas import (
     AuditResponse,
     ComplianceTime,
     Head,
@@ -20,12 +20,12 @@ from api.http.schemas import (
     VerifyLedgerResponse,
     compliance_time,
 )
-from domain.ledger.chain import ChainReport
-from domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
-from domain.model.errors import InvalidRequest
-from domain.model.identity import COMPLIANCE_ROLES
-from domain.model.text import quote_text
-from projections.governance.views import AuditFilter
+from memwarden.domain.ledger.chain import ChainReport
+from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
+from memwarden.domain.model.errors import InvalidRequest
+from memwarden.domain.model.identity import COMPLIANCE_ROLES
+from memwarden.domain.model.text import quote_text
+from memwarden.projections.governance.views import AuditFilter
 
 Req = Request[Any, Any, Any]
 MAX_PAGE_LIMIT = 1000

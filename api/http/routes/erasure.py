@@ -14,15 +14,15 @@ import msgspec
 from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
-from api.http.gate import Call, api_state, command, query
-from api.http.routing import Syscall, syscall_get, syscall_post
-from api.http.schemas import Body
-from domain.ledger.certificates import CertificateCheck
-from domain.model.certificates import DeletionCertificate
-from domain.model.erasure import Forget
-from domain.model.identity import COMPLIANCE_ROLES
-from domain.model.namespaces import is_within
-from projections.runner import ProjectionLag
+from memwarden.api.http.gate import Call, api_state, command, query
+from memwarden.api.http.routing import Syscall, syscall_get, syscall_post
+from memwarden.api.http.schemas import Body
+from memwarden.domain.ledger.certificates import CertificateCheck
+from memwarden.domain.model.certificates import DeletionCertificate
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.identity import COMPLIANCE_ROLES
+from memwarden.domain.model.namespaces import is_within
+from memwarden.projections.runner import ProjectionLag
 
 Req = Request[Any, Any, Any]
 FORGET_ROLES = frozenset({"member", "admin", "owner"})

@@ -7,10 +7,10 @@ from typing import Any
 import anyio.to_thread
 from litestar import Request, Response, get, head
 
-from api.http.gate import api_state
-from api.http.metrics import Gauge, Labels
-from projections.autopilot.views import WorkerGauges
-from workers.metrics import queue_depth
+from memwarden.api.http.gate import api_state
+from memwarden.api.http.metrics import Gauge, Labels
+from memwarden.projections.autopilot.views import WorkerGauges
+from memwarden.workers.metrics import queue_depth
 
 Req = Request[Any, Any, Any]
 READY_MAX_LAG = 10_000

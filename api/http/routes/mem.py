@@ -10,9 +10,9 @@ from litestar import Controller, Request, Response
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
-from api.http.gate import Call, api_state, command, query
-from api.http.routing import Syscall, syscall_post
-from api.http.schemas import (
+from memwarden.api.http.gate import Call, api_state, command, query
+from memwarden.api.http.routing import Syscall, syscall_post
+from memwarden.api.http.schemas import (
     AckBody,
     AckResponse,
     AssembleBody,
@@ -37,14 +37,14 @@ from api.http.schemas import (
     WriteBody,
     WriteResponse,
 )
-from domain.model.asof import AsOfMemory
-from domain.model.commands import VerifyMemory
-from domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
-from domain.model.policies import EffectivePolicy
-from domain.services.governance import GovernanceService
-from domain.services.working_sets import Capsule, FaultAnswer
-from projections.memory_objects.views import MemoryView
-from projections.search.service import SearchAnswer
+from memwarden.domain.model.asof import AsOfMemory
+from memwarden.domain.model.commands import VerifyMemory
+from memwarden.domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
+from memwarden.domain.model.policies import EffectivePolicy
+from memwarden.domain.services.governance import GovernanceService
+from memwarden.domain.services.working_sets import Capsule, FaultAnswer
+from memwarden.projections.memory_objects.views import MemoryView
+from memwarden.projections.search.service import SearchAnswer
 
 Req = Request[Any, Any, Any]
 

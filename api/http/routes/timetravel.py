@@ -15,17 +15,17 @@ import msgspec
 from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
-from api.http.errors import Unavailable
-from api.http.gate import api_state, query
-from api.http.routing import Syscall, syscall_get, syscall_post
-from api.http.schemas import Body, ComplianceTime, compliance_time
-from domain.model.asof import AsOfMemory
-from domain.model.commands import AwareDatetime
-from domain.model.errors import NotFound
-from domain.model.identity import COMPLIANCE_ROLES
-from projections.rebuild import Rebuilder, RebuildFailed, RebuildReport
-from projections.runner import ProjectionStatus
-from projections.timeline.service import AsOfQuestion, check_limit, parse_cursor, scope_for
+from memwarden.api.http.errors import Unavailable
+from memwarden.api.http.gate import api_state, query
+from memwarden.api.http.routing import Syscall, syscall_get, syscall_post
+from memwarden.api.http.schemas import Body, ComplianceTime, compliance_time
+from memwarden.domain.model.asof import AsOfMemory
+from memwarden.domain.model.commands import AwareDatetime
+from memwarden.domain.model.errors import NotFound
+from memwarden.domain.model.identity import COMPLIANCE_ROLES
+from memwarden.projections.rebuild import Rebuilder, RebuildFailed, RebuildReport
+from memwarden.projections.runner import ProjectionStatus
+from memwarden.projections.timeline.service import AsOfQuestion, check_limit, parse_cursor, scope_for
 
 Req = Request[Any, Any, Any]
 OWNER = frozenset({"owner"})

@@ -11,10 +11,10 @@ from collections.abc import Callable
 import msgspec
 import psycopg
 
-from api.cli.bench.common import RunStats, run_threads, scratch_database
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.services.core import Core
+from benchmarks.common import RunStats, run_threads, scratch_database
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.core import Core
 
 TARGETS = {1: 0.40, 16: 0.50}
 SUBJECTS = ("dana", "ravi", "mei", "omar", "lena", "tom")
@@ -77,7 +77,7 @@ def _plain_worker(conninfo: str) -> Callable[[int], Callable[[int], None]]:
 
 def run_write_bench(args: argparse.Namespace) -> int:
     if getattr(args, "tenants", 0):
-        from api.cli.bench.chains import run_chains_bench  # noqa: PLC0415 - only this mode
+        from benchmarks.chains import run_chains_bench  # noqa: PLC0415 - only this mode
 
         return run_chains_bench(args)
     counts = [int(c) for c in str(args.writers).split(",") if c.strip()]

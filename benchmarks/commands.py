@@ -9,8 +9,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from api.cli.timetravel import register_time_bench
-from domain.services.memory import MAX_BATCH_ITEMS
+from memwarden.api.cli.timetravel import register_time_bench
+from memwarden.domain.services.memory import MAX_BATCH_ITEMS
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -27,16 +27,12 @@ def lazy(module: str, function: str) -> Handler:
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
     if args.mode == "in-process":
-        return lazy("api.cli.bench.search", "run_search_bench")(args)
-    return lazy("api.cli.bench.search_http", "run_http_search_bench")(args)
+        return lazy("benchmarks.search", "run_search_bench")(args)
+    return lazy("benchmarks.search_http", "run_http_search_bench")(args)
 
 
-def register(sub: Any) -> Any:
-    """``memwarden bench`` and the benchmarks of this package but ingest, workers and load
-    (``register_service_benches``, after the other groups'); the bench subcommands."""
-    bench = sub.add_parser("bench", help="benchmarks, each with its reference").add_subparsers(
-        dest="bench_command", required=True
-    )
+def register(bench: Any) -> None:
+    """Every ``memwarden bench …`` subcommand, added to the ``bench`` group's subparsers."""
     write = bench.add_parser("write", help="sustained writes through domain+ledger vs plain INSERT")
     write.add_argument("--seconds", type=float, default=5.0, help="measuring time per run")
     write.add_argument("--writers", default="1,4,16", help="comma-separated writer counts")
@@ -67,7 +63,7 @@ def register(sub: Any) -> Any:
         help="with --tenants: also run the same writers as threads of one process (the GIL's reference)",
     )
     write.add_argument("--json", action="store_true")
-    write.set_defaults(handler=lazy("api.cli.bench.write", "run_write_bench"))
+    write.set_defaults(handler=lazy("benchmarks.write", "run_write_bench"))
     api = bench.add_parser(
         "api", help="write and read over HTTP vs in-process, and a tool call over /mcp vs HTTP, same run"
     )
@@ -75,7 +71,7 @@ def register(sub: Any) -> Any:
     api.add_argument("--clients", default="1,16", help="comma-separated client counts")
     api.add_argument("--server-workers", type=int, default=1, help="uvicorn workers of the served process")
     api.add_argument("--json", action="store_true")
-    api.set_defaults(handler=lazy("api.cli.bench.api", "run_api_bench"))
+    api.set_defaults(handler=lazy("benchmarks.api", "run_api_bench"))
     search = bench.add_parser("search", help="search latency over HTTP (or in-process vs raw pgvector top-k)")
     search.add_argument(
         "--mode",
@@ -94,12 +90,21 @@ def register(sub: Any) -> Any:
     locomo = bench.add_parser("locomo", help="evidence recall on LoCoMo: lexical, vector, hybrid")
     locomo.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
     locomo.add_argument("--json", action="store_true")
-    locomo.set_defaults(handler=lazy("api.cli.bench.locomo", "run_locomo_bench"))
-    register_time_bench(bench, lazy("api.cli.bench.time", "run_time_bench"))
-    return bench
+    locomo.set_defaults(handler=lazy("benchmarks.locomo", "run_locomo_bench"))
+    register_time_bench(bench, lazy("benchmarks.time", "run_time_bench"))
+    _register_erase_bench(bench)
+    _register_service_benches(bench)
 
 
-def register_service_benches(bench: Any) -> None:
+def _register_erase_bench(bench: Any) -> None:
+    erase = bench.add_parser("erase", help="erase 1/100/10,000 memories by ids and subject; writer latency")
+    erase.add_argument("--store", type=int, default=100_000, help="memories in the store")
+    erase.add_argument("--baseline-seconds", type=float, default=5.0, help="writer alone, before erasing")
+    erase.add_argument("--json", action="store_true")
+    erase.set_defaults(handler=lazy("benchmarks.erase", "run_erase_bench"))
+
+
+def _register_service_benches(bench: Any) -> None:
     """``memwarden bench ingest``, ``bench workers`` and ``bench load``."""
     ingest = bench.add_parser(
         "ingest", help="write_batch over HTTP vs the embedder alone and the plain ledger"
@@ -109,7 +114,7 @@ def register_service_benches(bench: Any) -> None:
     ingest.add_argument("--clients", type=int, default=2, help="concurrent HTTP clients")
     ingest.add_argument("--batch", type=int, default=MAX_BATCH_ITEMS, help="turns per write_batch request")
     ingest.add_argument("--json", action="store_true")
-    ingest.set_defaults(handler=lazy("api.cli.bench.ingest", "run_ingest_bench"))
+    ingest.set_defaults(handler=lazy("benchmarks.ingest", "run_ingest_bench"))
     workers = bench.add_parser(
         "workers", help="the conflict autopilot: judged/s and lag, 1 and 2 worker processes"
     )
@@ -122,7 +127,7 @@ def register_service_benches(bench: Any) -> None:
     workers.add_argument("--repeat", type=int, default=1, help="rounds of all process counts, back to back")
     workers.add_argument("--timeout", type=float, default=120.0, help="the longest wait for the judgements")
     workers.add_argument("--json", action="store_true")
-    workers.set_defaults(handler=lazy("api.cli.bench.workers", "run_workers_bench"))
+    workers.set_defaults(handler=lazy("benchmarks.workers", "run_workers_bench"))
     load = bench.add_parser("load", help="N agents, mixed syscalls, workers running: latency, errors, RSS")
     load.add_argument("--agents", type=int, default=16, help="simulated agents, one key and thread each")
     load.add_argument("--seconds", type=float, default=600.0, help="how long the load lasts")
@@ -130,4 +135,4 @@ def register_service_benches(bench: Any) -> None:
     load.add_argument("--workers", type=int, default=2, help="`memwarden worker` processes (with Redis)")
     load.add_argument("--seed", type=int, default=7)
     load.add_argument("--json", action="store_true")
-    load.set_defaults(handler=lazy("api.cli.bench.load", "run_load_bench"))
+    load.set_defaults(handler=lazy("benchmarks.load", "run_load_bench"))

@@ -18,16 +18,16 @@ from uuid import UUID, uuid4
 
 import msgspec
 
-from api.cli.bench.common import percentile, scratch_database
-from bootstrap.runtime import Runtime
-from domain.ledger.mapper import Recorded
-from domain.model.classification import Classification
-from domain.model.commands import WriteMemory
-from domain.model.erasure import Forget
-from domain.model.events import AuditRecorded, MemoryWritten, Provenance
-from domain.model.identity import Identity
-from domain.model.namespaces import tenant_of
-from domain.services.memory import utcnow
+from benchmarks.common import percentile, scratch_database
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.erasure import Forget
+from memwarden.domain.model.events import AuditRecorded, MemoryWritten, Provenance
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.namespaces import tenant_of
+from memwarden.domain.services.memory import utcnow
 
 SIZES = (1, 100, 10_000)
 NAMESPACE = "bench/erase"

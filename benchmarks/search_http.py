@@ -30,11 +30,11 @@ from collections.abc import Sequence
 import msgspec
 import psycopg
 
-from api.cli.bench.api import HttpClient, _free_port, _serve
-from api.cli.bench.common import configured_model, mean, percentile, scratch_database
-from api.cli.bench.corpus import questions, sentences
-from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
-from api.cli.bench.search import (
+from benchmarks.api import HttpClient, _free_port, _serve
+from benchmarks.common import configured_model, mean, percentile, scratch_database
+from benchmarks.corpus import questions, sentences
+from benchmarks.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
+from benchmarks.search import (
     PrecomputedEmbedder,
     catch_up,
     check_embedder,
@@ -43,11 +43,11 @@ from api.cli.bench.search import (
     progress,
     vacuum,
 )
-from bootstrap.runtime import Runtime
-from domain.embedding import Embedder
-from domain.model.identity import Identity
-from domain.model.keys import IssueKey
-from domain.model.policies import PolicyBody
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding import Embedder
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.model.policies import PolicyBody
 
 K = 10
 P50_TARGET_MS = 10.0

@@ -25,16 +25,16 @@ from typing import Any
 
 import msgspec
 
-from api.cli.bench.api import HttpClient, _free_port, _serve
-from api.cli.bench.common import percentile, scratch_database
-from bootstrap.runtime import Runtime
-from domain.model.events import AuditRecorded
-from domain.model.identity import Identity
-from domain.model.keys import IssueKey
-from domain.model.policies import PolicyBody
-from domain.settings import Settings
-from projections.rebuild import Rebuilder
-from workers.actors import redis_broker, redis_reachable
+from benchmarks.api import HttpClient, _free_port, _serve
+from benchmarks.common import percentile, scratch_database
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.events import AuditRecorded
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.settings import Settings
+from memwarden.projections.rebuild import Rebuilder
+from memwarden.workers.actors import redis_broker, redis_reachable
 
 TENANT = "load"
 MIX: tuple[tuple[str, int], ...] = (
@@ -202,7 +202,7 @@ def _audit_count(runtime: Runtime) -> int:
 
 
 def _start_workers(env: dict[str, str], count: int) -> list[subprocess.Popen[bytes]]:
-    command = [sys.executable, "-m", "api.cli.main", "worker", "--threads", "2"]
+    command = [sys.executable, "-m", "memwarden.api.cli.main", "worker", "--threads", "2"]
     return [
         subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
         for _ in range(count)

@@ -36,11 +36,11 @@ from typing import Any
 import msgspec
 import psycopg
 
-from api.cli.bench.common import RunStats, scratch_database, summarize, timed_threads
-from domain.ledger.database import ConnectionParams
-from domain.model.identity import Identity
-from domain.services.core import Core
-from domain.settings import Settings
+from benchmarks.common import RunStats, scratch_database, summarize, timed_threads
+from memwarden.domain.ledger.database import ConnectionParams
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.core import Core
+from memwarden.domain.settings import Settings
 
 TARGET = 1.5
 """A chain per tenant writes at least this many times as fast as the single chain."""
@@ -91,7 +91,7 @@ class ChainsReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def tenant_writer(core: Core, tenant: int) -> Callable[[int], Callable[[int], None]]:
-    from api.cli.bench.write import sentence  # noqa: PLC0415 - write.py imports this module
+    from benchmarks.write import sentence  # noqa: PLC0415 - write.py imports this module
 
     def make(index: int) -> Callable[[int], None]:
         identity = Identity(f"tenant{tenant}/team", f"agent-{index}", "agent")

@@ -29,16 +29,16 @@ from typing import Any
 import httpx
 import msgspec
 
-from api.cli.bench.api import _free_port, _serve
-from api.cli.bench.common import bare, scratch_database
-from api.cli.bench.cpu import CpuPerOperation, Snapshot, cpu_ticks, per_operation, ticks_used
-from api.cli.bench.locomo import DEFAULT_DATA
-from bootstrap.runtime import Runtime
-from domain.embedding import Embedder, embedder_from_env
-from domain.model.identity import Identity
-from domain.model.keys import IssueKey
-from domain.model.policies import PolicyBody
-from domain.settings import Settings
+from benchmarks.api import _free_port, _serve
+from benchmarks.common import bare, scratch_database
+from benchmarks.cpu import CpuPerOperation, Snapshot, cpu_ticks, per_operation, ticks_used
+from benchmarks.locomo import DEFAULT_DATA
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding import Embedder, embedder_from_env
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.settings import Settings
 
 TARGET = 0.75
 TENANT = "benchingest"

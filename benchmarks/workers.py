@@ -34,15 +34,15 @@ from uuid import UUID
 
 import msgspec
 
-from api.cli.bench.common import percentile, scratch_database
-from bootstrap.runtime import Runtime
-from domain.model.autopilot import MIN_COSINE, NEIGHBOURS_K
-from domain.model.commands import WriteMemory
-from domain.model.events import ConflictsJudged, MemoryWritten
-from domain.model.identity import Identity
-from domain.settings import Settings
-from projections.search.neighbours import SearchNeighbours
-from workers.actors import redis_broker
+from benchmarks.common import percentile, scratch_database
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.model.autopilot import MIN_COSINE, NEIGHBOURS_K
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.events import ConflictsJudged, MemoryWritten
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
+from memwarden.projections.search.neighbours import SearchNeighbours
+from memwarden.workers.actors import redis_broker
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET_LAG_P95_S = 2.0
@@ -104,7 +104,7 @@ def _start_workers(settings: Settings, count: int) -> list[subprocess.Popen[str]
     }
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "api.cli.main", "worker", "--threads", "2"],
+            [sys.executable, "-m", "memwarden.api.cli.main", "worker", "--threads", "2"],
             env=env,
             stdout=subprocess.PIPE,
             text=True,

@@ -22,13 +22,13 @@ from uuid import UUID
 import httpx
 import msgspec
 
-from api.cli.bench.common import RunStats, run_threads, scratch_database, summarize, timed_threads
-from api.cli.bench.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
-from api.cli.bench.write import sentence
-from bootstrap.runtime import Runtime, api_runtime
-from domain.model.identity import Identity
-from domain.model.keys import IssueKey
-from domain.model.policies import PolicyBody
+from benchmarks.common import RunStats, run_threads, scratch_database, summarize, timed_threads
+from benchmarks.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
+from benchmarks.write import sentence
+from memwarden.bootstrap.runtime import Runtime, api_runtime
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.model.policies import PolicyBody
 
 TARGET_OVERHEAD_MS = 1.0
 TENANT = "benchapi"
@@ -83,7 +83,16 @@ def _free_port() -> int:
 
 
 def _serve(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "api.cli.main", "serve", "--port", str(port), "--workers", str(workers)]
+    command = [
+        sys.executable,
+        "-m",
+        "memwarden.api.cli.main",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
     log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server process
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)  # noqa: S603
     deadline = time.monotonic() + 60

@@ -41,18 +41,18 @@ import numpy as np
 import psycopg
 from psycopg.sql import SQL, Identifier
 
-from api.cli.bench.common import configured_model, mean, percentile, scratch_database
-from api.cli.bench.corpus import Corpus, corpus, questions
-from bootstrap.runtime import Runtime
-from domain.embedding import CachingEmbedder, Embedder
-from domain.embedding.base import EmbedderWrapper, Matrix
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.model.namespaces import ancestors
-from projections.search.drivers import BASELINE, SearchRequest, candidates_for
-from projections.search.halfvec import HalfvecParam
-from projections.search.projection import hnsw_index_name
-from projections.search.service import SearchQuery, SearchService, hydrate
+from benchmarks.common import configured_model, mean, percentile, scratch_database
+from benchmarks.corpus import Corpus, corpus, questions
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding import CachingEmbedder, Embedder
+from memwarden.domain.embedding.base import EmbedderWrapper, Matrix
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.projections.search.drivers import BASELINE, SearchRequest, candidates_for
+from memwarden.projections.search.halfvec import HalfvecParam
+from memwarden.projections.search.projection import hnsw_index_name
+from memwarden.projections.search.service import SearchQuery, SearchService, hydrate
 
 RATIO_TARGET = 2.5
 P95_TARGET_MS = 25.0

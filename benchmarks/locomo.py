@@ -35,13 +35,13 @@ from uuid import UUID
 
 import msgspec
 
-from api.cli.bench.common import bare, percentile, scratch_database
-from bootstrap.runtime import Runtime
-from domain.embedding.rerank import reranker_from_env
-from domain.model.commands import WriteMemory
-from domain.model.identity import Identity
-from domain.services.memory import BatchItem
-from projections.search.drivers import (
+from benchmarks.common import bare, percentile, scratch_database
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding.rerank import reranker_from_env
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.services.memory import BatchItem
+from memwarden.projections.search.drivers import (
     BASELINE,
     RERANK_DEPTH,
     Driver,
@@ -49,7 +49,7 @@ from projections.search.drivers import (
     LexicalDriver,
     VectorDriver,
 )
-from projections.search.service import SearchQuery, SearchService
+from memwarden.projections.search.service import SearchQuery, SearchService
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"

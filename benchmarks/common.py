@@ -13,11 +13,11 @@ import msgspec
 import psycopg
 from psycopg import sql
 
-from bootstrap.migrate import migrate
-from domain.embedding import Embedder, embedder_from_env
-from domain.embedding.base import EmbedderWrapper
-from domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
-from domain.settings import Settings
+from memwarden.bootstrap.migrate import migrate
+from memwarden.domain.embedding import Embedder, embedder_from_env
+from memwarden.domain.embedding.base import EmbedderWrapper
+from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
+from memwarden.domain.settings import Settings
 
 
 class RunStats(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,13 +22,13 @@ from uuid import UUID, uuid4
 
 import msgspec
 
-from api.cli.bench.common import percentile, scratch_database
-from api.cli.progress import ProgressBar, staged_progress
-from bootstrap.runtime import Runtime
-from domain.ledger.app import NewMemoryKey
-from domain.ledger.mapper import Recorded
-from domain.model.classification import Classification
-from domain.model.events import (
+from benchmarks.common import percentile, scratch_database
+from memwarden.api.cli.progress import ProgressBar, staged_progress
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.ledger.app import NewMemoryKey
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.classification import Classification
+from memwarden.domain.model.events import (
     AuditRecorded,
     Event,
     MemorySuperseded,
@@ -36,9 +36,9 @@ from domain.model.events import (
     MemoryWritten,
     Provenance,
 )
-from domain.model.namespaces import ancestors
-from projections.rebuild import Rebuilder
-from projections.timeline.service import AsOfQuestion, TimeTravel
+from memwarden.domain.model.namespaces import ancestors
+from memwarden.projections.rebuild import Rebuilder
+from memwarden.projections.timeline.service import AsOfQuestion, TimeTravel
 
 SQL_P95_TARGET_MS = 50.0
 REBUILD_TARGET = 0.30

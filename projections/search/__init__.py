@@ -1,0 +1,1 @@
+"""The search index: its projection, the retrieval drivers and their conformance kit."""
