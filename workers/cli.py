@@ -12,10 +12,10 @@ import threading
 from types import FrameType
 from typing import Any
 
-from bootstrap.runtime import Runtime
-from domain.settings import Settings
-from workers.actors import redis_reachable
-from workers.main import InProcessAutopilot, run_worker
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.settings import Settings
+from memwarden.workers.actors import redis_reachable
+from memwarden.workers.main import InProcessAutopilot, run_worker
 
 log = logging.getLogger(__name__)
 
