@@ -62,6 +62,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_timeout_seconds: float = 3.0
     """How long a request waits for a database connection (and a connection attempt for
     the server) before it fails with 503 ``unavailable``."""
+    metrics_token: str | None = None
+    """The bearer token of a full ``/metrics`` scrape (every tenant's series); without it,
+    ``/metrics`` answers only a tenant's auditor, admin or owner key, with its tenant's series."""
     request_deadline_seconds: float = 10.0
     """How long any HTTP request may wait on anything (a connection, a statement, a commit)
     before its caller gets 503 ``unavailable`` with ``Retry-After``: a frozen database or a
@@ -141,6 +144,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
             db_timeout_seconds=positive_number(values, "MEMWARDEN_DB_TIMEOUT_SECONDS", float) or 3.0,
+            metrics_token=values.get("MEMWARDEN_METRICS_TOKEN") or None,
             request_deadline_seconds=positive_number(values, "MEMWARDEN_REQUEST_DEADLINE_SECONDS", float)
             or 10.0,
             projector=_one_of(

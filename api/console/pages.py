@@ -21,10 +21,12 @@ from memwarden.api.console.session import (
     CONSOLE_ROLES,
     CsrfRefused,
     NoSession,
+    SessionStore,
     check_csrf,
     cleared_cookie,
     csrf_token,
     session_cookie,
+    session_id,
     session_key,
 )
 from memwarden.api.http.gate import api_state
@@ -100,7 +102,7 @@ async def read_form(request: Req) -> Any:
 async def posted(request: Req) -> tuple[str, Any]:
     """The session key and form of a console POST, after its origin and CSRF checks."""
     check_origin(request)
-    key = session_key(request)
+    key = session_key(request, _sessions(request))
     form = await read_form(request)
     check_csrf(key, form.get("csrf"))
     return key, form
@@ -127,10 +129,13 @@ def _api_refused(request: Req, error: Exception) -> Response[Any]:
         response = page("login.html", None, 401, error=f"{error.code}: {error.detail}")
         response.cookies.append(cleared_cookie())
         return response
-    key = request.cookies.get("memwarden_console")
+    try:
+        key: str | None = session_key(request, _sessions(request))
+    except NoSession:
+        key = None
     return page(
         "error.html",
-        key if key and parse_key(key) else None,
+        key,
         error.status,
         code=error.code,
         detail=error.detail,
@@ -143,6 +148,10 @@ def _http_error(_request: Req, error: Exception) -> Response[Any]:
     return page(
         "error.html", None, status, code="invalid_request", detail=escape_unprintable(str(error.detail)[:300])
     )
+
+
+def _sessions(request: Req) -> SessionStore:
+    return api_state(request).console_sessions
 
 
 def _queue(name: str) -> ReviewQueue:
@@ -171,7 +180,7 @@ class ConsoleController(Controller):
 
     @get("/")
     async def home(self, request: Req) -> Response[Any]:
-        session_key(request)
+        session_key(request, _sessions(request))
         return Redirect(path="/console/audit", status_code=303)
 
     @get("/login")
@@ -183,23 +192,30 @@ class ConsoleController(Controller):
         check_origin(request)
         form = await read_form(request)
         presented = str(form.get("key") or "").strip()
-        governance = api_state(request).governance
-        found = (
-            await anyio.to_thread.run_sync(governance.authenticate, presented)
-            if parse_key(presented)
-            else None
-        )
+        state = api_state(request)
+        source = request.client.host if request.client else "unknown"
+        parsed = parse_key(presented)
+        wait = state.auth_throttle.retry_after(source, parsed[0] if parsed else None)
+        if wait:
+            throttled = page(
+                "login.html", None, 429, error="too many failed logins from here; wait and try again"
+            )
+            throttled.headers["Retry-After"] = str(wait)
+            return throttled
+        found = await anyio.to_thread.run_sync(state.governance.authenticate, presented) if parsed else None
         if found is None:
+            state.auth_throttle.failed(source, parsed[0] if parsed else None)
             return page("login.html", None, 401, error="unknown, malformed or revoked API key")
         if found.identity.role not in CONSOLE_ROLES:
             return page("login.html", None, 403, error=f"role {found.identity.role} may not use the console")
         response = Redirect(path="/console/audit", status_code=303)
-        response.cookies.append(session_cookie(presented))
+        response.cookies.append(session_cookie(state.console_sessions.open(presented)))
         return response
 
     @post("/logout")
     async def logout(self, request: Req) -> Response[Any]:
         await posted(request)
+        _sessions(request).close(session_id(request))
         response = Redirect(path="/console/login", status_code=303)
         response.cookies.append(cleared_cookie())
         return response
@@ -208,7 +224,7 @@ class ConsoleController(Controller):
 
     @get("/audit")
     async def audit(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         filters = filled(request.query_params, AUDIT_FILTERS)
         answer = await call_api(request, key, "GET", "/v1/compliance/audit", params=filters)
         return page(
@@ -219,7 +235,7 @@ class ConsoleController(Controller):
 
     @get("/asof")
     async def asof(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         asked = filled(request.query_params, ("as_of", "valid_at", "target", "query", "compare_as_of"))
         if "as_of" not in asked:
             return page("asof.html", key, asked=asked, answer=None, changes=None)
@@ -235,7 +251,7 @@ class ConsoleController(Controller):
 
     @get("/memory/{memory_id:uuid}")
     async def memory(self, request: Req, memory_id: FromPath[UUID]) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         answer = await call_api(request, key, "POST", "/v1/mem/history", body={"id": str(memory_id)})
         return page(
             "history.html",
@@ -249,7 +265,7 @@ class ConsoleController(Controller):
 
     @get("/review/{queue:str}")
     async def review(self, request: Req, queue: FromPath[str]) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         found = _queue(queue)
         status = str(request.query_params.get("status") or found.actionable)
         items = await call_api(request, key, "GET", found.list_path, params={"status": status})
@@ -274,7 +290,7 @@ class ConsoleController(Controller):
 
     @get("/keys")
     async def keys(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         listed = await call_api(request, key, "GET", "/v1/admin/keys")
         return page("keys.html", key, keys=listed, issued=None)
 
@@ -296,7 +312,7 @@ class ConsoleController(Controller):
 
     @get("/policies")
     async def policies(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         namespace = str(request.query_params.get("namespace") or "").strip().lstrip("/")
         policy = None
         if namespace:
@@ -317,7 +333,7 @@ class ConsoleController(Controller):
 
     @get("/projections")
     async def projections(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         status = await call_api(request, key, "GET", "/v1/ops/projections")
         return page("projections.html", key, status=status, report=None)
 
@@ -332,7 +348,7 @@ class ConsoleController(Controller):
 
     @get("/ledger")
     async def ledger(self, request: Req) -> Template:
-        return page("ledger.html", session_key(request), verified=None, checkpoint=None)
+        return page("ledger.html", session_key(request, _sessions(request)), verified=None, checkpoint=None)
 
     @post("/ledger/verify")
     async def verify_ledger(self, request: Req) -> Template:
@@ -350,7 +366,7 @@ class ConsoleController(Controller):
 
     @get("/checkpoints")
     async def checkpoints(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         asked = filled(request.query_params, ("cursor",))
         answer = await call_api(request, key, "GET", "/v1/compliance/checkpoints", params=asked)
         return page(
@@ -359,7 +375,7 @@ class ConsoleController(Controller):
 
     @get("/certificates")
     async def certificates(self, request: Req) -> Template:
-        return page("certificates.html", session_key(request), check=None, pasted="")
+        return page("certificates.html", session_key(request, _sessions(request)), check=None, pasted="")
 
     @post("/certificates")
     async def verify_certificate(self, request: Req) -> Template:
