@@ -62,6 +62,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_timeout_seconds: float = 3.0
     """How long a request waits for a database connection (and a connection attempt for
     the server) before it fails with 503 ``unavailable``."""
+    statement_timeout_seconds: float = 60.0
+    """The longest one statement of the service's pooled connections may run before the server
+    cancels it (PostgreSQL's ``statement_timeout``): a runaway query frees its connection."""
     metrics_token: str | None = None
     """The bearer token of a full ``/metrics`` scrape (every tenant's series); without it,
     ``/metrics`` answers only a tenant's auditor, admin or owner key, with its tenant's series."""
@@ -145,6 +148,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
             db_timeout_seconds=positive_number(values, "MEMWARDEN_DB_TIMEOUT_SECONDS", float) or 3.0,
             metrics_token=values.get("MEMWARDEN_METRICS_TOKEN") or None,
+            statement_timeout_seconds=positive_number(values, "MEMWARDEN_STATEMENT_TIMEOUT_SECONDS", float)
+            or 60.0,
             request_deadline_seconds=positive_number(values, "MEMWARDEN_REQUEST_DEADLINE_SECONDS", float)
             or 10.0,
             projector=_one_of(

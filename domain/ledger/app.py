@@ -100,7 +100,12 @@ class Ledger(Application[UUID]):
     """Where the audit records this ledger cannot take now wait for it (set by the core)."""
 
     def __init__(
-        self, env: dict[str, str], kek: KeyEncryptionKey, signing_key: SigningKey, chains: str = "global"
+        self,
+        env: dict[str, str],
+        kek: KeyEncryptionKey,
+        signing_key: SigningKey,
+        chains: str = "global",
+        statement_timeout_seconds: float | None = None,
     ) -> None:
         """``chains``: ``MEMWARDEN_LEDGER_CHAINS``, ``global`` (one chain, one lock for every
         tenant) or ``tenant`` (a chain per tenant as well, sequenced onto the global one)."""
@@ -116,6 +121,12 @@ class Ledger(Application[UUID]):
         # The library's default (5 minutes) would keep a recovered database unused for
         # up to minutes after an outage.
         self.datastore.pool.reconnect_timeout = self.datastore.pool.timeout
+        if statement_timeout_seconds is not None:
+            milliseconds = max(1, round(statement_timeout_seconds * 1000))
+            kwargs = self.datastore.pool.kwargs
+            assert isinstance(kwargs, dict)  # the datastore passes a plain mapping
+            self.datastore.pool.kwargs = {**kwargs, "options": f"-c statement_timeout={milliseconds}"}
+            self.datastore.pool.drain()  # the connections opened before the option was set
         self.schema = self.datastore.schema
         self.tenant_chains = self.recorder.tenant_chains = chains == "tenant"
         self._committer: GroupCommitter[AppendGroup, GroupResult] = GroupCommitter(

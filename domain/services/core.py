@@ -44,6 +44,7 @@ class Core:
                 KeyEncryptionKey.load(settings),
                 SigningKey.load(settings),
                 chains=settings.ledger_chains,
+                statement_timeout_seconds=settings.statement_timeout_seconds,
             )
         except BaseException:
             self._stop_server()
