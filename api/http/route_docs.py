@@ -182,6 +182,17 @@ ROUTES: dict[str, tuple[str, str]] = {
         "`cursor`. Each is `{position, hash, time, key_id, signature}` as `ledger/checkpoint` made "
         "it, and can be given to `ledger/verify` to prove the chain still reaches that head.",
     ),
+    "compliance.proofs.inclusion": (
+        "Prove one ledger position",
+        "The RFC 6962 inclusion proof of ledger `position` (leaf `position - 1`) in the Merkle tree of "
+        "the first `size` events: its leaf hash, the root of that tree and the audit path, base64. "
+        "`memwarden_client.proofs.verify_inclusion` checks it offline against a signed checkpoint's root.",
+    ),
+    "compliance.proofs.consistency": (
+        "Prove the ledger was only appended to",
+        "The RFC 6962 consistency proof that the tree of `from` events is a prefix of the tree of `to` "
+        "events, with both roots, base64: what a witness checks before it cosigns a new checkpoint.",
+    ),
     "compliance.certificates.get": ("A deletion certificate", "The signed certificate of an erasure, by id."),
     "compliance.certificates.verify": (
         "Verify a deletion certificate",
