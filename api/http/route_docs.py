@@ -193,6 +193,12 @@ ROUTES: dict[str, tuple[str, str]] = {
         "The RFC 6962 consistency proof that the tree of `from` events is a prefix of the tree of `to` "
         "events, with both roots, base64: what a witness checks before it cosigns a new checkpoint.",
     ),
+    "compliance.checkpoints.cosign": (
+        "Keep a witness's cosignature",
+        "A C2SP `tlog-cosignature` line (Ed25519) over the signed-note checkpoint of tree `size`, from a "
+        "witness whose verifier key the server is configured with (`MEMWARDEN_WITNESS_KEYS`); checked, "
+        "then kept beside the checkpoint and listed with it. `memwarden witness` posts them.",
+    ),
     "compliance.certificates.get": ("A deletion certificate", "The signed certificate of an erasure, by id."),
     "compliance.certificates.verify": (
         "Verify a deletion certificate",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -32,6 +33,7 @@ from memwarden.domain.ledger.database import ConnectionParams, unavailable
 from memwarden.domain.ledger.group_commit import CommitterPerKey, GroupCommitter
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
 from memwarden.domain.ledger.mapper import Recorded, SealingMapper
+from memwarden.domain.ledger.notes import default_origin, log_vkey, signed_checkpoint
 from memwarden.domain.ledger.recorder import (
     EVENTS_TABLE,
     AppendGroup,
@@ -48,6 +50,7 @@ from memwarden.domain.model.events import (
     KnowledgeErased,
     MemoryErased,
 )
+from memwarden.domain.model.merkle import EMPTY_ROOT
 from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
 from memwarden.domain.settings import LEDGER_CHAINS, SCHEMA
 
@@ -106,6 +109,7 @@ class Ledger(Application[UUID]):
         signing_key: SigningKey,
         chains: str = "global",
         statement_timeout_seconds: float | None = None,
+        origin: str | None = None,
     ) -> None:
         """``chains``: ``MEMWARDEN_LEDGER_CHAINS``, ``global`` (one chain, one lock for every
         tenant) or ``tenant`` (a chain per tenant as well, sequenced onto the global one)."""
@@ -113,6 +117,8 @@ class Ledger(Application[UUID]):
             raise ValueError(f"ledger chains must be one of {', '.join(LEDGER_CHAINS)}, not {chains!r}")
         self.kek = kek
         self.signing_key = signing_key
+        self.origin = origin or default_origin(signing_key)
+        """The transparency log's name: the first line of every checkpoint note."""
         super().__init__(env)
         self.recorder: ChainedApplicationRecorder
         self.datastore: PostgresDatastore = cast(PostgresFactory, self.factory).datastore
@@ -299,12 +305,26 @@ class Ledger(Application[UUID]):
         verify_checkpoint_signature(checkpoint, self.checkpoints.public_keys())
         return self.recorder.verify_chain(anchor=(checkpoint.position, checkpoint.hash))
 
-    def checkpoint(self) -> Checkpoint:
-        """Sign the head and keep the checkpoint (GET compliance/checkpoints lists it)."""
+    def checkpoint(self, root_of: Callable[[int], bytes] | None = None) -> Checkpoint:
+        """Sign the head and keep the checkpoint (GET compliance/checkpoints lists it). With
+        ``root_of`` (the Merkle tree's root of a size, from its read model), also as a C2SP
+        signed note of (origin, size, root) with the chain head as an extension line."""
         position, head_hash = self.recorder.head()
         checkpoint = self.checkpoints.sign(position, head_hash)
+        if root_of is not None:
+            root = root_of(position) if position else EMPTY_ROOT
+            head = f"memwarden-chain {position} {head_hash.hex()} {checkpoint.time.isoformat()}"
+            note = signed_checkpoint(self.signing_key, self.origin, position, root, (head,))
+            checkpoint = msgspec.structs.replace(
+                checkpoint, size=position, root=base64.b64encode(root).decode(), note=note
+            )
         self.checkpoint_log.keep(checkpoint)
         return checkpoint
+
+    @property
+    def vkey(self) -> str:
+        """The verifier key of this log's checkpoint notes (signed-note format)."""
+        return log_vkey(self.origin, self.signing_key)
 
     # -- erasure --------------------------------------------------------------------------
 

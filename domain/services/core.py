@@ -45,6 +45,7 @@ class Core:
                 SigningKey.load(settings),
                 chains=settings.ledger_chains,
                 statement_timeout_seconds=settings.statement_timeout_seconds,
+                origin=settings.log_origin,
             )
         except BaseException:
             self._stop_server()

@@ -114,7 +114,9 @@ class ComplianceController(Controller):
     def checkpoint(self, request: Req) -> Checkpoint:
         state = api_state(request)
         return query(
-            request, lambda _c: state.runtime.ledger.checkpoint(), lambda c: f"position {c.position}"
+            request,
+            lambda _c: state.runtime.ledger.checkpoint(state.reads.tree.root),
+            lambda c: f"position {c.position}",
         )
 
     @syscall_get(

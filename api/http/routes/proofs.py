@@ -5,15 +5,20 @@ offline with ``memwarden_client.proofs``."""
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request
-from litestar.params import Parameter
+from litestar.params import JSONBody, Parameter
 
 from memwarden.api.http.gate import Call, api_state, query
 from memwarden.api.http.routes.compliance import compliance
-from memwarden.api.http.routing import syscall_get
+from memwarden.api.http.routing import syscall_get, syscall_post
+from memwarden.api.http.schemas import Body
+from memwarden.domain.model.errors import Forbidden, InvalidRequest, NotFound
+from memwarden.domain.model.text import quote_text
+from memwarden_client.proofs import Checkpoint, Note, ProofError, VerifierKey, cosignature_time
 
 Req = Request[Any, Any, Any]
 Size = Annotated[
@@ -94,3 +99,64 @@ class ProofsController(Controller):
             )
 
         return query(request, run, lambda r: f"{r.first} to {r.second}")
+
+
+class CosignatureBody(Body, frozen=True, kw_only=True):
+    cosignature: str
+    """One C2SP ``tlog-cosignature`` line (Ed25519, v1): ``— <witness name> base64(key id ‖
+    timestamp ‖ signature)``, over the checkpoint note of this size."""
+
+
+class CosignatureResponse(msgspec.Struct, frozen=True, kw_only=True):
+    size: int
+    witness: str
+    note: str
+    """The checkpoint note with every cosignature kept beside it."""
+
+
+def check_cosignature(note: str, line: str, witness_keys: tuple[str, ...]) -> tuple[str, int]:
+    """(witness name, POSIX time) of a cosignature line that a registered witness made over
+    ``note``; InvalidRequest (or Forbidden for an unknown witness) otherwise."""
+    keys = [VerifierKey.parse(vkey) for vkey in witness_keys]
+    try:
+        cosigned = Note.parse(note.rstrip("\n") + "\n" + line.strip() + "\n")
+        signature = cosigned.signatures[-1]
+        witness = next((k for k in keys if k.name == signature.name and k.key_id == signature.key_id), None)
+        if witness is None:
+            raise Forbidden("the cosignature is not from a witness this server knows")
+        checkpoint = Checkpoint(
+            origin="", size=0, root=b"", extensions=(), note=Note(text=cosigned.text, signatures=(signature,))
+        )
+        return witness.name, cosignature_time(checkpoint, witness)
+    except ProofError as error:
+        raise InvalidRequest(f"not a valid cosignature of this checkpoint: {error}") from error
+
+
+class CosignaturesController(Controller):
+    path = "/v1/compliance/checkpoints"
+
+    @syscall_post("/{size:int}/cosignatures", compliance("compliance.checkpoints.cosign"))
+    def cosign(self, request: Req, size: int, data: JSONBody[CosignatureBody]) -> CosignatureResponse:
+        state = api_state(request)
+        body = data
+
+        def run(_c: Call) -> CosignatureResponse:
+            kept = state.runtime.ledger.checkpoint_log.with_size(size)
+            if kept is None or kept.checkpoint.note is None:
+                raise NotFound("no signed-note checkpoint of that size")
+            log_signed = _log_signed_part(kept.checkpoint.note)
+            witness, at = check_cosignature(log_signed, body.cosignature, state.runtime.settings.witness_keys)
+            when = datetime.fromtimestamp(at, UTC)
+            state.runtime.ledger.checkpoint_log.cosign(kept.seq, witness, body.cosignature.strip(), when)
+            again = state.runtime.ledger.checkpoint_log.with_size(size)
+            assert again is not None
+            return CosignatureResponse(size=size, witness=witness, note=again.checkpoint.note or "")
+
+        return query(request, run, lambda r: f"size {r.size} cosigned by {quote_text(r.witness, 80)}")
+
+
+def _log_signed_part(note: str) -> str:
+    """The note as the log signed it: its text, the blank line and the log's own signature
+    line (the first), without the witnesses' lines kept after it."""
+    text, _, signatures = note.rpartition("\n\n")
+    return f"{text}\n\n{signatures.split(chr(10))[0]}\n"
