@@ -123,7 +123,7 @@ class VerifierKey:
     @classmethod
     def parse(cls, vkey: str) -> VerifierKey:
         try:
-            name, key_hex, material = vkey.strip().split("+")
+            name, key_hex, material = vkey.strip().split("+", 2)
             raw = base64.b64decode(material, validate=True)
             key_id = bytes.fromhex(key_hex)
         except ValueError as error:
