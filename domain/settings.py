@@ -64,6 +64,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     the server) before it fails with 503 ``unavailable``."""
     api_key: str | None = None
     """``MEMWARDEN_API_KEY``: the key a client-side command (the witness, MCP over stdio) calls with."""
+    log_vkey: str | None = None
+    """``MEMWARDEN_LOG_VKEY``: the verifier key of the log a witness watches (its ``--log-key``)."""
     log_origin: str | None = None
     """The transparency log's origin (first line of every checkpoint note, the name of its
     key); None: ``memwarden.local/`` and a digest of the signing key, stable with the key."""
@@ -158,6 +160,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             metrics_token=values.get("MEMWARDEN_METRICS_TOKEN") or None,
             log_origin=values.get("MEMWARDEN_LOG_ORIGIN") or None,
             api_key=(values.get("MEMWARDEN_API_KEY") or "").strip() or None,
+            log_vkey=(values.get("MEMWARDEN_LOG_VKEY") or "").strip() or None,
             witness_keys=tuple(k for k in (values.get("MEMWARDEN_WITNESS_KEYS") or "").split() if k),
             statement_timeout_seconds=positive_number(values, "MEMWARDEN_STATEMENT_TIMEOUT_SECONDS", float)
             or 60.0,

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -250,3 +251,33 @@ def cosignature_time(checkpoint: Checkpoint, witness: VerifierKey) -> int:
             checkpoint.note.verified_by(witness, cosignature_message(checkpoint.note.text, timestamp))
             return int(timestamp)
     raise ProofError(f"the checkpoint carries no cosignature of {witness.name}")
+
+
+# -- proof files ----------------------------------------------------------------------------
+
+
+def verify_proof_file(document: dict[str, Any], log_key: VerifierKey) -> str:
+    """What a proof file (``memwarden proof inclusion|consistency``) proves, in a sentence,
+    once every check passed against ``log_key``; ProofError otherwise."""
+    if document.get("kind") == "inclusion":
+        checkpoint = Checkpoint.verify(document["checkpoint"], log_key)
+        if checkpoint.size != document["size"]:
+            raise ProofError("the proof is for another tree size than its checkpoint")
+        proof = [base64.b64decode(p) for p in document["proof"]]
+        verify_inclusion(
+            document["leaf_index"],
+            checkpoint.size,
+            base64.b64decode(document["leaf_hash"]),
+            proof,
+            checkpoint.root,
+        )
+        return f"ledger position {document['position']} is in the log's tree of {checkpoint.size} (root signed by {log_key.name})"
+    if document.get("kind") == "consistency":
+        first = Checkpoint.verify(document["first_checkpoint"], log_key)
+        second = Checkpoint.verify(document["second_checkpoint"], log_key)
+        proof = [base64.b64decode(p) for p in document["proof"]]
+        verify_consistency(first.size, second.size, first.root, second.root, proof)
+        return (
+            f"the log's tree of {second.size} extends its tree of {first.size}: history was only appended to"
+        )
+    raise ProofError("not a memwarden proof file (kind inclusion or consistency)")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memwarden.bootstrap.runtime import Runtime
-from memwarden_client.proofs import Checkpoint, ProofError, VerifierKey, verify_consistency, verify_inclusion
+from memwarden_client.proofs import ProofError, VerifierKey, verify_proof_file
 
 
 def _b64(value: bytes) -> str:
@@ -80,37 +80,11 @@ def cmd_proof_vkey(_args: argparse.Namespace) -> int:
     return 0
 
 
-def verify_document(document: dict[str, Any], log_key: VerifierKey) -> str:
-    """What the proof file proves, once every check passed; ProofError otherwise."""
-    if document.get("kind") == "inclusion":
-        checkpoint = Checkpoint.verify(document["checkpoint"], log_key)
-        if checkpoint.size != document["size"]:
-            raise ProofError("the proof is for another tree size than its checkpoint")
-        proof = [base64.b64decode(p) for p in document["proof"]]
-        verify_inclusion(
-            document["leaf_index"],
-            checkpoint.size,
-            base64.b64decode(document["leaf_hash"]),
-            proof,
-            checkpoint.root,
-        )
-        return f"ledger position {document['position']} is in the log's tree of {checkpoint.size} (root signed by {log_key.name})"
-    if document.get("kind") == "consistency":
-        first = Checkpoint.verify(document["first_checkpoint"], log_key)
-        second = Checkpoint.verify(document["second_checkpoint"], log_key)
-        proof = [base64.b64decode(p) for p in document["proof"]]
-        verify_consistency(first.size, second.size, first.root, second.root, proof)
-        return (
-            f"the log's tree of {second.size} extends its tree of {first.size}: history was only appended to"
-        )
-    raise ProofError("not a memwarden proof file (kind inclusion or consistency)")
-
-
 def cmd_proof_verify(args: argparse.Namespace) -> int:
     try:
         document = json.loads(Path(args.file).read_text())
         trusted = args.log_key or document.get("log_key", "")
-        said = verify_document(document, VerifierKey.parse(trusted))
+        said = verify_proof_file(document, VerifierKey.parse(trusted))
     except (OSError, ValueError, KeyError, TypeError, ProofError) as error:
         sys.stderr.write(f"NOT VERIFIED: {error}\n")
         return 1

@@ -139,13 +139,15 @@ def cmd_witness(args: argparse.Namespace) -> int:
         return 0
     witness = Witness(args.name, load_key(key_file))
     state_file = Path(args.state) if args.state else key_file.with_suffix(".state.json")
-    api_key = args.api_key or Settings.from_env().api_key
-    if not (args.url and args.log_key and api_key):
+    settings = Settings.from_env()
+    api_key = args.api_key or settings.api_key
+    log_vkey = args.log_key or settings.log_vkey
+    if not (args.url and log_vkey and api_key):
         sys.stderr.write(
             "memwarden witness needs --url, --log-key and an auditor key (--api-key or MEMWARDEN_API_KEY)\n"
         )
         return 2
-    log_key = VerifierKey.parse(args.log_key)
+    log_key = VerifierKey.parse(log_vkey)
     headers = {"Authorization": f"Bearer {api_key}"}
     with httpx.Client(base_url=args.url, headers=headers, timeout=30) as client:
         while True:
@@ -171,7 +173,9 @@ def register(sub: Any) -> None:
     witness.add_argument("--url", help="the memwarden API, e.g. https://memory.example")
     witness.add_argument("--key", required=True, help="the witness's Ed25519 private key (PEM)")
     witness.add_argument("--name", default="witness.local/w1", help="the witness's name (a schema-less URL)")
-    witness.add_argument("--log-key", help="the log's verifier key (`memwarden proof vkey` on the server)")
+    witness.add_argument(
+        "--log-key", help="the log's verifier key (`memwarden proof vkey`; default: MEMWARDEN_LOG_VKEY)"
+    )
     witness.add_argument("--api-key", help="an auditor key of the log (default: MEMWARDEN_API_KEY)")
     witness.add_argument("--state", help="the state file (default: beside the key)")
     witness.add_argument("--keygen", action="store_true", help="make the key file and print its verifier key")

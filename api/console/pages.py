@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
 from uuid import UUID
 
 import anyio.to_thread
+import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath
@@ -32,6 +34,7 @@ from memwarden.api.console.session import (
 from memwarden.api.http.gate import api_state
 from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.text import escape_unprintable
+from memwarden_client.proofs import ProofError, VerifierKey, verify_proof_file
 
 Req = Request[Any, Any, Any]
 HERE = Path(__file__).parent
@@ -148,6 +151,31 @@ def _http_error(_request: Req, error: Exception) -> Response[Any]:
     return page(
         "error.html", None, status, code="invalid_request", detail=escape_unprintable(str(error.detail)[:300])
     )
+
+
+class ProofCheck(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    said: str
+    note: str
+    document: str
+
+
+def checked_proof(answer: dict[str, Any]) -> ProofCheck:
+    """The API's proof as a proof file (``memwarden proof verify`` reads it), checked with the
+    client's verifier against the log key the answer names."""
+    inclusion = answer["inclusion"]
+    document = {
+        "kind": "inclusion",
+        **{k: inclusion[k] for k in ("position", "leaf_index", "size", "leaf_hash", "proof")},
+        "checkpoint": answer["checkpoint"],
+        "log_key": answer["log_key"],
+    }
+    try:
+        said = verify_proof_file(document, VerifierKey.parse(answer["log_key"]))
+        ok = True
+    except ProofError as error:
+        said, ok = escape_unprintable(str(error)), False
+    return ProofCheck(ok=ok, said=said, note=answer["checkpoint"], document=json.dumps(document, indent=2))
 
 
 def _sessions(request: Req) -> SessionStore:
@@ -371,6 +399,21 @@ class ConsoleController(Controller):
         answer = await call_api(request, key, "GET", "/v1/compliance/checkpoints", params=asked)
         return page(
             "checkpoints.html", key, checkpoints=answer["checkpoints"], next_cursor=answer["next_cursor"]
+        )
+
+    @get("/prove")
+    async def prove(self, request: Req) -> Template:
+        """A record proven in one click: the API's proof, checked here with the client alone."""
+        key = session_key(request, _sessions(request))
+        asked = filled(request.query_params, ("position", "size"))
+        if "position" not in asked:
+            return page("prove.html", key, position=None, size=None, result=None)
+        if not all(v.isdigit() and len(v) <= 18 for v in asked.values()):
+            raise ApiRefused(400, "invalid_request", "position and size are whole numbers")
+        body = {name: int(value) for name, value in asked.items()}
+        answer = await call_api(request, key, "POST", "/v1/mem/prove", body=body)
+        return page(
+            "prove.html", key, position=body["position"], size=body.get("size"), result=checked_proof(answer)
         )
 
     @get("/certificates")

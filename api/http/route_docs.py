@@ -193,6 +193,12 @@ ROUTES: dict[str, tuple[str, str]] = {
         "The RFC 6962 consistency proof that the tree of `from` events is a prefix of the tree of `to` "
         "events, with both roots, base64: what a witness checks before it cosigns a new checkpoint.",
     ),
+    "prove": (
+        "Prove a ledger position, ready to check offline",
+        "For compliance roles: the RFC 6962 inclusion proof of `position` against the signed-note "
+        "checkpoint of tree `size` (default: the newest), with that checkpoint and the log's verifier "
+        "key, in one answer that `memwarden_client.proofs` checks with no server.",
+    ),
     "compliance.checkpoints.cosign": (
         "Keep a witness's cosignature",
         "A C2SP `tlog-cosignature` line (Ed25519) over the signed-note checkpoint of tree `size`, from a "

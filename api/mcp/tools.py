@@ -11,6 +11,7 @@ import mcp_types as types
 import msgspec
 
 from memwarden.api.http.routes.erasure import ForgetBody
+from memwarden.api.http.routes.proofs import ProveBody
 from memwarden.api.http.schemas import (
     AckBody,
     AssembleBody,
@@ -139,6 +140,14 @@ TOOLS: tuple[Tool, ...] = (
         "Erase for good, with a `reason`: the memories by `ids`, every memory about a `subject`, or "
         "a `subtree` below your namespace. Returns the count and a signed deletion certificate. "
         "Members, admins and owners only; it cannot be undone.",
+    ),
+    Tool(
+        "prove",
+        ProveBody,
+        "For auditors: prove that ledger `position` (a deletion certificate's, an audit record's, a "
+        "receipt's) is in the log, against the signed checkpoint of tree `size` (default: the newest). "
+        "The answer holds the inclusion proof, the signed checkpoint note and the log's verifier key, "
+        "to check offline with memwarden_client.proofs (RFC 6962).",
     ),
 )
 BY_NAME = {tool.name: tool for tool in TOOLS}

@@ -160,3 +160,56 @@ def _log_signed_part(note: str) -> str:
     line (the first), without the witnesses' lines kept after it."""
     text, _, signatures = note.rpartition("\n\n")
     return f"{text}\n\n{signatures.split(chr(10))[0]}\n"
+
+
+class ProveBody(Body, frozen=True, kw_only=True):
+    position: int
+    """The ledger position to prove (a certificate's, an audit record's, a receipt's)."""
+    size: int | None = None
+    """The tree size of the checkpoint to prove it against; default: the newest checkpoint."""
+
+
+class ProveResponse(msgspec.Struct, frozen=True, kw_only=True):
+    inclusion: InclusionResponse
+    checkpoint: str
+    """The signed-note checkpoint whose root the proof leads to (with any cosignatures)."""
+    log_key: str
+    """The log's verifier key as the server states it: check it against one you hold."""
+
+
+class ProveController(Controller):
+    path = "/v1/mem"
+
+    @syscall_post("/prove", compliance("prove"))
+    def prove(self, request: Req, data: JSONBody[ProveBody]) -> ProveResponse:
+        """One package an auditor checks offline: inclusion proof and signed checkpoint."""
+        state = api_state(request)
+        ledger, tree = state.runtime.ledger, state.reads.tree
+
+        def run(_c: Call) -> ProveResponse:
+            kept = ledger.checkpoint_log.with_size(data.size) if data.size is not None else None
+            if kept is None and data.size is None:
+                kept = next((k for k in ledger.checkpoint_log.newest(50) if k.checkpoint.note), None)
+            if kept is None or kept.checkpoint.size is None or kept.checkpoint.note is None:
+                raise NotFound(
+                    "no signed checkpoint of that size (POST /v1/compliance/ledger/checkpoint makes one)"
+                )
+            if data.position > kept.checkpoint.size:
+                raise InvalidRequest(
+                    f"position {data.position} is after the checkpoint's {kept.checkpoint.size} events"
+                )
+            found = tree.inclusion(data.position, kept.checkpoint.size)
+            return ProveResponse(
+                inclusion=InclusionResponse(
+                    position=found.position,
+                    leaf_index=found.leaf_index,
+                    size=found.size,
+                    leaf_hash=_b64(found.leaf_hash),
+                    root=_b64(found.root),
+                    proof=[_b64(p) for p in found.proof],
+                ),
+                checkpoint=kept.checkpoint.note,
+                log_key=ledger.vkey,
+            )
+
+        return query(request, run, lambda r: f"position {r.inclusion.position} in {r.inclusion.size}")
