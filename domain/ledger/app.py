@@ -95,6 +95,18 @@ def ledger_env(params: ConnectionParams, pool_size: int = 8, timeout_seconds: fl
     }
 
 
+class TenantTree(msgspec.Struct, frozen=True):
+    """A tenant's tree as a checkpoint signs it: whose, how many leaves, its root of a size."""
+
+    tenant: str
+    size: int
+    root_of: Callable[[int], bytes]
+
+
+def _no_root(_size: int) -> bytes:
+    raise ValueError("no tree to sign")
+
+
 class Ledger(Application[UUID]):
     """Append-only, hash-chained, sealed per memory and per document. The only authority."""
 
@@ -305,26 +317,39 @@ class Ledger(Application[UUID]):
         verify_checkpoint_signature(checkpoint, self.checkpoints.public_keys())
         return self.recorder.verify_chain(anchor=(checkpoint.position, checkpoint.hash))
 
-    def checkpoint(self, root_of: Callable[[int], bytes] | None = None) -> Checkpoint:
+    def checkpoint(
+        self, root_of: Callable[[int], bytes] | None = None, tree: TenantTree | None = None
+    ) -> Checkpoint:
         """Sign the head and keep the checkpoint (GET compliance/checkpoints lists it). With
         ``root_of`` (the Merkle tree's root of a size, from its read model), also as a C2SP
-        signed note of (origin, size, root) with the chain head as an extension line."""
+        signed note of (origin, size, root) with the chain head as an extension line. With
+        ``tree``, the note is of that tenant's tree (its own origin), kept under its name."""
         position, head_hash = self.recorder.head()
         checkpoint = self.checkpoints.sign(position, head_hash)
-        if root_of is not None:
-            root = root_of(position) if position else EMPTY_ROOT
+        if root_of is not None or tree is not None:
+            size = tree.size if tree is not None else position
+            root = (tree.root_of if tree is not None else root_of or _no_root)(size) if size else EMPTY_ROOT
             head = f"memwarden-chain {position} {head_hash.hex()} {checkpoint.time.isoformat()}"
-            note = signed_checkpoint(self.signing_key, self.origin, position, root, (head,))
+            origin = self.origin_of(tree.tenant if tree is not None else None)
+            note = signed_checkpoint(self.signing_key, origin, size, root, (head,))
             checkpoint = msgspec.structs.replace(
-                checkpoint, size=position, root=base64.b64encode(root).decode(), note=note
+                checkpoint, size=size, root=base64.b64encode(root).decode(), note=note
             )
-        self.checkpoint_log.keep(checkpoint)
+        self.checkpoint_log.keep(checkpoint, tree.tenant if tree is not None else None)
         return checkpoint
+
+    def origin_of(self, tenant: str | None) -> str:
+        """The log's origin, or the origin of a tenant's tree (the log's, then the tenant)."""
+        return self.origin if tenant is None else f"{self.origin}/{tenant}"
+
+    def vkey_of(self, tenant: str | None = None) -> str:
+        """The verifier key of the notes of the log's tree, or of a tenant's."""
+        return log_vkey(self.origin_of(tenant), self.signing_key)
 
     @property
     def vkey(self) -> str:
         """The verifier key of this log's checkpoint notes (signed-note format)."""
-        return log_vkey(self.origin, self.signing_key)
+        return self.vkey_of(None)
 
     # -- erasure --------------------------------------------------------------------------
 

@@ -122,12 +122,13 @@ class CheckpointLog:
         self.schema = Identifier(schema)
         self.table = SQL("{}.checkpoints").format(Identifier(schema))
 
-    def keep(self, checkpoint: Checkpoint) -> None:
+    def keep(self, checkpoint: Checkpoint, tree: str | None = None) -> None:
+        """Keep a checkpoint of the ledger's tree, or (``tree``) of that tenant's."""
         with self.datastore.get_connection() as conn:
             conn.execute(
                 SQL(
-                    "INSERT INTO {} (position, hash, time, key_id, signature, size, note)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                    "INSERT INTO {} (position, hash, time, key_id, signature, size, note, tree)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
                 ).format(self.table),
                 (
                     checkpoint.position,
@@ -137,21 +138,30 @@ class CheckpointLog:
                     checkpoint.signature,
                     checkpoint.size,
                     checkpoint.note,
+                    tree,
                 ),
             )
 
-    def newest(self, limit: int, before: int | None = None) -> list[KeptCheckpoint]:
-        """Up to ``limit`` checkpoints, newest first; with ``before``, those kept before that seq.
-        A note carries the witnesses' cosignatures kept beside it."""
+    def newest(self, limit: int, before: int | None = None, tree: str | None = None) -> list[KeptCheckpoint]:
+        """Up to ``limit`` checkpoints of the ledger's tree (or of tenant ``tree``'s), newest
+        first; with ``before``, those kept before that seq. A note carries the witnesses'
+        cosignatures kept beside it."""
         return self._select(
-            SQL("WHERE %(before)s::bigint IS NULL OR c.id < %(before)s ORDER BY c.id DESC LIMIT %(limit)s"),
-            {"before": before, "limit": limit},
+            SQL(
+                "WHERE (%(before)s::bigint IS NULL OR c.id < %(before)s) AND c.tree IS NOT DISTINCT FROM %(tree)s"
+                " ORDER BY c.id DESC LIMIT %(limit)s"
+            ),
+            {"before": before, "limit": limit, "tree": tree},
         )
 
-    def with_size(self, size: int) -> KeptCheckpoint | None:
+    def with_size(self, size: int, tree: str | None = None) -> KeptCheckpoint | None:
         """The newest signed-note checkpoint of a tree of ``size`` leaves, if any."""
         found = self._select(
-            SQL("WHERE c.size = %(size)s AND c.note IS NOT NULL ORDER BY c.id DESC LIMIT 1"), {"size": size}
+            SQL(
+                "WHERE c.size = %(size)s AND c.note IS NOT NULL AND c.tree IS NOT DISTINCT FROM %(tree)s"
+                " ORDER BY c.id DESC LIMIT 1"
+            ),
+            {"size": size, "tree": tree},
         )
         return found[0] if found else None
 

@@ -16,6 +16,7 @@ from memwarden.api.http.gate import Call, api_state, query
 from memwarden.api.http.routes.compliance import compliance
 from memwarden.api.http.routing import syscall_get, syscall_post
 from memwarden.api.http.schemas import Body
+from memwarden.api.http.trees import tree_of
 from memwarden.domain.model.errors import Forbidden, InvalidRequest, NotFound
 from memwarden.domain.model.text import quote_text
 from memwarden_client.proofs import Checkpoint, Note, ProofError, VerifierKey, cosignature_time
@@ -66,8 +67,8 @@ class ProofsController(Controller):
     ) -> InclusionResponse:
         tree = api_state(request).reads.tree
 
-        def run(_c: Call) -> InclusionResponse:
-            found = tree.inclusion(position, size)
+        def run(c: Call) -> InclusionResponse:
+            found = tree.inclusion(position, size, tree_of(api_state(request), c.identity))
             return InclusionResponse(
                 position=found.position,
                 leaf_index=found.leaf_index,
@@ -88,8 +89,8 @@ class ProofsController(Controller):
     ) -> ConsistencyResponse:
         tree = api_state(request).reads.tree
 
-        def run(_c: Call) -> ConsistencyResponse:
-            found = tree.consistency(first, second)
+        def run(c: Call) -> ConsistencyResponse:
+            found = tree.consistency(first, second, tree_of(api_state(request), c.identity))
             return ConsistencyResponse(
                 first=found.first,
                 second=found.second,
@@ -140,15 +141,16 @@ class CosignaturesController(Controller):
         state = api_state(request)
         body = data
 
-        def run(_c: Call) -> CosignatureResponse:
-            kept = state.runtime.ledger.checkpoint_log.with_size(size)
+        def run(c: Call) -> CosignatureResponse:
+            log = state.runtime.ledger.checkpoint_log
+            kept = log.with_size(size, tree_of(state, c.identity))
             if kept is None or kept.checkpoint.note is None:
                 raise NotFound("no signed-note checkpoint of that size")
             log_signed = _log_signed_part(kept.checkpoint.note)
             witness, at = check_cosignature(log_signed, body.cosignature, state.runtime.settings.witness_keys)
             when = datetime.fromtimestamp(at, UTC)
-            state.runtime.ledger.checkpoint_log.cosign(kept.seq, witness, body.cosignature.strip(), when)
-            again = state.runtime.ledger.checkpoint_log.with_size(size)
+            log.cosign(kept.seq, witness, body.cosignature.strip(), when)
+            again = log.with_size(size, tree_of(state, c.identity))
             assert again is not None
             return CosignatureResponse(size=size, witness=witness, note=again.checkpoint.note or "")
 
@@ -186,10 +188,13 @@ class ProveController(Controller):
         state = api_state(request)
         ledger, tree = state.runtime.ledger, state.reads.tree
 
-        def run(_c: Call) -> ProveResponse:
-            kept = ledger.checkpoint_log.with_size(data.size) if data.size is not None else None
+        def run(c: Call) -> ProveResponse:
+            own = tree_of(state, c.identity)
+            kept = ledger.checkpoint_log.with_size(data.size, own) if data.size is not None else None
             if kept is None and data.size is None:
-                kept = next((k for k in ledger.checkpoint_log.newest(50) if k.checkpoint.note), None)
+                kept = next(
+                    (k for k in ledger.checkpoint_log.newest(50, tree=own) if k.checkpoint.note), None
+                )
             if kept is None or kept.checkpoint.size is None or kept.checkpoint.note is None:
                 raise NotFound(
                     "no signed checkpoint of that size (POST /v1/compliance/ledger/checkpoint makes one)"
@@ -198,7 +203,7 @@ class ProveController(Controller):
                 raise InvalidRequest(
                     f"position {data.position} is after the checkpoint's {kept.checkpoint.size} events"
                 )
-            found = tree.inclusion(data.position, kept.checkpoint.size)
+            found = tree.inclusion(data.position, kept.checkpoint.size, own)
             return ProveResponse(
                 inclusion=InclusionResponse(
                     position=found.position,
@@ -209,7 +214,7 @@ class ProveController(Controller):
                     proof=[_b64(p) for p in found.proof],
                 ),
                 checkpoint=kept.checkpoint.note,
-                log_key=ledger.vkey,
+                log_key=ledger.vkey_of(own),
             )
 
         return query(request, run, lambda r: f"position {r.inclusion.position} in {r.inclusion.size}")
