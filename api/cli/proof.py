@@ -11,8 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from memwarden.api.cli.erasure import read_certificate
 from memwarden.bootstrap.runtime import Runtime
-from memwarden_client.proofs import ProofError, VerifierKey, verify_proof_file
+from memwarden.projections.merkle.records import canonical_record, certificate_position
+from memwarden_client.proofs import ProofError, VerifierKey
+from memwarden_client.records import verify_bound_proof_file
 
 
 def _b64(value: bytes) -> str:
@@ -36,21 +41,48 @@ def _note_of(runtime: Runtime, size: int | None) -> tuple[int, str]:
     return kept.checkpoint.size, kept.checkpoint.note
 
 
-def cmd_proof_inclusion(args: argparse.Namespace) -> int:
-    with Runtime(follow=False) as runtime:
-        size, note = _note_of(runtime, args.size)
-        found = runtime.reads.tree.inclusion(args.position, size)
-        vkey = runtime.ledger.vkey
-    document = {
+def _inclusion_document(runtime: Runtime, position: int, size: int | None) -> dict[str, Any]:
+    """An inclusion proof file: the signed checkpoint, the path, and the leaf's preimage (the
+    position's canonical record), so the leaf proven can be read, not only hashed."""
+    size_, note = _note_of(runtime, size)
+    found = runtime.reads.tree.inclusion(position, size_)
+    record = canonical_record(runtime.reads.tree.datastore, runtime.reads.tree.schema, position)
+    return {
         "kind": "inclusion",
         "position": found.position,
         "leaf_index": found.leaf_index,
         "size": found.size,
         "leaf_hash": _b64(found.leaf_hash),
         "proof": [_b64(p) for p in found.proof],
+        "record": _b64(record) if record is not None else None,
         "checkpoint": note,
-        "log_key": vkey,
+        "log_key": runtime.ledger.vkey,
     }
+
+
+def cmd_proof_inclusion(args: argparse.Namespace) -> int:
+    with Runtime(follow=False) as runtime:
+        document = _inclusion_document(runtime, args.position, args.size)
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+def cmd_proof_certificate(args: argparse.Namespace) -> int:
+    """A deletion certificate's proof file: the inclusion of its ErasureCertified event, with
+    the record and the certificate, so ``proof verify`` checks the ledger recorded exactly it."""
+    try:
+        certificate = read_certificate(args.file)
+    except (OSError, ValueError) as error:
+        sys.stderr.write(f"unreadable certificate {args.file}: {error}\n")
+        return 1
+    with Runtime(follow=False) as runtime:
+        tree = runtime.reads.tree
+        position = certificate_position(tree.datastore, tree.schema, certificate.id)
+        if position is None:
+            sys.stderr.write(f"the ledger holds no certificate {certificate.id}\n")
+            return 1
+        document = _inclusion_document(runtime, position, args.size)
+    document["certificate"] = json.loads(msgspec.json.encode(certificate))
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
     return 0
 
@@ -84,7 +116,7 @@ def cmd_proof_verify(args: argparse.Namespace) -> int:
     try:
         document = json.loads(Path(args.file).read_text())
         trusted = args.log_key or document.get("log_key", "")
-        said = verify_proof_file(document, VerifierKey.parse(trusted))
+        said = verify_bound_proof_file(document, VerifierKey.parse(trusted))
     except (OSError, ValueError, KeyError, TypeError, ProofError) as error:
         sys.stderr.write(f"NOT VERIFIED: {error}\n")
         return 1
@@ -101,6 +133,13 @@ def register(sub: Any) -> None:
     inclusion.add_argument("position", type=int)
     inclusion.add_argument("--size", type=int, help="the checkpoint's tree size (default: the newest)")
     inclusion.set_defaults(handler=cmd_proof_inclusion)
+    certificate = proof.add_parser(
+        "certificate",
+        help="prove a deletion certificate (a JSON file) is the ledger's record at its position",
+    )
+    certificate.add_argument("file")
+    certificate.add_argument("--size", type=int, help="the checkpoint's tree size (default: the newest)")
+    certificate.set_defaults(handler=cmd_proof_certificate)
     consistency = proof.add_parser("consistency", help="prove one signed tree extends another")
     consistency.add_argument("first", type=int)
     consistency.add_argument("second", type=int)
