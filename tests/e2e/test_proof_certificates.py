@@ -64,19 +64,22 @@ def test_a_certificate_proves_offline_and_any_edit_fails(
     good.write_text(json.dumps(proof))
     code, out, err = _verify(capsys, good, log_key)
     assert code == 0, err
-    assert "ErasureCertified event" in out and f"deletion certificate {certificate['id']}" in out
+    assert "ErasureCertified event" in out
+    assert f"deletion certificate {certificate['id']}" in out
 
     edited = {**proof, "certificate": {**certificate, "reason": "routine cleanup"}}
     (tmp_path / "edited.json").write_text(json.dumps(edited))
     code, _, err = _verify(capsys, tmp_path / "edited.json", log_key)
-    assert code == 1 and "differs from the one the ledger recorded" in err
+    assert code == 1
+    assert "differs from the one the ledger recorded" in err
 
     record = bytearray(base64.b64decode(proof["record"]))
     record[-5] ^= 0x01
     forged = {**proof, "record": base64.b64encode(bytes(record)).decode()}
     (tmp_path / "forged.json").write_text(json.dumps(forged))
     code, _, err = _verify(capsys, tmp_path / "forged.json", log_key)
-    assert code == 1 and "not the proven leaf" in err
+    assert code == 1
+    assert "not the proven leaf" in err
 
     code, out, err = _run(capsys, "proof", "inclusion", "1")
     assert code == 0, err
@@ -84,11 +87,13 @@ def test_a_certificate_proves_offline_and_any_edit_fails(
     swapped = {**proof, "record": other["record"]}  # a real record, of another position
     (tmp_path / "swapped.json").write_text(json.dumps(swapped))
     code, _, err = _verify(capsys, tmp_path / "swapped.json", log_key)
-    assert code == 1 and "not the proven leaf" in err
+    assert code == 1
+    assert "not the proven leaf" in err
     moved = {**other, "certificate": certificate}  # a valid proof of position 1, not of the certificate
     (tmp_path / "moved.json").write_text(json.dumps(moved))
     code, _, err = _verify(capsys, tmp_path / "moved.json", log_key)
-    assert code == 1 and "not a certified erasure" in err
+    assert code == 1
+    assert "not a certified erasure" in err
 
 
 def test_the_erased_memorys_write_still_proves_and_reads_as_its_sealed_event(
@@ -117,4 +122,5 @@ def test_an_unknown_certificate_has_no_proof(
     other = {**certificate, "id": "00000000-0000-4000-8000-000000000000"}
     (tmp_path / "other.json").write_text(json.dumps(other))
     code, _, err = _run(capsys, "proof", "certificate", str(tmp_path / "other.json"))
-    assert code == 1 and "holds no certificate" in err
+    assert code == 1
+    assert "holds no certificate" in err
