@@ -13,6 +13,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from memwarden.api.mcp.tools import TOOLS
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import audit_records, issue_key
@@ -63,7 +64,7 @@ def test_stdio_on_the_local_database(runtime: Runtime, settings: Settings) -> No
     seen: dict[str, str] = {}
 
     async def ours(client: Client) -> None:
-        assert len((await client.list_tools()).tools) == 16
+        assert len((await client.list_tools()).tools) == len(TOOLS)
         written = await client.call_tool("write", {"content": "Invoices are approved by Priya in finance"})
         assert not written.is_error, payload(written)
         seen["id"] = payload(written)["id"]
