@@ -14,6 +14,8 @@ import pytest
 
 from memwarden.api.cli.main import main
 from memwarden.domain.settings import Settings
+from memwarden_client.proofs import ProofError, verify_inclusion
+from memwarden_client.records import check_certificate, record_of
 from tests.e2e.api_helpers import Api
 
 
@@ -124,3 +126,35 @@ def test_an_unknown_certificate_has_no_proof(
     code, _, err = _run(capsys, "proof", "certificate", str(tmp_path / "other.json"))
     assert code == 1
     assert "holds no certificate" in err
+
+
+def test_the_http_inclusion_carries_the_record_that_binds_the_certificate(api: Api) -> None:
+    certificate, _ = _forget_one(api)
+    auditor = api.key("acme", "audrey", "auditor")
+    with api.runtime.ledger.datastore.get_connection() as conn:
+        row = conn.execute(
+            "SELECT notification_id FROM memwarden.events WHERE originator_id = %s AND topic = 'ErasureCertified'",
+            (certificate["id"],),
+        ).fetchone()
+    position = int(row["notification_id"])
+    size = api.runtime.ledger.head_position()
+    answer = api.call(
+        auditor,
+        "/v1/compliance/proofs/inclusion",
+        method="GET",
+        params={"position": position, "size": size},
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    verify_inclusion(
+        body["leaf_index"],
+        size,
+        base64.b64decode(body["leaf_hash"]),
+        [base64.b64decode(p) for p in body["proof"]],
+        base64.b64decode(body["root"]),
+    )
+    record = record_of(body)
+    assert (record.position, record.type) == (position, "ErasureCertified")
+    check_certificate(record, certificate)
+    with pytest.raises(ProofError):
+        check_certificate(record, {**certificate, "requester": "mallory"})
