@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import struct
 import sys
 import time
@@ -77,7 +78,7 @@ def make_key(path: Path) -> Ed25519PrivateKey:
 def witness_once(client: httpx.Client, witness: Witness, log_key: VerifierKey, state_file: Path) -> str:
     """One round: what happened (``cosigned N``, ``nothing new``). Fork when the newest
     checkpoint is not consistent with the last one cosigned (evidence next to the state)."""
-    state: dict[str, Any] = json.loads(state_file.read_text()) if state_file.exists() else {}
+    state = _load_state(state_file)
     newest = _newest_note(client)
     if newest is None:
         return "no signed-note checkpoint yet"
@@ -104,12 +105,35 @@ def witness_once(client: httpx.Client, witness: Witness, log_key: VerifierKey, s
     if answer.status_code != 200:
         raise RuntimeError(f"the server refused the cosignature: {answer.status_code} {answer.text[:300]}")
     text = checkpoint.note.text + "\n" + "\n".join(_log_line(newest)) + "\n"
-    state_file.write_text(
-        json.dumps(
-            {"size": checkpoint.size, "root": base64.b64encode(checkpoint.root).decode(), "note": text}
-        )
+    _save_state(
+        state_file,
+        {"size": checkpoint.size, "root": base64.b64encode(checkpoint.root).decode(), "note": text},
     )
     return f"cosigned {checkpoint.size}"
+
+
+def _load_state(state_file: Path) -> dict[str, Any]:
+    """The last checkpoint cosigned; a state file that cannot be read stops the witness (it
+    must never start over from nothing and so cosign whatever it is shown next)."""
+    if not state_file.exists():
+        return {}
+    try:
+        state = json.loads(state_file.read_text())
+    except ValueError as error:
+        raise ProofError(f"the state file {state_file} is unreadable ({error}); restore it") from error
+    if not isinstance(state, dict):
+        raise ProofError(f"the state file {state_file} is not a witness's state; restore it")
+    return state
+
+
+def _save_state(state_file: Path, state: dict[str, Any]) -> None:
+    """Written whole or not at all: a crash mid-write leaves the previous state."""
+    partial = state_file.with_name(state_file.name + ".partial")
+    with partial.open("w") as out:
+        out.write(json.dumps(state))
+        out.flush()
+        os.fsync(out.fileno())
+    partial.replace(state_file)
 
 
 def _log_line(note: str) -> list[str]:
