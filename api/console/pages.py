@@ -34,7 +34,8 @@ from memwarden.api.console.session import (
 from memwarden.api.http.gate import api_state
 from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.text import escape_unprintable
-from memwarden_client.proofs import ProofError, VerifierKey, verify_proof_file
+from memwarden_client.proofs import ProofError, VerifierKey
+from memwarden_client.records import verify_bound_proof_file
 
 Req = Request[Any, Any, Any]
 HERE = Path(__file__).parent
@@ -166,12 +167,12 @@ def checked_proof(answer: dict[str, Any]) -> ProofCheck:
     inclusion = answer["inclusion"]
     document = {
         "kind": "inclusion",
-        **{k: inclusion[k] for k in ("position", "leaf_index", "size", "leaf_hash", "proof")},
+        **{k: inclusion[k] for k in ("position", "leaf_index", "size", "leaf_hash", "proof", "record")},
         "checkpoint": answer["checkpoint"],
         "log_key": answer["log_key"],
     }
     try:
-        said = verify_proof_file(document, VerifierKey.parse(answer["log_key"]))
+        said = verify_bound_proof_file(document, VerifierKey.parse(answer["log_key"]))
         ok = True
     except ProofError as error:
         said, ok = escape_unprintable(str(error)), False

@@ -45,6 +45,7 @@ def test_a_record_is_proven_in_one_click_against_a_signed_checkpoint(
     browser.get(f"{base}/console/prove?position=3")
     _wait_for(browser, "Verified")
     assert browser.find_element(By.ID, "verdict").text == "Verified"
+    assert "the leaf is its" in browser.page_source  # the record read back, not only its hash
     document = json.loads(browser.find_element(By.ID, "proof-file").get_attribute("textContent") or "{}")
     assert "in the log's tree" in verify_proof_file(document, VerifierKey.parse(document["log_key"]))
     _shot(browser, "prove")
