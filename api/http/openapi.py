@@ -1,7 +1,9 @@
 """The OpenAPI document at ``/schema/openapi.json`` and its docs page at ``/schema``.
 
-The page is Swagger UI from the installed ``swagger-ui-bundle`` package, served by the app
-itself under ``/schema/assets``: nothing is loaded from another host, so it works offline.
+The page is Swagger UI 5 (it reads OpenAPI 3.1) from the installed ``openapi-ui-bundles``
+package, served by the app itself under ``/schema/assets``: nothing is loaded from another
+host, so it works offline. The document declares the API key as an HTTP bearer scheme and
+applies it to every route behind the gate, so the page's "Authorize" takes a key.
 
 Litestar documents errors as its own ``{status_code, detail, extra}``; the API answers
 ``{error, detail}`` (``ErrorBody``, api/http/errors.py). ``document_errors`` replaces every
@@ -30,17 +32,25 @@ from litestar.openapi.spec import (
     Operation,
     Reference,
     Schema,
+    SecurityScheme,
 )
 from litestar.router import Router
 from litestar.routes import HTTPRoute
 from litestar.static_files import create_static_files_router
-from swagger_ui_bundle import swagger_ui_path
+from openapi_ui_bundles import swagger_ui
 
 from memwarden.api.http.errors import STATUS, ErrorBody
 from memwarden.api.http.routing import body_type, syscall_of
 
 ASSETS = "/schema/assets"
 ERROR_SCHEMA = "ErrorBody"
+SECURITY_SCHEME = "apiKey"
+BEARER = SecurityScheme(
+    type="http",
+    scheme="bearer",
+    bearer_format="mw_…",
+    description="An API key (`Authorization: Bearer mw_…`): it alone decides namespace, actor and role.",
+)
 NEVER_CONFLICT = frozenset(
     {
         "assemble",
@@ -92,13 +102,14 @@ def openapi_config() -> OpenAPIConfig:
         version="0.1.0",
         path="/schema",
         render_plugins=[local, JsonRenderPlugin(), YamlRenderPlugin()],
+        components=Components(security_schemes={SECURITY_SCHEME: BEARER}),
     )
 
 
 def docs_assets() -> Router:
     """Swagger UI's script, style and icons, from the installed package."""
     return create_static_files_router(
-        path=ASSETS, directories=[swagger_ui_path], include_in_schema=False, name="docs-assets"
+        path=ASSETS, directories=[swagger_ui.static_path], include_in_schema=False, name="docs-assets"
     )
 
 
@@ -146,10 +157,11 @@ def error_response(status: int) -> OpenAPIResponse:
 
 def document_errors(app: Litestar) -> None:
     """Rewrite the (lazily built, then cached) OpenAPI document's error responses in place,
-    before anything serves it."""
+    before anything serves it; every gated operation requires the bearer key."""
     document = app.openapi_schema
     document.components = document.components or Components()
     document.components.schemas = {**(document.components.schemas or {}), ERROR_SCHEMA: _error_schema()}
+    document.components.security_schemes = {SECURITY_SCHEME: BEARER}
     paths = document.paths or {}
     for route in app.routes:
         if not isinstance(route, HTTPRoute) or route.path_format not in paths:
@@ -165,6 +177,7 @@ def document_errors(app: Litestar) -> None:
                 for status in error_statuses(route.path_format, method, handler):
                     kept[str(status)] = error_response(status)
                 operation.responses = kept
+                operation.security = [{SECURITY_SCHEME: []}] if syscall_of(handler) is not None else None
 
 
 def _success_unions_as_any_of(responses: dict[str, Any]) -> None:

@@ -1,0 +1,91 @@
+"""The docs page at ``/schema`` in headless Chromium against a real ``memwarden serve``: it
+renders the OpenAPI 3.1 document (every operation shown), from assets the app serves itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from memwarden.domain.ledger.database import ConnectionParams
+from tests.conftest import url_of
+from tests.processes import TIMED, serving
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("chromedriver") is None, reason="chromium-driver not installed"),
+    TIMED,
+]
+METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+@pytest.fixture
+def base(database: ConnectionParams, tmp_path: Path) -> Iterator[str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": url_of(database),
+        "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
+        "MEMWARDEN_EMBEDDER": "hash",
+    }
+    with serving(env) as (_server, url):
+        yield url
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,900"):
+        options.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_docs_page_shows_every_operation_of_the_document(base: str, browser: WebDriver) -> None:
+    document = httpx.get(f"{base}/schema/openapi.json").json()
+    assert document["openapi"].startswith("3.1")
+    operations = sum(1 for item in document["paths"].values() for method in item if method in METHODS)
+    browser.get(f"{base}/schema")
+    WebDriverWait(browser, 30).until(
+        lambda d: (
+            len(d.find_elements(By.CSS_SELECTOR, ".opblock")) >= operations
+            or d.find_elements(By.CSS_SELECTOR, ".errors-wrapper")
+        )
+    )
+    assert not browser.find_elements(By.CSS_SELECTOR, ".errors-wrapper"), browser.find_element(
+        By.TAG_NAME, "body"
+    ).text[:500]
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".opblock")) == operations
+    # the key can be given: the bearer scheme makes the page offer "Authorize"
+    assert browser.find_elements(By.CSS_SELECTOR, ".btn.authorize")
+    loaded = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(function (e) { return e.name; })"
+    )
+    assert loaded, "the page loaded no assets"
+    assert all(str(name).startswith(base) for name in loaded), loaded
+
+
+def test_every_gated_operation_requires_the_bearer_key(base: str) -> None:
+    document = httpx.get(f"{base}/schema/openapi.json").json()
+    scheme = document["components"]["securitySchemes"]["apiKey"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method not in METHODS:
+                continue
+            public = path in {"/healthz", "/readyz", "/metrics"}
+            assert ("security" in operation) != public, (method, path)
+            if not public:
+                assert operation["security"] == [{"apiKey": []}]
