@@ -29,10 +29,8 @@ from memwarden.projections.timeline.service import AsOfQuestion
 def parse_time(text: str) -> datetime:
     """``now``, or the forms HTTP accepts (``parse_time_text``: RFC 3339 with a zone, or a
     date meaning midnight UTC, within years 1-9999 in UTC)."""
-    if text == "now":
-        return datetime.now(UTC)
     try:
-        return parse_time_text(text)
+        return parse_time_text(text, now=datetime.now(UTC))
     except ValueError as error:
         msg = f"{quote_text(text)} {error}"
         raise argparse.ArgumentTypeError(msg) from None
