@@ -4,14 +4,24 @@ an older client keeps working against a newer server."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
 
+I = TypeVar("I")  # noqa: E741 - the item of a page
+
 
 class Result(msgspec.Struct, frozen=True, kw_only=True):
     pass
+
+
+class Page(Result, Generic[I], frozen=True, kw_only=True):
+    """One page of a list (API.md "Lists"): its items and the cursor of the next page (None:
+    the last one)."""
+
+    items: list[I]
+    cursor: str | None = None
 
 
 class Classification(Result, frozen=True, kw_only=True):
@@ -65,7 +75,8 @@ class Verification(Result, frozen=True, kw_only=True):
 
 class Memory(Result, frozen=True, kw_only=True):
     """A memory as ``read`` answers it (docs/architecture.md section 3); ``content`` is None once erased.
-    A read with ``as_of``/``valid_at`` answers the as-of fields only (the rest default)."""
+    A read with ``as_of``/``valid_at`` answers the same fields as they stood then, and the
+    instants: ``as_of``, ``valid_at`` (None unless asked) and the ledger ``position``."""
 
     id: UUID
     namespace: str
@@ -89,6 +100,9 @@ class Memory(Result, frozen=True, kw_only=True):
     superseded_by: list[UUID] = []
     classification: Classification | None = None
     verifications: list[Verification] = []
+    as_of: datetime | None = None
+    valid_at: datetime | None = None
+    position: int | None = None
 
 
 class SearchHit(Result, frozen=True, kw_only=True):
@@ -341,11 +355,6 @@ class AuditRecord(Result, frozen=True, kw_only=True):
     subject_ids: list[UUID] = []
 
 
-class AuditPage(Result, frozen=True, kw_only=True):
-    records: list[AuditRecord]
-    next_cursor: str | None
-
-
 class Head(Result, frozen=True, kw_only=True):
     position: int
     hash: str
@@ -365,11 +374,6 @@ class Checkpoint(Result, frozen=True, kw_only=True):
     time: datetime
     key_id: str
     signature: str
-
-
-class CheckpointPage(Result, frozen=True, kw_only=True):
-    checkpoints: list[Checkpoint]
-    next_cursor: str | None
 
 
 class CertificateCheck(Result, frozen=True, kw_only=True):
@@ -399,3 +403,100 @@ class Rebuilt(Result, frozen=True, kw_only=True):
     switched: bool
     verified: bool = False
     differences: list[str] = []
+
+
+class Finding(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_a: UUID
+    memory_b: UUID
+    judge: str
+    rule: str
+    explanation: str
+    cosine: float
+    status: str
+    decision: str | None = None
+    reviewer: str | None = None
+    resolution_reason: str | None = None
+    opened_at: datetime
+    resolved_at: datetime | None = None
+
+
+class FindingState(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_a: UUID
+    memory_b: UUID
+    status: str
+    decision: str | None = None
+    reviewer: str | None = None
+    resolved_at: datetime | None = None
+
+
+class Decision(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    winner: UUID
+    loser: UUID
+    judge: str
+    rule: str
+    explanation: str
+    dial: str
+    status: str
+    reviewer: str | None = None
+    overturn_reason: str | None = None
+    restored: UUID | None = None
+    settled_at: datetime
+    overturned_at: datetime | None = None
+
+
+class DecisionState(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    winner: UUID
+    loser: UUID
+    status: str
+    reviewer: str | None = None
+    restored: UUID | None = None
+    overturned_at: datetime | None = None
+
+
+class Proposal(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    kind: str
+    sources: list[UUID]
+    canonical: UUID
+    drafter: str
+    fallback: str | None = None
+    status: str
+    edited: bool = False
+    reviewer: str | None = None
+    document_id: UUID | None = None
+    drafted_at: datetime
+    reviewed_at: datetime | None = None
+
+
+class ProposalState(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    kind: str
+    sources: list[UUID]
+    canonical: UUID
+    status: str
+    reviewer: str | None = None
+    document_id: UUID | None = None
+    document_version: int | None = None
+    reviewed_at: datetime | None = None
+
+
+class ProposalOutcome(Result, frozen=True, kw_only=True):
+    """A proposal after review, and the text approval publishes (None once erased)."""
+
+    proposal: ProposalState
+    content: str | None = None
+
+
+class Health(Result, frozen=True, kw_only=True):
+    status: str
+    projections: dict[str, Any] = {}
