@@ -127,7 +127,8 @@ def cmd_projections_rebuild(args: argparse.Namespace) -> int:
             if not args.json:
                 sys.stdout.write(
                     f"{report.name}: {report.events} events in {report.seconds:.1f}s"
-                    f" ({report.events_per_second:,.0f}/s) to position {report.position};"
+                    f" ({report.events_per_second:,.0f} ev/s, set-up and switch included)"
+                    f" to position {report.position};"
                     f" {'switched' if report.switched else 'not switched'}\n"
                 )
                 if report.verified:

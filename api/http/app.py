@@ -18,6 +18,7 @@ from memwarden.api.console.pages import TEMPLATES, ConsoleController
 from memwarden.api.http.body import check_body_types
 from memwarden.api.http.errors import handle
 from memwarden.api.http.gate import KeyAuthentication, audit_unaudited, gate
+from memwarden.api.http.logs import logging_config
 from memwarden.api.http.metrics import metrics_middleware
 from memwarden.api.http.openapi import docs_assets, document_errors, openapi_config, share_document
 from memwarden.api.http.route_docs import describe_routes
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         after_exception=[audit_unaudited],
         request_max_body_size=MAX_BODY_BYTES,
         openapi_config=openapi_config(),
+        logging_config=logging_config(_log_level(settings, runtime)),
         template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         debug=False,
     )
@@ -82,6 +84,11 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     mcp.bind(app)
     share_document(app, (document_errors, describe_routes))
     return app
+
+
+def _log_level(settings: Settings | None, runtime: Runtime | None) -> str:
+    chosen = settings if settings is not None else runtime.settings if runtime is not None else None
+    return chosen.log_level if chosen is not None else Settings.from_env().log_level
 
 
 def app_from_env() -> Litestar:
