@@ -62,6 +62,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_timeout_seconds: float = 3.0
     """How long a request waits for a database connection (and a connection attempt for
     the server) before it fails with 503 ``unavailable``."""
+    request_deadline_seconds: float = 10.0
+    """How long any HTTP request may wait on anything (a connection, a statement, a commit)
+    before its caller gets 503 ``unavailable`` with ``Retry-After``: a frozen database or a
+    network black hole never hangs callers."""
     projector: str = "thread"
     """Where an API process's read models are projected: ``thread`` (a background thread of
     the process) or ``external`` (another process, e.g. ``memwarden project``; this one only
@@ -139,6 +143,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
             db_timeout_seconds=positive_number(values, "MEMWARDEN_DB_TIMEOUT_SECONDS", float) or 3.0,
+            request_deadline_seconds=positive_number(values, "MEMWARDEN_REQUEST_DEADLINE_SECONDS", float)
+            or 10.0,
             projector=_one_of(
                 "MEMWARDEN_PROJECTOR", values.get("MEMWARDEN_PROJECTOR") or "thread", PROJECTORS
             ),

@@ -16,6 +16,7 @@ from litestar.template.config import TemplateConfig
 
 from memwarden.api.console.pages import TEMPLATES, ConsoleController
 from memwarden.api.http.body import check_body_types
+from memwarden.api.http.deadline import Deadline
 from memwarden.api.http.errors import handle
 from memwarden.api.http.gate import KeyAuthentication, audit_unaudited, gate
 from memwarden.api.http.logs import logging_config
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         lifespan=[mcp.lifespan],
         state=State({STATE_KEY: api}),
         middleware=[
+            DefineMiddleware(Deadline, seconds=api.deadline_seconds),
             metrics_middleware,
             DefineMiddleware(KeyAuthentication, exclude=PUBLIC_PATHS + CONSOLE_PATHS),
         ],

@@ -85,6 +85,14 @@ class ApiState:
             raise RuntimeError(msg)
         return self._runtime
 
+    def deadline_seconds(self) -> float:
+        """The request deadline (``Settings.request_deadline_seconds``) of the open runtime."""
+        return self.runtime.settings.request_deadline_seconds
+
+    def readiness_seconds(self) -> float:
+        """How long ``/readyz`` waits for the database before it answers not ready."""
+        return self.runtime.settings.db_timeout_seconds
+
     @property
     def governance(self) -> GovernanceService:
         return self.runtime.core.governance

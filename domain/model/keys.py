@@ -16,7 +16,7 @@ from memwarden.domain.model.events import Event, KeyIssued, KeyRevoked
 from memwarden.domain.model.identity import REVIEWER_ROLES, ROLE_LEVEL, ROLES, Identity, Role
 from memwarden.domain.model.namespaces import is_within, validate_namespace
 from memwarden.domain.model.storable import check_storable
-from memwarden.domain.model.text import invisible_character
+from memwarden.domain.model.text import invisible_character, mixed_script
 
 KEY_PREFIX = "mw"
 _KEY = re.compile(r"mw_([0-9a-f]{32})_([A-Za-z0-9]{20,128})")
@@ -67,6 +67,9 @@ def check_actor_name(actor: str) -> None:
     hidden = invisible_character(actor)
     if hidden is not None:
         raise InvalidRequest(f"actor contains an invisible character (U+{ord(hidden):04X})")
+    scripts = mixed_script(actor)
+    if scripts is not None:
+        raise InvalidRequest(f"actor mixes {scripts[0]} and {scripts[1]} letters in one word")
 
 
 def check_key_admin(caller: Identity) -> None:

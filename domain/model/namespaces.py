@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from memwarden.domain.model.errors import InvalidRequest
-from memwarden.domain.model.text import quote_text, storable_text_problem
+from memwarden.domain.model.text import invisible_character, mixed_script, quote_text, storable_text_problem
 
 MAX_NAMESPACE_LENGTH = 255
 MAX_DEPTH = 16
@@ -36,7 +36,19 @@ def validate_namespace(namespace: str) -> str:
     problem = storable_text_problem(namespace)
     if problem is not None:
         raise InvalidRequest(f"namespace {problem}")
+    _check_looks_as_it_reads(namespace)
     return namespace
+
+
+def _check_looks_as_it_reads(namespace: str) -> None:
+    """A namespace is an access boundary: ``acme/hr/bots`` followed by U+200B, or ``acme`` with
+    a Cyrillic ``a``, would pass for another one in every listing and audit record."""
+    hidden = invisible_character(namespace)
+    if hidden is not None:
+        raise InvalidRequest(f"namespace contains an invisible character (U+{ord(hidden):04X})")
+    scripts = mixed_script(namespace)
+    if scripts is not None:
+        raise InvalidRequest(f"namespace mixes {scripts[0]} and {scripts[1]} letters in one word")
 
 
 def ancestors(namespace: str) -> tuple[str, ...]:

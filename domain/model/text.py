@@ -7,6 +7,8 @@ import functools
 import re
 import unicodedata
 
+from memwarden.domain.model.confusables import PROTOTYPES
+
 _SPACE = re.compile(r"\s+")
 _WORD = re.compile(r"\w+")
 FILLER_WORDS = frozenset(
@@ -53,8 +55,34 @@ MIN_ALNUM_CHARACTERS = 3
 _MEANINGFUL_EDGE_PUNCTUATION = frozenset("#%\u2030\u2031")
 _SIGNS = frozenset("-\u2212")
 _INVISIBLE = frozenset({"Cc", "Cf"})  # control and format characters: BOM, zero-width space
-# Fillers render as nothing but are letters (category Lo/Mn), so no category catches them.
-_FILLERS = frozenset("\u115f\u1160\u17b4\u17b5\u3164\uffa0")
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt, Unicode 15.1): what
+# renders as nothing whatever its category. Categories alone miss the variation selectors and
+# the grapheme joiner (Mn), the Hangul fillers (Lo) and unassigned ignorables such as U+2065
+# (Cn), and Python's unicodedata lacks the property.
+_DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+_FILLERS = frozenset(
+    chr(code) for low, high in _DEFAULT_IGNORABLE for code in range(low, high + 1) if chr(code).isprintable()
+)
+"""The default-ignorable characters that ``str.isprintable`` calls printable (fillers,
+variation selectors, the grapheme joiner): the ones the quick printable test cannot rule out."""
 # Dash variants spelled differently in identity-bearing text (slots, refs) mean "-".
 _DASHES = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"))
 _MAX_PASSES = 8
@@ -91,15 +119,21 @@ def escape_unprintable(text: str) -> str:
 
 
 def _invisible(char: str) -> bool:
-    if char in _FILLERS:
+    if char in _FILLERS or _default_ignorable(char):
         return True
     return unicodedata.category(char) in _INVISIBLE and not char.isspace()
 
 
+def _default_ignorable(char: str) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in _DEFAULT_IGNORABLE)
+
+
 def invisible_character(text: str) -> str | None:
     """The first character of ``text`` that renders as nothing, or None: a control or format
-    character (zero-width space U+200B, BOM U+FEFF, soft hyphen, bidi controls) or a Hangul
-    filler; what ``normalize`` drops, so two texts that differ only by one look the same.
+    character (zero-width space U+200B, BOM U+FEFF, soft hyphen, bidi controls) or any other
+    default-ignorable code point (variation selectors, the grapheme joiner, Hangul fillers,
+    tags); what ``normalize`` drops, so two texts that differ only by one look the same.
     Whitespace is not counted (it is visible as a gap)."""
     if text.isprintable() and _FILLERS.isdisjoint(text):  # every invisible one is either
         return None
@@ -135,8 +169,63 @@ def _strip_edges(text: str) -> str:
     return text[start:end]
 
 
+def skeleton(text: str) -> str:
+    """``text`` with every look-alike word read as the word it imitates (UTS #39 prototypes
+    from confusables.txt): a word that mixes scripts (``address`` with a Cyrillic e), or one
+    written wholly in look-alikes of ASCII (``paypal`` in Cyrillic). Other words keep their
+    letters, so Greek or Cyrillic text is never folded onto Latin look-alikes of its own
+    letters; ASCII keeps itself, so keys claimed in ASCII keep their claims."""
+    if text.isascii():
+        return text
+    return _WORD.sub(_word_skeleton, text)
+
+
+def _word_skeleton(match: re.Match[str]) -> str:
+    word = match.group()
+    if word.isascii():
+        return word
+    imitated = "".join(PROTOTYPES.get(char, char) for char in word)
+    return imitated if imitated.isascii() or _mixes_scripts(word) else word
+
+
+_EAST_ASIAN = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL", "BOPOMOFO", "IDEOGRAPHIC"})
+"""Scripts that one word legitimately mixes (Japanese, Korean, Chinese): one script here."""
+
+
+def _script(char: str) -> str | None:
+    """A letter's script, as the first word of its Unicode name (``LATIN``, ``CYRILLIC``);
+    None for what is not a letter (digits, marks and punctuation belong to every script)."""
+    if not unicodedata.category(char).startswith("L"):
+        return None
+    script = unicodedata.name(char, "UNKNOWN").split(" ", 1)[0]
+    return "CJK" if script in _EAST_ASIAN else script
+
+
+def mixed_script(text: str) -> tuple[str, str] | None:
+    """The first two scripts one word of ``text`` mixes (``paypal`` with a Cyrillic ``a``:
+    LATIN and CYRILLIC), or None: a word written in two scripts is a look-alike, never a name
+    anyone types."""
+    if text.isascii():
+        return None
+    for word in _WORD.findall(unicodedata.normalize("NFKC", text)):
+        scripts = _scripts(word)
+        if len(scripts) > 1:
+            first, second = sorted(scripts)[:2]
+            return first, second
+    return None
+
+
+def _scripts(word: str) -> set[str]:
+    return {script for script in map(_script, word) if script is not None}
+
+
+def _mixes_scripts(word: str) -> bool:
+    return len(_scripts(word)) > 1
+
+
 def _normalize_once(text: str, *, dashes: bool) -> str:
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    folded = unicodedata.normalize("NFKC", skeleton(unicodedata.normalize("NFKC", text).casefold()))
+    folded = folded.casefold()  # a prototype may be a capital (Greek capital alpha reads as A)
     if dashes:
         folded = folded.translate(_DASHES)
     spaced = _SPACE.sub(" ", folded)
@@ -158,9 +247,10 @@ def _normalized(text: str, *, dashes: bool) -> str:
 
 @functools.lru_cache(maxsize=16_384)
 def normalize(text: str) -> str:
-    """Canonical form used for exact dedupe: NFKC, case-folded, single spaces, no edge
-    punctuation, and no invisible character anywhere (format characters such as zero-width
-    space or soft hyphen, controls, Hangul fillers): text that looks the same is the same.
+    """Canonical form used for exact dedupe: NFKC, case-folded, confusables read as their
+    prototypes (``skeleton``), single spaces, no edge punctuation, and no invisible character
+    anywhere (every default-ignorable code point, controls): text that looks the same is the
+    same. The stored text keeps what the writer wrote; only claims and matching use this.
 
     Case folding can undo NFKC composition (``ß`` + accent folds to ``ss`` + accent, which
     composes again), so the steps repeat until the text is stable: ``normalize`` is

@@ -30,6 +30,10 @@ ANSWER_BOUND_SECONDS = 6.0
 HEALTH_BOUND_SECONDS = 1.0
 OUTAGE_SECONDS = 8.0
 CLIENTS = 3
+DEADLINE_SECONDS = 4.0
+"""The served process's request deadline (``MEMWARDEN_REQUEST_DEADLINE_SECONDS``)."""
+DB_TIMEOUT_SECONDS = 2.0
+"""Its database timeout (``MEMWARDEN_DB_TIMEOUT_SECONDS``): how long ``/readyz`` waits."""
 
 
 class Served:
@@ -73,7 +77,12 @@ def _status(base: str, path: str) -> int:
 def served(tmp_path: Path) -> Iterator[Served]:
     data_dir = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}  # the embedded default
-    env |= {"MEMWARDEN_DATA_DIR": str(data_dir), "MEMWARDEN_EMBEDDER": "hash"}
+    env |= {
+        "MEMWARDEN_DATA_DIR": str(data_dir),
+        "MEMWARDEN_EMBEDDER": "hash",
+        "MEMWARDEN_REQUEST_DEADLINE_SECONDS": str(DEADLINE_SECONDS),
+        "MEMWARDEN_DB_TIMEOUT_SECONDS": str(DB_TIMEOUT_SECONDS),
+    }
     key = cli_key(env, "acme/eng", "bot", "agent")
     port = free_port()
     log = tmp_path / "serve.log"
@@ -252,3 +261,70 @@ def test_a_database_outage_is_fast_503s_and_serve_recovers_by_itself(served: Ser
     assert log.count("projector: database unavailable") == 1, log
     assert "Traceback" not in log, log
     assert "started it again" in log
+
+
+def _timed_call(
+    served: Served, method: str, path: str, body: dict[str, object] | None
+) -> tuple[httpx.Response, float]:
+    with httpx.Client(
+        base_url=served.base, headers={"Authorization": f"Bearer {served.key}"}, timeout=60
+    ) as client:
+        began = time.monotonic()
+        response = client.request(method, path, json=body)
+        return response, time.monotonic() - began
+
+
+@pytest.mark.slow
+def test_a_frozen_database_gives_fast_503s_and_readyz_says_not_ready(served: Served) -> None:
+    """Every process of the PostgreSQL cluster stopped (SIGSTOP): no statement ever returns,
+    no connection attempt fails. Each request still answers 503 with Retry-After within the
+    request deadline, /readyz says not ready within the database timeout, /healthz answers,
+    and once the cluster runs again the same serve writes and reads."""
+    with served.client() as client:
+        first = client.post("/v1/mem/write", json={"content": "The fact written before the freeze"})
+        assert first.status_code == 200, first.text
+    memory_id = first.json()["id"]
+    calls = [
+        ("stats", "POST", "/v1/mem/stats", {}),
+        ("search", "POST", "/v1/mem/search", {"query": "fact written"}),
+        ("write", "POST", "/v1/mem/write", {"content": "A fact offered while the database is frozen"}),
+        ("read", "POST", "/v1/mem/read", {"id": memory_id}),
+    ]
+    frozen = served.server_processes()
+    results: dict[str, tuple[httpx.Response, float]] = {}
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.5)
+        threads = [
+            threading.Thread(target=lambda c=call: results.__setitem__(c[0], _timed_call(served, *c[1:])))
+            for call in calls
+        ]
+        for thread in threads:
+            thread.start()
+        ready, ready_seconds = _timed_call(served, "GET", "/readyz", None)
+        health, health_seconds = _timed_call(served, "GET", "/healthz", None)
+        for thread in threads:
+            thread.join(DEADLINE_SECONDS + 30)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    assert set(results) == {name for name, *_ in calls}
+    for name, (response, seconds) in results.items():
+        assert response.status_code == 503, (name, response.status_code, response.text)
+        assert response.json()["error"] in {"unavailable", "projection_lag"}, (name, response.text)
+        assert int(response.headers["retry-after"]) >= 1
+        assert seconds < DEADLINE_SECONDS + 2.0, f"{name} took {seconds:.1f} s"
+    assert ready.status_code == 503
+    assert ready.headers.get("retry-after") is not None
+    assert ready_seconds < DB_TIMEOUT_SECONDS + 2.0, f"/readyz took {ready_seconds:.1f} s"
+    assert health.status_code == 200
+    assert health_seconds < HEALTH_BOUND_SECONDS
+
+    def recovered() -> bool:
+        return _write_and_read(served, "The fact written after the freeze") == (200, 200)
+
+    wait_until(recovered, 60)
+    wait_until(lambda: _status(served.base, "/readyz") == 200, 60)

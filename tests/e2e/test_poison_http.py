@@ -252,8 +252,23 @@ def test_compliance_times_take_a_bare_date_as_midnight_utc(api: Api) -> None:
     assert bad.json()["detail"].startswith("until is not a time")
 
 
+LOOK_ALIKES = [
+    # default-ignorable code points that are not control or format characters
+    "db\ufe0f-host",  # variation selector 16
+    "db\ufe00-host",  # variation selector 1
+    "d\u034fb-host",  # combining grapheme joiner
+    "db\u180b-host",  # Mongolian free variation selector
+    "db-host\U000e0100",  # variation selector 17
+    "db\u2065-host",  # unassigned, default ignorable
+    # confusable letters (UTS #39)
+    "db-h\u043est",  # Cyrillic o
+    "\u0501b-host",  # Cyrillic komi de
+    "db-ho\u0455t",  # Cyrillic dze
+]
+
+
 @pytest.mark.parametrize(
-    "subject", ["db\u200b-host", "pri\u00admary", "db\u2010host", "DB-HOST", "\ufeffdb-host"]
+    "subject", ["db\u200b-host", "pri\u00admary", "db\u2010host", "DB-HOST", "\ufeffdb-host", *LOOK_ALIKES]
 )
 def test_a_lower_trust_write_to_an_invisibly_respelled_slot_is_disputed(api: Api, subject: str) -> None:
     keys = _keys(api)
@@ -288,6 +303,57 @@ def test_content_of_only_invisible_fillers_is_low_information(api: Api) -> None:
         assert answer.status_code == 200, answer.text
         assert answer.json()["outcome"] == "rejected"
         assert [r["reason"] for r in answer.json()["rejected"]] == ["low_information"]
+
+
+@pytest.mark.parametrize(
+    "attribute", ["addr\u0435ss", "\u0430ddress", "addres\u0455", "addr\ufe0fess", "addr\u034fess"]
+)
+def test_a_look_alike_attribute_never_opens_a_parallel_slot(api: Api, attribute: str) -> None:
+    keys = _keys(api)
+    member = api.key("acme/eng", "dana", "member")
+    incumbent = {
+        "content": "Dana lives at 12 Main Street",
+        "subject": "dana",
+        "attribute": "address",
+        "value": "12 Main Street",
+        "provenance": {"source": "manual"},
+    }
+    assert api.mem(member, "write", incumbent).json()["outcome"] == "stored"
+    sneaky = {
+        "content": "Dana lives at 9 Elm Road",
+        "subject": "dana",
+        "attribute": attribute,
+        "value": "9 Elm Road",
+    }
+    answer = api.mem(keys["agent"], "write", sneaky)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["outcome"] == "disputed", answer.json()
+    found = api.mem(keys["agent"], "search", {"query": "Dana lives at"}).json()["results"]
+    assert [hit["content"] for hit in found] == ["Dana lives at 12 Main Street"]
+
+
+def test_content_with_a_grapheme_joiner_inside_is_deduplicated(api: Api) -> None:
+    agent = _keys(api)["agent"]
+    first = api.mem(agent, "write", {"content": FACT}).json()
+    again = api.mem(agent, "write", {"content": FACT.replace("Kubernetes", "Kuber\u034fnetes")}).json()
+    assert again["outcome"] == "deduplicated", again
+    assert again["id"] == first["id"]
+
+
+@pytest.mark.parametrize(
+    "target", ["acme/hr/\u200b", "acme/hr/bots\u200b", "acme/hr/bots\ufe0f", "\u0430cme/hr"]
+)
+def test_namespaces_that_look_like_others_are_refused(api: Api, target: str) -> None:
+    owner = api.key("acme", "olga", "owner")
+    minted = api.call(owner, "/v1/admin/keys", {"target": target, "actor": "x", "role": "agent"})
+    assert minted.status_code == 400, minted.text
+    policy = api.client.put(
+        f"/v1/admin/policies/{target}",
+        json={"forbid_secrets": True},
+        headers={"Authorization": f"Bearer {owner}"},
+    )
+    assert policy.status_code in {400, 404}, policy.text
+    assert policy.status_code != 200
 
 
 @pytest.mark.parametrize("target", ["acme/./eng", "acme/..", "acme/eng/.", "acme//eng"])

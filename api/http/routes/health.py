@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from litestar import Request, Response, get, head
 
@@ -28,15 +29,25 @@ async def healthz_head() -> None:
 
 @get("/readyz")
 async def readyz(request: Req) -> Response[dict[str, Any]]:
-    return await anyio.to_thread.run_sync(readiness, request)
+    return await bounded_readiness(request)
 
 
 @head("/readyz")
 async def readyz_head(request: Req) -> Response[None]:
     """The status and headers of ``GET /readyz``, no body. (Both handlers are async: with a
     HEAD handler on its path, Litestar 2.25 fails a GET handler run with ``sync_to_thread``.)"""
-    ready = await anyio.to_thread.run_sync(readiness, request)
+    ready = await bounded_readiness(request)
     return Response(None, status_code=ready.status_code, headers=ready.headers)
+
+
+async def bounded_readiness(request: Req) -> Response[dict[str, Any]]:
+    """``readiness``, or not ready when the database has not answered within the database
+    timeout (a frozen server never answers; its check is left to finish in its thread)."""
+    seconds = api_state(request).readiness_seconds()
+    with anyio.move_on_after(seconds):
+        return await anyio.to_thread.run_sync(readiness, request, abandon_on_cancel=True)
+    silent: dict[str, Any] = {"error": "unavailable", "detail": f"the database did not answer within {seconds:g} s"}
+    return Response(silent, status_code=503, headers={"Retry-After": "1"})
 
 
 def readiness(request: Req) -> Response[dict[str, Any]]:
