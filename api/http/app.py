@@ -39,8 +39,12 @@ CONSOLE_PATHS = ["^/console"]
 """The console authenticates by its session cookie, then calls the API with that key."""
 
 
-def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Litestar:
-    """The app. Without a runtime it opens one from ``settings`` (or the environment) at start-up."""
+def create_app(
+    settings: Settings | None = None, runtime: Runtime | None = None, *, document: bool = True
+) -> Litestar:
+    """The app. Without a runtime it opens one from ``settings`` (or the environment) at start-up.
+    ``document=False``: the OpenAPI document is not prepared now (``memwarden mcp`` serves no
+    HTTP, and preparing it is a fifth of a second of its start)."""
     api = ApiState(settings, runtime)
     mcp = McpEndpoint()
 
@@ -84,7 +88,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     )
     check_body_types(app)
     mcp.bind(app)
-    share_document(app, (document_errors, describe_routes))
+    if document:
+        share_document(app, (document_errors, describe_routes))
     return app
 
 

@@ -36,7 +36,7 @@ async def serve_stdio(key: str, url: str | None) -> None:
         return
     from memwarden.api.http.app import create_app  # noqa: PLC0415 - the local app only when no URL is given
 
-    app = create_app(Settings.from_env())
+    app = create_app(Settings.from_env(), document=False)
     async with app.lifespan():
         role = _local_role(app, key)
 

@@ -63,7 +63,9 @@ def test_stdio_on_the_local_database(runtime: Runtime, settings: Settings) -> No
     seen: dict[str, str] = {}
 
     async def ours(client: Client) -> None:
-        assert len((await client.list_tools()).tools) == 16
+        offered = {t.name for t in (await client.list_tools()).tools}
+        assert len(offered) == 14  # an agent is not offered share and forget
+        assert {"share", "forget"}.isdisjoint(offered)
         written = await client.call_tool("write", {"content": "Invoices are approved by Priya in finance"})
         assert not written.is_error, payload(written)
         seen["id"] = payload(written)["id"]
