@@ -31,6 +31,7 @@ from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.namespaces import tenant_of, validate_namespace
 from memwarden.domain.model.text import storable_text_problem
+from memwarden.domain.model.trust import SOURCE_RANKS
 from memwarden.domain.settings import Settings
 from memwarden.projections.governance.views import KeyView
 from memwarden.workers.cli import register_worker_command
@@ -117,7 +118,9 @@ def _operator(namespace: str) -> Identity:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    command = IssueKey(target=args.namespace, actor=args.actor, role=args.role)
+    command = IssueKey(
+        target=args.namespace, actor=args.actor, role=args.role, max_provenance=args.max_provenance
+    )
     try:
         validate_namespace(args.namespace)
         with Runtime(follow=False) as runtime:
@@ -297,6 +300,11 @@ def _key_commands(sub: Commands) -> Commands:
     create.add_argument("namespace")
     create.add_argument("actor")
     create.add_argument("role", choices=["agent", "member", "auditor", "admin", "owner"])
+    create.add_argument(
+        "--max-provenance",
+        choices=list(SOURCE_RANKS),
+        help="the highest provenance the key may claim (default: conversation for agents, manual for people)",
+    )
     create.add_argument("--json", action="store_true")
     create.set_defaults(handler=cmd_keys_create)
     revoke = keys.add_parser("revoke", help="revoke a key by id")

@@ -25,8 +25,15 @@ from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.model.storable import unstorable_field
 from memwarden.domain.model.text import escape_unprintable, quote_text
 from memwarden.domain.model.times import parse_time_text
+from memwarden.domain.model.trust import OverCap
 from memwarden.domain.model.write import Rejection
-from memwarden.domain.services.memory import MAX_BATCH_ITEMS, BatchItem, FactResult, WriteResult
+from memwarden.domain.services.memory import (
+    MAX_BATCH_ITEMS,
+    BatchItem,
+    FactResult,
+    ProvenanceCapped,
+    WriteResult,
+)
 from memwarden.projections.governance.views import AuditView
 from memwarden.projections.search.service import SearchQuery
 
@@ -172,6 +179,9 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
     ``over_budget``, ``extractor_failed: <kind>``, or ``facts_rejected`` (every fact was, so
     the content was decided whole); null when extracted."""
     facts: tuple[FactResult, ...]
+    provenance_capped: ProvenanceCapped | None = None
+    """Set when the claimed provenance was above the key's ``max_provenance`` and the
+    namespace's policy lowered it: what was claimed and what the memory carries."""
 
     @classmethod
     def of(cls, result: WriteResult) -> WriteResponse:
@@ -186,6 +196,7 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
             extracted=result.extracted,
             verbatim_reason=result.verbatim_reason,
             facts=result.facts,
+            provenance_capped=result.provenance_capped,
         )
 
 
@@ -271,6 +282,7 @@ class PolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
     driver: str | None
     suspended: bool
     directives: list[DirectiveView]
+    provenance_over_cap: OverCap
 
 
 class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -295,6 +307,9 @@ class NewKeyBody(Body, frozen=True, kw_only=True):
     target: str
     actor: str
     role: str
+    max_provenance: str | None = None
+    """The highest provenance source the key may claim (default: ``conversation`` for agents,
+    ``manual`` for members, admins and owners); never above the caller's own."""
 
 
 class NewKeyResponse(msgspec.Struct, frozen=True):
@@ -322,6 +337,9 @@ class PolicyPutBody(Body, frozen=True, kw_only=True):
     suspended: bool | None = None
     members_forget_own: bool | None = None
     """Members may erase (``forget``) memories they wrote themselves (default: no)."""
+    provenance_over_cap: OverCap | None = None
+    """A write claiming more provenance than its key may: ``cap`` lowers it to the key's cap
+    and says so in the result and the audit (default); ``refuse`` answers 400."""
     expected_version: int | None = None
 
     def policy(self) -> PolicyBody:
@@ -333,6 +351,7 @@ class PolicyPutBody(Body, frozen=True, kw_only=True):
             driver=self.driver,
             suspended=self.suspended,
             members_forget_own=self.members_forget_own,
+            provenance_over_cap=self.provenance_over_cap,
         )
 
 
@@ -345,6 +364,7 @@ class OwnPolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
     directives: tuple[Directive, ...]
     driver: str | None
     suspended: bool | None
+    provenance_over_cap: OverCap | None
     effective: PolicyResponse
 
 

@@ -9,6 +9,7 @@ from uuid import UUID
 import msgspec
 
 from memwarden.domain.model.events import DisputeDecision, MemoryScope, MemoryType
+from memwarden.domain.model.trust import OverCap
 
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time with its zone: a naive time cannot be ordered against the ledger's times."""
@@ -52,3 +53,5 @@ class WritePolicy(msgspec.Struct, frozen=True, kw_only=True):
 
     forbid_secrets: bool = True
     max_content_bytes: int = 16_384
+    provenance_over_cap: OverCap = "cap"
+    """A claim above the key's ``max_provenance``: lowered to the cap, or refused."""

@@ -268,6 +268,9 @@ class KeyIssued(Event, frozen=True, kw_only=True):
     actor: str
     role: str
     issued_by: str
+    max_provenance: str | None = None
+    """The highest provenance the key may claim; None (every key made before keys carried
+    one): the role's default, so an old agent key claims no more than ``conversation``."""
 
     @property
     def stream_id(self) -> UUID:
@@ -300,6 +303,7 @@ class PolicySet(Event, frozen=True, kw_only=True):
     driver: str | None = None
     suspended: bool | None = None
     members_forget_own: bool | None = None
+    provenance_over_cap: str | None = None
     set_by: str
 
     @property

@@ -13,10 +13,11 @@ import msgspec
 
 from memwarden.domain.model.errors import Forbidden, InvalidRequest, InvalidState, NotFound, OutsideSubtree
 from memwarden.domain.model.events import Event, KeyIssued, KeyRevoked
-from memwarden.domain.model.identity import REVIEWER_ROLES, ROLE_LEVEL, ROLES, Identity, Role
+from memwarden.domain.model.identity import HUMAN_ROLES, REVIEWER_ROLES, ROLE_LEVEL, ROLES, Identity, Role
 from memwarden.domain.model.namespaces import is_within, validate_namespace
 from memwarden.domain.model.storable import check_storable
 from memwarden.domain.model.text import invisible_character, mixed_script
+from memwarden.domain.model.trust import HUMAN_ONLY_SOURCES, SOURCE_RANKS
 
 KEY_PREFIX = "mw"
 _KEY = re.compile(r"mw_([0-9a-f]{32})_([A-Za-z0-9]{20,128})")
@@ -27,6 +28,8 @@ class IssueKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     target: str
     actor: str
     role: str
+    max_provenance: str | None = None
+    """The highest provenance source the key may claim; None: the role's default."""
 
 
 class KeyState(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,10 +42,11 @@ class KeyState(msgspec.Struct, frozen=True, kw_only=True):
     issued_at: datetime
     revoked_at: datetime | None = None
     version: int = 0
+    max_provenance: str | None = None
 
     @property
     def identity(self) -> Identity:
-        return Identity(self.namespace, self.actor, self.role)
+        return Identity(self.namespace, self.actor, self.role, self.max_provenance)
 
     @property
     def revoked(self) -> bool:
@@ -90,6 +94,7 @@ def decide_issue(caller: Identity, command: IssueKey, key_id: str, key_hash: str
         raise Forbidden(f"a {caller.role} may not mint a key with role {command.role!r}")
     if not is_within(command.target, caller.namespace):
         raise OutsideSubtree(f"{command.target!r} is outside {caller.namespace!r}")
+    _check_provenance_cap(caller, command)
     return KeyIssued(
         key_id=key_id,
         key_hash=key_hash,
@@ -97,8 +102,23 @@ def decide_issue(caller: Identity, command: IssueKey, key_id: str, key_hash: str
         actor=command.actor,
         role=command.role,
         issued_by=caller.actor,
+        max_provenance=command.max_provenance,
         at=now,
     )
+
+
+def _check_provenance_cap(caller: Identity, command: IssueKey) -> None:
+    """A key's cap is a known source, ``manual`` only for a person's key, and never above the
+    cap of the key that makes it (an admin limited to ``document`` cannot mint ``manual``)."""
+    cap = command.max_provenance
+    if cap is None:
+        return
+    if cap not in SOURCE_RANKS:
+        raise InvalidRequest(f"max_provenance must be one of {', '.join(SOURCE_RANKS)}")
+    if cap in HUMAN_ONLY_SOURCES and command.role not in HUMAN_ROLES:
+        raise InvalidRequest(f"a key with role {command.role!r} may not claim {cap!r} provenance")
+    if SOURCE_RANKS[cap] > SOURCE_RANKS[caller.provenance_cap]:
+        raise Forbidden(f"a key that may claim at most {caller.provenance_cap!r} may not grant {cap!r}")
 
 
 def decide_revoke(caller: Identity, key: KeyState | None, now: datetime) -> KeyRevoked:
@@ -127,6 +147,7 @@ def evolve_key(state: KeyState | None, event: Event) -> KeyState:
             issued_by=event.issued_by,
             issued_at=event.at,
             version=1,
+            max_provenance=event.max_provenance,
         )
     if state is None:
         msg = f"{type(event).__name__} before KeyIssued"

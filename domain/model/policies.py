@@ -24,6 +24,7 @@ from memwarden.domain.model.events import ConflictReview, Directive, DirectiveAc
 from memwarden.domain.model.identity import REVIEWER_ROLES, Identity
 from memwarden.domain.model.namespaces import ancestors, is_within, validate_namespace
 from memwarden.domain.model.storable import check_storable
+from memwarden.domain.model.trust import OverCap
 
 DEFAULT_CONFLICT_REVIEW: ConflictReview = "lower_trust"
 DEFAULT_RATE_LIMIT_PER_MINUTE = 1_200
@@ -55,6 +56,9 @@ class PolicyBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     suspended: bool | None = None
     members_forget_own: bool | None = None
     """Members may erase (``forget``) memories they wrote themselves (default: no)."""
+    provenance_over_cap: OverCap | None = None
+    """A write claiming more provenance than its key may: ``cap`` (lowered, audited; default)
+    or ``refuse`` (400 ``provenance_not_allowed``)."""
 
 
 class NamespacePolicy(PolicyBody, frozen=True, kw_only=True):
@@ -80,9 +84,14 @@ class EffectivePolicy(msgspec.Struct, frozen=True, kw_only=True):
     suspended_by: str | None
     directives: tuple[EffectiveDirective, ...]
     members_forget_own: bool = False
+    provenance_over_cap: OverCap = "cap"
 
     def write_policy(self, max_content_bytes: int) -> WritePolicy:
-        return WritePolicy(forbid_secrets=self.forbid_secrets, max_content_bytes=max_content_bytes)
+        return WritePolicy(
+            forbid_secrets=self.forbid_secrets,
+            max_content_bytes=max_content_bytes,
+            provenance_over_cap=self.provenance_over_cap,
+        )
 
 
 def policy_from_event(event: PolicySet, version: int) -> NamespacePolicy:
@@ -116,6 +125,7 @@ def effective_policy(namespace: str, own: Mapping[str, NamespacePolicy]) -> Effe
     rate = nearest("rate_limit_per_minute")
     driver = nearest("driver")
     members_forget_own = nearest("members_forget_own")
+    over_cap = nearest("provenance_over_cap")
     return EffectivePolicy(
         namespace=namespace,
         conflict_review=review if review is not None else DEFAULT_CONFLICT_REVIEW,  # type: ignore[arg-type]
@@ -126,6 +136,7 @@ def effective_policy(namespace: str, own: Mapping[str, NamespacePolicy]) -> Effe
         suspended_by=suspended_by,
         directives=directives,
         members_forget_own=members_forget_own is True,
+        provenance_over_cap="refuse" if over_cap == "refuse" else "cap",
     )
 
 
@@ -187,6 +198,7 @@ def decide_set_policy(
         driver=body.driver,
         suspended=body.suspended,
         members_forget_own=body.members_forget_own,
+        provenance_over_cap=body.provenance_over_cap,
         set_by=caller.actor,
         at=now,
     )

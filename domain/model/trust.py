@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 from memwarden.domain.model.errors import InvalidRequest
 
@@ -16,6 +17,17 @@ SOURCE_RANKS: dict[str, int] = {
 }
 HUMAN_ONLY_SOURCES = frozenset({"manual"})
 DEFAULT_SOURCE = "conversation"
+OverCap = Literal["cap", "refuse"]
+OVER_CAP: tuple[OverCap, ...] = ("cap", "refuse")
+"""What a write whose provenance claim is above its key's ``max_provenance`` gets (namespace
+policy ``provenance_over_cap``): the claim lowered to the cap and audited (default), or a 400."""
+
+
+def default_provenance_cap(human: bool) -> str:
+    """The highest source a key may claim when whoever made it set none: a person may claim
+    ``manual``; an agent only what it heard (``conversation``), since an agent that says
+    ``document`` would otherwise outrank every honest agent."""
+    return "manual" if human else DEFAULT_SOURCE
 
 
 def source_rank(source: str) -> int:

@@ -25,7 +25,7 @@ from memwarden.domain.model.identity import WRITER_ROLES, Identity
 from memwarden.domain.model.memory import Claim, MemoryState, trust_tier_from
 from memwarden.domain.model.storable import unstorable_field
 from memwarden.domain.model.text import is_low_information, normalize, normalize_key
-from memwarden.domain.model.trust import HUMAN_ONLY_SOURCES, source_rank
+from memwarden.domain.model.trust import HUMAN_ONLY_SOURCES, OverCap, source_rank
 
 Outcome = Literal["stored", "deduplicated", "superseded", "disputed", "rejected"]
 MAX_TAGS = 64
@@ -58,6 +58,8 @@ class WriteDecision(msgspec.Struct, frozen=True, kw_only=True):
     classification: Classification | None = None
     rejected: tuple[Rejection, ...] = ()
     events: tuple[Event, ...] = ()
+    provenance_capped: tuple[str, str] | None = None
+    """(claimed, applied): the writer's claim was above its key's cap and lowered to it."""
 
 
 def check_write_allowed(identity: Identity, source: str) -> None:
@@ -66,6 +68,17 @@ def check_write_allowed(identity: Identity, source: str) -> None:
     source_rank(source)
     if source in HUMAN_ONLY_SOURCES and not identity.is_human:
         raise ProvenanceNotAllowed(f"role {identity.role!r} may not claim {source!r} provenance")
+
+
+def allowed_source(identity: Identity, claimed: str, over_cap: OverCap) -> str:
+    """The source a write may carry: what it claimed, or its key's cap when the claim is above
+    it and the namespace's policy lowers such claims; refused when the policy says so."""
+    cap = identity.provenance_cap
+    if source_rank(claimed) <= source_rank(cap):
+        return claimed
+    if over_cap == "refuse":
+        raise ProvenanceNotAllowed(f"this key may claim at most {cap!r} provenance, not {claimed!r}")
+    return cap
 
 
 def _check_shape(command: WriteMemory) -> None:
@@ -161,10 +174,31 @@ def decide_write(
     classification, rejections = verify_content(command.content, policy)
     if rejections:
         return WriteDecision(outcome="rejected", rejected=rejections, classification=classification)
-    provenance = Provenance(
-        source=command.provenance.source, actor=identity.actor, ref=command.provenance.ref
+    source = allowed_source(identity, command.provenance.source, policy.provenance_over_cap)
+    capped = (command.provenance.source, source) if source != command.provenance.source else None
+    decision = _decide_provenanced(
+        command,
+        identity,
+        state,
+        Provenance(source=source, actor=identity.actor, ref=command.provenance.ref),
+        classification,
+        now,
+        memory_id,
+        dispute_id,
     )
+    return msgspec.structs.replace(decision, provenance_capped=capped) if capped else decision
 
+
+def _decide_provenanced(
+    command: WriteMemory,
+    identity: Identity,
+    state: WriteState,
+    provenance: Provenance,
+    classification: Classification,
+    now: datetime,
+    memory_id: UUID,
+    dispute_id: UUID,
+) -> WriteDecision:
     duplicates = [m for m in current_holders(state.text_claim, state, now) if _same_value(m, command)]
     if duplicates:
         return _deduplicate(duplicates[0], provenance, classification, now)

@@ -78,6 +78,13 @@ EXTRACTED_TAG = "extracted"
 """The tag every extracted fact carries (its provenance is the write's own)."""
 
 
+class ProvenanceCapped(msgspec.Struct, frozen=True, kw_only=True):
+    """A provenance claim above the key's cap, and the source the memory carries instead."""
+
+    claimed: str
+    applied: str
+
+
 class FactResult(msgspec.Struct, frozen=True, kw_only=True):
     """The decision on one extracted fact (its text is not repeated: read it by ``id``)."""
 
@@ -87,6 +94,7 @@ class FactResult(msgspec.Struct, frozen=True, kw_only=True):
     dispute_id: UUID | None = None
     classification: Classification | None = None
     rejected: tuple[Rejection, ...] = ()
+    provenance_capped: ProvenanceCapped | None = None
 
 
 class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +112,7 @@ class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
     extracted: bool = False
     verbatim_reason: str | None = None
     facts: tuple[FactResult, ...] = ()
+    provenance_capped: ProvenanceCapped | None = None
 
 
 class Split(msgspec.Struct, frozen=True, kw_only=True):
@@ -751,9 +760,23 @@ def _writes_memory(decision: WriteDecision) -> bool:
 
 
 def _outcome_detail(decision: WriteDecision) -> str:
+    capped = _capped(decision)
+    # sources are names from the trust lattice, never caller text: safe in an audit record
+    detail = (
+        decision.outcome
+        if capped is None
+        else f"{decision.outcome} (provenance {capped.claimed} capped to {capped.applied})"
+    )
     if not decision.rejected:
-        return decision.outcome
-    return decision.outcome + ": " + ", ".join(r.reason for r in decision.rejected)
+        return detail
+    return detail + ": " + ", ".join(r.reason for r in decision.rejected)
+
+
+def _capped(decision: WriteDecision) -> ProvenanceCapped | None:
+    if decision.provenance_capped is None:
+        return None
+    claimed, applied = decision.provenance_capped
+    return ProvenanceCapped(claimed=claimed, applied=applied)
 
 
 def _write_result(decisions: Sequence[WriteDecision], split: Split, position: int) -> WriteResult:
@@ -765,6 +788,7 @@ def _write_result(decisions: Sequence[WriteDecision], split: Split, position: in
             dispute_id=d.dispute_id,
             classification=d.classification,
             rejected=d.rejected,
+            provenance_capped=_capped(d),
         )
         for d in decisions
     )

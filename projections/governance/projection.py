@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS {s}.api_keys (
     issued_at timestamptz NOT NULL,
     revoked boolean NOT NULL DEFAULT false,
     revoked_at timestamptz,
-    position bigint NOT NULL
+    position bigint NOT NULL,
+    max_provenance text
 )""").format(s=Identifier(schema))
         )
         curs.execute(
@@ -49,10 +50,20 @@ CREATE TABLE IF NOT EXISTS {s}.api_keys (
                 curs.execute(
                     SQL(
                         "INSERT INTO {s}.api_keys (key_id, key_hash, namespace, actor, role, issued_by,"
-                        " issued_at, position) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                        " issued_at, position, max_provenance) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                         " ON CONFLICT (key_id) DO NOTHING"
                     ).format(s=s),
-                    (e.key_id, e.key_hash, e.namespace, e.actor, e.role, e.issued_by, e.at, r.position),
+                    (
+                        e.key_id,
+                        e.key_hash,
+                        e.namespace,
+                        e.actor,
+                        e.role,
+                        e.issued_by,
+                        e.at,
+                        r.position,
+                        e.max_provenance,
+                    ),
                 )
             elif isinstance(e, KeyRevoked):
                 curs.execute(

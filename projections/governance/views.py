@@ -16,7 +16,9 @@ import msgspec
 from psycopg import Connection
 from psycopg.sql import SQL, Composable, Identifier
 
+from memwarden.domain.model.identity import HUMAN_ROLES
 from memwarden.domain.model.namespaces import subtree_like_pattern
+from memwarden.domain.model.trust import default_provenance_cap
 from memwarden.projections.visibility import current
 
 
@@ -29,6 +31,8 @@ class KeyView(msgspec.Struct, frozen=True, kw_only=True):
     issued_at: datetime
     revoked: bool
     revoked_at: datetime | None
+    max_provenance: str
+    """The highest provenance the key may claim (its role's default when it was made without one)."""
 
 
 class AuditView(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,12 +78,17 @@ _SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
 def list_keys(conn: Connection[Any], schema: str, root: str, limit: int = 1000) -> list[KeyView]:
     rows = conn.execute(
         SQL(
-            "SELECT key_id, namespace, actor, role, issued_by, issued_at, revoked, revoked_at"
+            "SELECT key_id, namespace, actor, role, issued_by, issued_at, revoked, revoked_at, max_provenance"
             " FROM {s}.api_keys WHERE " + _SUBTREE + " ORDER BY issued_at, key_id LIMIT %(limit)s"
         ).format(s=Identifier(schema)),
         {"root": root, "pattern": subtree_like_pattern(root), "limit": limit},
     ).fetchall()
-    return [msgspec.convert(row, KeyView) for row in rows]
+    return [_key_view(row) for row in rows]
+
+
+def _key_view(row: dict[str, Any]) -> KeyView:
+    cap = row["max_provenance"] or default_provenance_cap(row["role"] in HUMAN_ROLES)
+    return msgspec.convert({**row, "max_provenance": cap}, KeyView)
 
 
 def list_audit(conn: Connection[Any], schema: str, root: str, where: AuditFilter) -> list[AuditView]:

@@ -13,10 +13,14 @@ from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.namespaces import tenant_of
 
 
-def issue_key(runtime: Runtime, namespace: str, actor: str, role: str) -> str:
-    """A key for ``actor`` in ``namespace``, minted by the tenant's operator."""
+def issue_key(
+    runtime: Runtime, namespace: str, actor: str, role: str, max_provenance: str | None = None
+) -> str:
+    """A key for ``actor`` in ``namespace``, minted by the tenant's operator (``max_provenance``:
+    the highest source it may claim; None: its role's default)."""
     operator = Identity(tenant_of(namespace), "operator@test", "owner")
-    return runtime.core.governance.issue_key(operator, IssueKey(target=namespace, actor=actor, role=role)).key
+    command = IssueKey(target=namespace, actor=actor, role=role, max_provenance=max_provenance)
+    return runtime.core.governance.issue_key(operator, command).key
 
 
 def audit_records(runtime: Runtime) -> list[AuditRecorded]:
@@ -38,8 +42,8 @@ class Api:
         self.runtime = runtime
         self.client = client
 
-    def key(self, namespace: str, actor: str, role: str) -> str:
-        return issue_key(self.runtime, namespace, actor, role)
+    def key(self, namespace: str, actor: str, role: str, max_provenance: str | None = None) -> str:
+        return issue_key(self.runtime, namespace, actor, role, max_provenance)
 
     def call(self, key: str | None, path: str, body: Any = None, method: str = "POST", **kw: Any) -> Any:
         headers = dict(kw.pop("headers", {}))

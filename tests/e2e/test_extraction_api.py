@@ -103,7 +103,7 @@ def audit_route_details(api: Api) -> list[str]:
 
 
 def test_a_write_is_split_into_facts_each_decided_in_one_append(api: Api, model: Model) -> None:
-    agent = api.key("acme/eng", "bot", "agent")
+    agent = api.key("acme/eng", "bot", "agent", "document")
     known = api.mem(agent, "write", {"content": "Dana leads the platform team.", "verbatim": True}).json()
     assert (known["extracted"], known["verbatim_reason"], model.calls) == (False, "verbatim_requested", 0)
     body = {"content": TRANSCRIPT, "tags": ["standup"], "provenance": {"source": "document", "ref": "doc:42"}}
@@ -154,7 +154,7 @@ def test_a_write_is_split_into_facts_each_decided_in_one_append(api: Api, model:
 
 
 def test_verbatim_true_stores_the_content_whole_without_asking_the_model(api: Api, model: Model) -> None:
-    agent = api.key("acme/eng", "bot", "agent")
+    agent = api.key("acme/eng", "bot", "agent", "document")
     result = api.mem(agent, "write", {"content": TRANSCRIPT, "verbatim": True}).json()
     assert model.calls == 0
     assert (result["outcome"], result["extracted"], result["verbatim_reason"]) == (
@@ -170,7 +170,7 @@ def test_verbatim_true_stores_the_content_whole_without_asking_the_model(api: Ap
 
 @TIMED
 def test_every_failure_of_the_extractor_stores_verbatim_and_says_why(api: Api, model: Model) -> None:
-    agent = api.key("acme/eng", "bot", "agent")
+    agent = api.key("acme/eng", "bot", "agent", "document")
     model.answer = "Sure! Dana moved to Berlin, and Kim owns billing."
     model_failures = [(f"{TRANSCRIPT} (garbage)", "extractor_failed: bad_output")]
     results = [api.mem(agent, "write", {"content": model_failures[-1][0]}).json()]
@@ -221,7 +221,7 @@ def test_every_failure_of_the_extractor_stores_verbatim_and_says_why(api: Api, m
 
 
 def test_an_async_write_is_split_when_it_runs(api: Api, model: Model) -> None:
-    agent = api.key("acme/eng", "bot", "agent")
+    agent = api.key("acme/eng", "bot", "agent", "document")
     ticket = api.mem(agent, "write", {"content": TRANSCRIPT, "async": True}).json()["ticket"]
     deadline = time.monotonic() + 10
     status = api.mem(agent, "write_status", {"ticket": ticket}).json()
@@ -239,7 +239,7 @@ def test_without_an_extractor_every_write_says_no_extractor(
 ) -> None:
     monkeypatch.setenv("MEMWARDEN_EMBEDDER", "hash")
     with served(settings) as api:
-        agent = api.key("acme/eng", "bot", "agent")
+        agent = api.key("acme/eng", "bot", "agent", "document")
         for verbatim in (False, True):
             # "True"/"False" would be antonyms: the second write superseded the first once projected
             content = f"{TRANSCRIPT} ({'verbatim' if verbatim else 'as facts'})"

@@ -250,7 +250,10 @@ def finding(caller: str, case: Case, response: Any, group: FailureGroup) -> Find
 def keys(api: Api) -> dict[str, str | None]:
     unlimited(api)
     return {
-        name: api.key(who[0], f"fuzz-{name}", who[1]) if who is not None else None
+        # the agent ingests documents (the seed's slot is corrected by a document it writes)
+        name: api.key(who[0], f"fuzz-{name}", who[1], "document" if who[1] == "agent" else None)
+        if who is not None
+        else None
         for name, who in CALLERS.items()
     }
 

@@ -48,7 +48,7 @@ ITEMS: list[dict[str, Any]] = [
 
 
 def test_items_are_decided_in_order_in_one_append(api: Api) -> None:
-    key = api.key(NS, "bot", "agent")
+    key = api.key(NS, "bot", "agent", "document")
     before = api.runtime.ledger.head_position()
     response = api.mem(key, "write_batch", {"items": ITEMS})
     assert response.status_code == 200, response.text
@@ -100,7 +100,7 @@ def test_items_are_decided_in_order_in_one_append(api: Api) -> None:
 
 
 def test_a_second_batch_of_the_same_items_deduplicates(api: Api) -> None:
-    key = api.key(NS, "bot", "agent")
+    key = api.key(NS, "bot", "agent", "document")
     items = [{"content": f"Service {n} is owned by team {n % 3}."} for n in range(20)]
     first = api.mem(key, "write_batch", {"items": items}).json()["results"]
     again = api.mem(key, "write_batch", {"items": items}).json()["results"]
@@ -124,7 +124,7 @@ def test_a_second_batch_of_the_same_items_deduplicates(api: Api) -> None:
     ],
 )
 def test_a_malformed_batch_is_refused_whole_and_audited(api: Api, body: dict[str, Any], code: str) -> None:
-    key = api.key(NS, "bot", "agent")
+    key = api.key(NS, "bot", "agent", "document")
     before = api.runtime.ledger.head_position()
     response = api.mem(key, "write_batch", body)
     assert response.status_code == 400, response.text

@@ -20,7 +20,7 @@ from memwarden.domain.model.identity import Identity
 from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
 
-AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
+AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent", max_provenance="document")
 REVIEWER = Identity(namespace="acme/eng", actor="rev", role="admin")
 OUTSIDER = Identity(namespace="acme/sales", actor="rev2", role="admin")
 NS = AGENT.namespace

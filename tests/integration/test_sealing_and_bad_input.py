@@ -21,7 +21,7 @@ from memwarden.domain.services.core import Core
 from memwarden.domain.services.memory import WriteResult
 from memwarden.domain.settings import SCHEMA, Settings
 
-AGENT = Identity("acme/eng", "agent-1", "agent")
+AGENT = Identity("acme/eng", "agent-1", "agent", "document")
 MEMBER = Identity("acme/eng", "dana", "member")
 AUDITOR = Identity("acme/eng", "audrey", "auditor")
 EVENTS = SQL("{}.events").format(Identifier(SCHEMA))

@@ -311,8 +311,11 @@ class ServicesAgainstModel(RuleBasedStateMachine):
         operator = Identity(tenant, "operator", "owner")
 
         def actor(namespace: str, name: str, role: str) -> Actor:
-            issued = governance.issue_key(operator, IssueKey(target=namespace, actor=name, role=role))
-            return Actor(Identity(namespace, name, role), issued.key_id, issued.key)  # type: ignore[arg-type]
+            # the model's agents may claim every source but manual: their keys are capped at document
+            cap = "document" if role == "agent" else None
+            command = IssueKey(target=namespace, actor=name, role=role, max_provenance=cap)
+            issued = governance.issue_key(operator, command)
+            return Actor(Identity(namespace, name, role, cap), issued.key_id, issued.key)  # type: ignore[arg-type]
 
         self.writers = [
             actor(ns, name, role)

@@ -16,8 +16,8 @@ from memwarden.domain.model.write import Outcome
 from memwarden.domain.services.memory import WriteResult
 from memwarden.domain.settings import Settings
 
-AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
-ORG = Identity(namespace="acme", actor="bot", role="agent")
+AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent", max_provenance="document")
+ORG = Identity(namespace="acme", actor="bot", role="agent", max_provenance="document")
 OLD = "The staging deploy window opens at 10:00 every weekday"
 NEW = "The staging deploy window opens at 14:00 every weekday"
 

@@ -51,12 +51,22 @@ def uid(n: int | None = None) -> UUID:
     return UUID(int=next(_ids) if n is None else n)
 
 
-def ident(role: Role = "agent", actor: str | None = None, namespace: str = NS) -> Identity:
-    return Identity(namespace=namespace, actor=actor or f"{role}-1", role=role)
+DOCUMENT_AGENT_CAP = "document"
+"""The agents of these tests ingest documents: their keys may claim up to ``document``, so the
+trust lattice's tests reach every source below ``manual``. A key made without a cap gets its
+role's default (``conversation`` for an agent): ``CHATTY_AGENT``."""
+
+
+def ident(
+    role: Role = "agent", actor: str | None = None, namespace: str = NS, max_provenance: str | None = ""
+) -> Identity:
+    cap = (DOCUMENT_AGENT_CAP if role == "agent" else None) if max_provenance == "" else max_provenance
+    return Identity(namespace=namespace, actor=actor or f"{role}-1", role=role, max_provenance=cap)
 
 
 AGENT = ident("agent", "agent-a")
 OTHER_AGENT = ident("agent", "agent-b")
+CHATTY_AGENT = ident("agent", "agent-c", max_provenance=None)
 MEMBER = ident("member", "member-m")
 ADMIN = ident("admin", "admin-x")
 OWNER = ident("owner", "owner-o")

@@ -59,6 +59,7 @@ def policy_view(governance: GovernanceService, call: Call, policy: EffectivePoli
         rate_limit_per_minute=policy.rate_limit_per_minute,
         driver=policy.driver,
         suspended=policy.suspended,
+        provenance_over_cap=policy.provenance_over_cap,
         directives=[
             DirectiveView(
                 id=d.id, text=d.text, namespace=d.namespace, acknowledged=(d.namespace, d.id) in acked
