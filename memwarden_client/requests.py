@@ -205,6 +205,8 @@ class CreateKey(Request[r.NewKey], frozen=True, kw_only=True, omit_defaults=True
     target: str
     actor: str
     role: Literal["agent", "member", "auditor", "admin", "owner"]
+    max_provenance: str | None = None
+    """The highest provenance source the key may claim (default: its role's)."""
 
 
 class RevokeKey(Request[r.Revoked], frozen=True, kw_only=True, omit_defaults=True):

@@ -35,6 +35,13 @@ class Rejection(Result, frozen=True, kw_only=True):
     detail: str
 
 
+class ProvenanceCapped(Result, frozen=True, kw_only=True):
+    """A provenance claim above the key's cap, and the source the memory carries instead."""
+
+    claimed: str
+    applied: str
+
+
 class WriteResult(Result, frozen=True, kw_only=True):
     outcome: Literal["stored", "deduplicated", "superseded", "disputed", "rejected"]
     id: UUID | None
@@ -45,6 +52,7 @@ class WriteResult(Result, frozen=True, kw_only=True):
     rejected: tuple[Rejection, ...] = ()
     extracted: bool = False
     verbatim_reason: str | None = None
+    provenance_capped: ProvenanceCapped | None = None
 
 
 class Ticket(Result, frozen=True, kw_only=True):
@@ -294,6 +302,7 @@ class KeyInfo(Result, frozen=True, kw_only=True):
     issued_at: datetime
     revoked: bool
     revoked_at: datetime | None = None
+    max_provenance: str | None = None
 
 
 class OwnPolicy(Result, frozen=True, kw_only=True):
