@@ -335,10 +335,10 @@ class RejectProposal(Request[r.ProposalOutcome], frozen=True, kw_only=True, omit
     proposal_id: UUID
 
 
-class ResolveDispute(Request[r.Dispute], frozen=True, kw_only=True, omit_defaults=True):
+class ResolveDispute(Request[r.DisputeState], frozen=True, kw_only=True, omit_defaults=True):
     path = "/v1/admin/disputes/{dispute_id}/resolve"
     path_params = ("dispute_id",)
-    result = r.Dispute
+    result = r.DisputeState
     dispute_id: UUID
     decision: Literal["uphold_new", "keep_old", "edit", "both_valid"]
     content: str | None = None

@@ -332,6 +332,22 @@ class Dispute(Result, frozen=True, kw_only=True):
     resolved_at: datetime | None = None
 
 
+class DisputeState(Result, frozen=True, kw_only=True):
+    """A dispute after a decision (``resolve_dispute``)."""
+
+    id: UUID
+    namespace: str
+    memory_id: UUID
+    incumbent_id: UUID
+    reason: str
+    status: str = "open"
+    decision: str | None = None
+    reviewer: str | None = None
+    replacement_id: UUID | None = None
+    opened_at: datetime
+    resolved_at: datetime | None = None
+
+
 class AsOfMemory(Result, frozen=True, kw_only=True):
     id: UUID
     namespace: str
