@@ -95,7 +95,9 @@ TOOLS: tuple[Tool, ...] = (
         ReadBody,
         "One memory by `id`, with its status, trust tier, validity and provenance. Give `as_of` "
         "(what was believed then) and/or `valid_at` (what held in the world then) to look back in "
-        "time. A memory you may not see reads as not found.",
+        "time: `now`, an RFC 3339 time with a zone, or a date; the answer is the same memory as it "
+        "stood then, with the instants added. A memory that was not recorded yet or did not hold "
+        "then is the error `not_valid_then`; one you may not see reads as not found.",
         READS,
     ),
     Tool(
