@@ -27,6 +27,7 @@ def test_write_read_history_verify_and_provenance(api: Api) -> None:
         "extracted",
         "verbatim_reason",
         "facts",
+        "provenance_capped",
     }
     assert body["outcome"] == "stored"
     assert (body["extracted"], body["verbatim_reason"], body["facts"]) == (False, "no_extractor", [])
