@@ -216,6 +216,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default
     # handler that kills this process before the ``finally`` stops the projector.
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    from memwarden.api.http.protocol import JsonErrorsProtocol  # noqa: PLC0415 - only serve needs uvicorn's protocols
+
     try:
         uvicorn.run(
             "memwarden.api.http.app:app_from_env",
@@ -225,6 +227,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             workers=args.workers,
             log_level=args.log_level,
             access_log=False,
+            http=JsonErrorsProtocol,
         )
     finally:
         if projector is not None:

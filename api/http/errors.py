@@ -10,7 +10,12 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response
-from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
+from litestar.exceptions import (
+    HTTPException,
+    InternalServerException,
+    NotAuthorizedException,
+    ValidationException,
+)
 
 from memwarden.domain.ledger.database import unavailable
 from memwarden.domain.model.errors import DomainError, NotFound
@@ -75,7 +80,19 @@ _HTTP_CODES = {
 }
 
 
+CLIENT_CLOSED = 499
+"""The status a request whose caller went away before it was read is counted under (nginx's):
+nobody receives it, and it is neither the caller's mistake nor the server's fault."""
+
+
+def client_closed(error: BaseException) -> bool:
+    """Litestar's way of saying the caller disconnected while its body was being read."""
+    return isinstance(error, InternalServerException) and "client disconnected" in str(error.detail)
+
+
 def audit_outcome(error: BaseException) -> AuditOutcome:
+    if client_closed(error):
+        return "client_closed"
     if isinstance(error, NotFound):
         return "miss"
     if isinstance(error, DomainError) and not isinstance(error, Unavailable):
@@ -104,7 +121,9 @@ def classify(error: BaseException) -> tuple[int, str, str, dict[str, str]]:
     if isinstance(error, HTTPException) and error.status_code < 500:
         code = _HTTP_CODES.get(error.status_code, "invalid_request")
         status = error.status_code if error.status_code in _HTTP_CODES else 400
-        return status, code, str(error.detail), {}
+        return status, code, str(error.detail), dict(error.headers or {})  # a 405's Allow
+    if client_closed(error):
+        return CLIENT_CLOSED, "client_closed", "the client closed the connection before its request was read", {}
     if unavailable(error):
         return 503, "unavailable", "the database is unavailable; retry", {"Retry-After": str(RETRY_AFTER)}
     if isinstance(error, TimeoutError):

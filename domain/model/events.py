@@ -235,7 +235,7 @@ class ClaimSet(Event, frozen=True, kw_only=True):
         return self.claim_id
 
 
-AuditOutcome = Literal["ok", "denied", "miss", "error"]
+AuditOutcome = Literal["ok", "denied", "miss", "error", "client_closed"]
 """How a syscall ended, as its audit record says: the one definition, imported everywhere."""
 
 
