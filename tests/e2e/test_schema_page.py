@@ -4,7 +4,6 @@ renders the OpenAPI 3.1 document (every operation shown), from assets the app se
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,17 +12,15 @@ import pytest
 
 from memwarden.domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
+from tests.e2e.browser import NO_CHROMIUM, chromium
 from tests.processes import TIMED, serving
 
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
-from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
+pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.wait import WebDriverWait
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which("chromedriver") is None, reason="chromium-driver not installed"),
-    TIMED,
-]
+pytestmark = [NO_CHROMIUM, TIMED]
 METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
@@ -41,16 +38,8 @@ def base(database: ConnectionParams, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def browser() -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,900"):
-        options.add_argument(flag)
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    driver = webdriver.Chrome(options=options, service=service)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_the_docs_page_shows_every_operation_of_the_document(base: str, browser: WebDriver) -> None:

@@ -5,15 +5,13 @@ which used to log one INFO line per click)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
 from memwarden.domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
-from tests.processes import REPO_ROOT, TIMED, cli_key, free_port, ready, wait_until
+from tests.processes import TIMED, cli_key, serving
 
 pytestmark = TIMED
 
@@ -27,33 +25,18 @@ def test_console_clicks_log_nothing_at_the_default_level(database: ConnectionPar
     }
     env.pop("MEMWARDEN_LOG_LEVEL", None)
     owner = cli_key(env, "acme", "olga", "owner")
-    port = free_port()
     log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port)],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_until(lambda: ready(base), 120)
-            origin = {"Origin": base, "Sec-Fetch-Site": "same-origin"}
-            with httpx.Client(base_url=base) as browser:
-                signed_in = browser.post("/console/login", data={"key": owner}, headers=origin)
-                assert signed_in.status_code == 303, signed_in.text[:300]
-                # the session cookie is Secure: sent by hand over this plain-HTTP loopback
-                session = {"Cookie": f"memwarden_console={signed_in.cookies['memwarden_console']}"}
-                for page in ("/console/audit", "/console/review/findings", "/console/audit"):
-                    shown = browser.get(page, headers=session)
-                    assert shown.status_code == 200, page
-                    assert "Sign in" not in shown.text or "audit" in shown.text.lower(), page
-                api = httpx.post(f"{base}/v1/mem/stats", headers={"Authorization": f"Bearer {owner}"})
-                assert api.status_code == 200
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    with log.open("wb") as out, serving(env, log=out) as (_server, base):
+        origin = {"Origin": base, "Sec-Fetch-Site": "same-origin"}
+        with httpx.Client(base_url=base) as browser:
+            signed_in = browser.post("/console/login", data={"key": owner}, headers=origin)
+            assert signed_in.status_code == 303, signed_in.text[:300]
+            # the session cookie is Secure: sent by hand over this plain-HTTP loopback
+            session = {"Cookie": f"memwarden_console={signed_in.cookies['memwarden_console']}"}
+            for page in ("/console/audit", "/console/review/findings", "/console/audit"):
+                shown = browser.get(page, headers=session)
+                assert shown.status_code == 200, page
+        api = httpx.post(f"{base}/v1/mem/stats", headers={"Authorization": f"Bearer {owner}"})
+        assert api.status_code == 200
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     assert not [line for line in lines if "INFO" in line or "HTTP Request" in line], lines
