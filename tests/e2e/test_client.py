@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from uuid import UUID, uuid4
 
 import anyio
@@ -244,10 +244,20 @@ def test_the_async_client(served: Served, env: dict[str, str], tenant: str) -> N
 
     async def scenario() -> None:
         async with AsyncClient(base, agent_key) as agent, AsyncClient(base, auditor_key) as auditor:
-            written = await agent.write(content="The VPN gateway is vpn.acme.example")
+            written_text = "The VPN gateway is vpn.acme.example"
+            written = await agent.write(content=written_text)
             assert written.outcome == "stored"
             found = await agent.search(query="VPN gateway")
             assert found.results[0].id == written.id
+            assert written.id is not None
+            then = await agent.read(id=written.id, as_of="now")  # time travel: a plain read's shape
+            assert then.content == written_text
+            assert then.as_of is not None
+            assert then.position is not None
+            with pytest.raises(e.NotValidThen) as not_then:
+                await agent.read(id=written.id, as_of=date(2000, 1, 1))
+            assert not_then.value.status == 404
+            assert isinstance(not_then.value, e.NotFound)
             with pytest.raises(e.NotFound):
                 await agent.read(id=uuid4())
             # every page read is itself audited: bound the walk (until now) or it follows the log
