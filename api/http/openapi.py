@@ -13,7 +13,7 @@ return, with ``Retry-After`` on 429 and 503.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from litestar import Litestar
@@ -41,6 +41,7 @@ from openapi_ui_bundles import swagger_ui
 
 from memwarden.api.http.errors import STATUS, ErrorBody
 from memwarden.api.http.routing import body_type, syscall_of
+from memwarden.api.http.schemas import WRITE_ITEM_FIELDS
 
 ASSETS = "/schema/assets"
 ERROR_SCHEMA = "ErrorBody"
@@ -113,6 +114,40 @@ def docs_assets() -> Router:
     )
 
 
+def _batch_items(schemas: Mapping[str, Schema | Reference]) -> None:
+    """A batch item names only the fields of a write (another field is a 400 for the whole
+    batch), each as ``write`` takes it; a value ``write`` would refuse is that item's
+    ``rejected`` result, not a 400, so the item's schema names the fields and leaves their
+    values to the item's result (a stricter schema would promise a 400 the API never sends)."""
+    batch, write = schemas.get("WriteBatchBody"), schemas.get("WriteBody")
+    if not isinstance(batch, Schema) or not isinstance(write, Schema) or not batch.properties:
+        return
+    items = batch.properties.get("items")
+    write_fields = write.properties or {}
+    if not isinstance(items, Schema):
+        return
+    items.items = Schema(
+        type=OpenAPIType.OBJECT,
+        additional_properties=False,
+        properties={
+            name: Schema(description=f"as `{name}` of `write` ({_shape(write_fields[name])})")
+            for name in sorted(WRITE_ITEM_FIELDS, key=list(write_fields).index)
+        },
+        description="one write (the fields of `write` but `async`); a bad value rejects this item alone",
+    )
+
+
+def _shape(schema: Schema | Reference) -> str:
+    if isinstance(schema, Reference):
+        return schema.ref.rsplit("/", 1)[-1]
+    if schema.enum:
+        return " | ".join(str(value) for value in schema.enum)
+    if schema.one_of:
+        return " | ".join(_shape(member) for member in schema.one_of)
+    kind = schema.type.value if isinstance(schema.type, OpenAPIType) else str(schema.type)
+    return f"{kind} ({schema.format.value})" if schema.format is not None else kind
+
+
 def _error_schema() -> Schema:
     codes = sorted(STATUS)
     return Schema(
@@ -162,6 +197,7 @@ def document_errors(app: Litestar) -> None:
     document.components = document.components or Components()
     document.components.schemas = {**(document.components.schemas or {}), ERROR_SCHEMA: _error_schema()}
     document.components.security_schemes = {SECURITY_SCHEME: BEARER}
+    _batch_items(document.components.schemas)
     paths = document.paths or {}
     for route in app.routes:
         if not isinstance(route, HTTPRoute) or route.path_format not in paths:

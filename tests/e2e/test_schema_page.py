@@ -10,6 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from memwarden.api.http.app import create_app
+from memwarden.api.http.schemas import WRITE_ITEM_FIELDS
 from memwarden.domain.ledger.database import ConnectionParams
 from tests.conftest import url_of
 from tests.e2e.browser import NO_CHROMIUM, chromium
@@ -78,3 +80,13 @@ def test_every_gated_operation_requires_the_bearer_key(base: str) -> None:
             assert ("security" in operation) != public, (method, path)
             if not public:
                 assert operation["security"] == [{"apiKey": []}]
+
+
+def test_a_batch_item_names_the_fields_of_a_write() -> None:
+    """``write_batch``'s items are documented as write bodies: the fields named (another is a
+    400 for the batch), their values left to each item's own result."""
+    document = create_app().openapi_schema.to_schema()
+    item = document["components"]["schemas"]["WriteBatchBody"]["properties"]["items"]["items"]
+    assert item["additionalProperties"] is False
+    assert set(item["properties"]) == WRITE_ITEM_FIELDS
+    assert "async" not in item["properties"]
