@@ -93,6 +93,7 @@ def register(bench: Any) -> None:
     locomo.set_defaults(handler=lazy("benchmarks.locomo", "run_locomo_bench"))
     register_time_bench(bench, lazy("benchmarks.time", "run_time_bench"))
     _register_erase_bench(bench)
+    _register_proofs_bench(bench)
     _register_service_benches(bench)
 
 
@@ -102,6 +103,16 @@ def _register_erase_bench(bench: Any) -> None:
     erase.add_argument("--baseline-seconds", type=float, default=5.0, help="writer alone, before erasing")
     erase.add_argument("--json", action="store_true")
     erase.set_defaults(handler=lazy("benchmarks.erase", "run_erase_bench"))
+
+
+def _register_proofs_bench(bench: Any) -> None:
+    proofs = bench.add_parser(
+        "proofs", help="the Merkle tree's upkeep, proofs over HTTP, a witness round, the tree's rebuild"
+    )
+    proofs.add_argument("--events", type=int, default=100_000, help="size of the generated ledger")
+    proofs.add_argument("--queries", type=int, default=300, help="inclusion and consistency proofs timed")
+    proofs.add_argument("--json", action="store_true")
+    proofs.set_defaults(handler=lazy("benchmarks.proofs", "run_proofs_bench"))
 
 
 def _register_service_benches(bench: Any) -> None:

@@ -100,6 +100,7 @@ class Runtime:
                 memory.runner,
                 self.autopilot.leases,
                 lambda: memory.clock(),  # noqa: PLW0108
+                self.reads.tree.root,
                 self.settings.checkpoint_every_events,
                 self.settings.checkpoint_every_seconds,
             )

@@ -62,6 +62,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_timeout_seconds: float = 3.0
     """How long a request waits for a database connection (and a connection attempt for
     the server) before it fails with 503 ``unavailable``."""
+    api_key: str | None = None
+    """``MEMWARDEN_API_KEY``: the key a client-side command (the witness, MCP over stdio) calls with."""
+    log_vkey: str | None = None
+    """``MEMWARDEN_LOG_VKEY``: the verifier key of the log a witness watches (its ``--log-key``)."""
+    log_origin: str | None = None
+    """The transparency log's origin (first line of every checkpoint note, the name of its
+    key); None: ``memwarden.local/`` and a digest of the signing key, stable with the key."""
+    witness_keys: tuple[str, ...] = ()
+    """Verifier keys (C2SP vkeys, Ed25519 cosignature type) of the witnesses whose
+    cosignatures the server keeps beside its checkpoints."""
+    statement_timeout_seconds: float = 60.0
+    """The longest one statement of the service's pooled connections may run before the server
+    cancels it (PostgreSQL's ``statement_timeout``): a runaway query frees its connection."""
+    metrics_token: str | None = None
+    """The bearer token of a full ``/metrics`` scrape (every tenant's series); without it,
+    ``/metrics`` answers only a tenant's auditor, admin or owner key, with its tenant's series."""
     request_deadline_seconds: float = 10.0
     """How long any HTTP request may wait on anything (a connection, a statement, a commit)
     before its caller gets 503 ``unavailable`` with ``Retry-After``: a frozen database or a
@@ -143,6 +159,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
             db_timeout_seconds=positive_number(values, "MEMWARDEN_DB_TIMEOUT_SECONDS", float) or 3.0,
+            metrics_token=values.get("MEMWARDEN_METRICS_TOKEN") or None,
+            log_origin=values.get("MEMWARDEN_LOG_ORIGIN") or None,
+            api_key=(values.get("MEMWARDEN_API_KEY") or "").strip() or None,
+            log_vkey=(values.get("MEMWARDEN_LOG_VKEY") or "").strip() or None,
+            witness_keys=tuple(k for k in (values.get("MEMWARDEN_WITNESS_KEYS") or "").split() if k),
+            statement_timeout_seconds=positive_number(values, "MEMWARDEN_STATEMENT_TIMEOUT_SECONDS", float)
+            or 60.0,
             request_deadline_seconds=positive_number(values, "MEMWARDEN_REQUEST_DEADLINE_SECONDS", float)
             or 10.0,
             projector=_one_of(

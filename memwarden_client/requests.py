@@ -415,6 +415,41 @@ class VerifyCertificate(Request[r.CertificateCheck], frozen=True, kw_only=True, 
     certificate: r.Certificate
 
 
+class InclusionProof(Request[r.Inclusion], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/compliance/proofs/inclusion"
+    result = r.Inclusion
+    position: int
+    size: int
+
+
+class ConsistencyProof(Request[r.Consistency], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/compliance/proofs/consistency"
+    result = r.Consistency
+    first: int = msgspec.field(name="from")
+    second: int = msgspec.field(name="to")
+
+
+class CosignCheckpoint(Request[r.Cosigned], frozen=True, kw_only=True, omit_defaults=True):
+    """A witness's C2SP ``tlog-cosignature`` line for the checkpoint of tree ``size``."""
+
+    path = "/v1/compliance/checkpoints/{size}/cosignatures"
+    path_params = ("size",)
+    result = r.Cosigned
+    size: int
+    cosignature: str
+
+
+class Prove(Request[r.Proof], frozen=True, kw_only=True, omit_defaults=True):
+    """Prove ledger ``position`` against the signed checkpoint of tree ``size`` (default: the newest)."""
+
+    path = "/v1/mem/prove"
+    result = r.Proof
+    position: int
+    size: int | None = None
+
+
 # -- ops: /v1/ops/… ----------------------------------------------------------------------------
 
 

@@ -401,6 +401,42 @@ class Checkpoint(Result, frozen=True, kw_only=True):
     signature: str
 
 
+class Inclusion(Result, frozen=True, kw_only=True):
+    """An RFC 6962 inclusion proof of ledger ``position`` (leaf ``leaf_index``) in the tree
+    of ``size`` (hashes in base64; check with ``memwarden_client.proofs``)."""
+
+    position: int
+    leaf_index: int
+    size: int
+    leaf_hash: str
+    root: str
+    proof: list[str]
+
+
+class Consistency(Result, frozen=True, kw_only=True):
+    """An RFC 6962 consistency proof between tree sizes ``first`` and ``second``."""
+
+    first: int
+    second: int
+    first_root: str
+    second_root: str
+    proof: list[str]
+
+
+class Cosigned(Result, frozen=True, kw_only=True):
+    size: int
+    witness: str
+    note: str
+
+
+class Proof(Result, frozen=True, kw_only=True):
+    """``prove``: the inclusion proof, the signed checkpoint note and the log's verifier key."""
+
+    inclusion: Inclusion
+    checkpoint: str
+    log_key: str
+
+
 class CertificateCheck(Result, frozen=True, kw_only=True):
     valid: bool
     problem: str | None = None

@@ -52,6 +52,8 @@ from memwarden.projections.memory_objects.views import (
     history,
     read_memory,
 )
+from memwarden.projections.merkle.projection import MerkleProjection
+from memwarden.projections.merkle.reads import TreeReads
 from memwarden.projections.runner import ProjectionRunner
 from memwarden.projections.search.drivers import Driver
 from memwarden.projections.search.projection import SearchIndexProjection
@@ -87,6 +89,7 @@ def default_projections(embedder: Embedder | None = None) -> list[Projection]:
         SearchIndexProjection(vector_model),
         AccessProjection(),
         AutopilotProjection(),
+        MerkleProjection(),
     ]
 
 
@@ -105,6 +108,7 @@ class ReadModels:
         self.wait_seconds = wait_seconds
         self.time_travel = TimeTravel(ledger, self.wait_for)
         self.search = SearchService(ledger, embedder, self.wait_for, drivers=drivers)
+        self.tree = TreeReads(ledger.datastore, ledger.schema, self.wait_for, ledger.head_position)
 
     def build_missing_indexes(self) -> None:
         """Build the indexes this configuration needs and the database lacks: the configured

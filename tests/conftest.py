@@ -22,6 +22,9 @@ from memwarden.bootstrap.migrate import migrate
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer
 from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
+from tests.processes import METRICS_TOKEN
+
+os.environ["MEMWARDEN_METRICS_TOKEN"] = METRICS_TOKEN  # every `memwarden` process a test starts
 
 
 @pytest.fixture(autouse=True)
@@ -148,7 +151,9 @@ def database(pg_server: ConnectionParams, template_database: str) -> Iterator[Co
 
 @pytest.fixture
 def settings(tmp_path: Path, database: ConnectionParams) -> Settings:
-    return Settings(data_dir=tmp_path / "data", database_url=url_of(database), pool_size=4)
+    return Settings(
+        data_dir=tmp_path / "data", database_url=url_of(database), pool_size=4, metrics_token=METRICS_TOKEN
+    )
 
 
 @pytest.fixture

@@ -16,6 +16,10 @@ import pytest
 
 T = TypeVar("T")
 
+METRICS_TOKEN = "test-metrics-token"
+"""The operator's /metrics token of every process the tests start (tests/conftest.py)."""
+METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
 TIMED = pytest.mark.xdist_group("timed")
 """Tests that must not overlap each other under ``pytest -n`` (``--dist loadgroup``: one
 worker runs them one after another): the load benches, and the tests that bound how long an

@@ -20,8 +20,10 @@ from memwarden.api.cli.knowledge import register as register_knowledge_commands
 from memwarden.api.cli.listening import announce_when_listening
 from memwarden.api.cli.migrate import check_configured_database
 from memwarden.api.cli.migrate import register as register_migrate_command
+from memwarden.api.cli.proof import register as register_proof_commands
 from memwarden.api.cli.reembed import register as register_reembed_command
 from memwarden.api.cli.timetravel import register as register_time_commands
+from memwarden.api.cli.witness import register as register_witness_command
 from memwarden.api.mcp.command import register as register_mcp_command
 from memwarden.bootstrap.migrate import MigrationError
 from memwarden.bootstrap.runtime import Runtime
@@ -92,7 +94,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 def cmd_ledger_checkpoint(_args: argparse.Namespace) -> int:
     with Runtime(follow=False) as runtime:
-        checkpoint = runtime.ledger.checkpoint()
+        checkpoint = runtime.ledger.checkpoint(runtime.reads.tree.root)
     sys.stdout.write(msgspec.json.encode(checkpoint).decode() + "\n")
     return 0
 
@@ -265,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_import_command(sub)
     register_reembed_command(sub)
     register_mcp_command(sub)
+    register_proof_commands(sub)
+    register_witness_command(sub)
     register_worker_command(sub)
     show_defaults(parser)
     return parser

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
 from uuid import UUID
 
 import anyio.to_thread
+import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath
@@ -21,15 +23,18 @@ from memwarden.api.console.session import (
     CONSOLE_ROLES,
     CsrfRefused,
     NoSession,
+    SessionStore,
     check_csrf,
     cleared_cookie,
     csrf_token,
     session_cookie,
+    session_id,
     session_key,
 )
 from memwarden.api.http.gate import api_state
 from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.text import escape_unprintable
+from memwarden_client.proofs import ProofError, VerifierKey, verify_proof_file
 
 Req = Request[Any, Any, Any]
 HERE = Path(__file__).parent
@@ -100,7 +105,7 @@ async def read_form(request: Req) -> Any:
 async def posted(request: Req) -> tuple[str, Any]:
     """The session key and form of a console POST, after its origin and CSRF checks."""
     check_origin(request)
-    key = session_key(request)
+    key = session_key(request, _sessions(request))
     form = await read_form(request)
     check_csrf(key, form.get("csrf"))
     return key, form
@@ -127,10 +132,13 @@ def _api_refused(request: Req, error: Exception) -> Response[Any]:
         response = page("login.html", None, 401, error=f"{error.code}: {error.detail}")
         response.cookies.append(cleared_cookie())
         return response
-    key = request.cookies.get("memwarden_console")
+    try:
+        key: str | None = session_key(request, _sessions(request))
+    except NoSession:
+        key = None
     return page(
         "error.html",
-        key if key and parse_key(key) else None,
+        key,
         error.status,
         code=error.code,
         detail=error.detail,
@@ -143,6 +151,35 @@ def _http_error(_request: Req, error: Exception) -> Response[Any]:
     return page(
         "error.html", None, status, code="invalid_request", detail=escape_unprintable(str(error.detail)[:300])
     )
+
+
+class ProofCheck(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    said: str
+    note: str
+    document: str
+
+
+def checked_proof(answer: dict[str, Any]) -> ProofCheck:
+    """The API's proof as a proof file (``memwarden proof verify`` reads it), checked with the
+    client's verifier against the log key the answer names."""
+    inclusion = answer["inclusion"]
+    document = {
+        "kind": "inclusion",
+        **{k: inclusion[k] for k in ("position", "leaf_index", "size", "leaf_hash", "proof")},
+        "checkpoint": answer["checkpoint"],
+        "log_key": answer["log_key"],
+    }
+    try:
+        said = verify_proof_file(document, VerifierKey.parse(answer["log_key"]))
+        ok = True
+    except ProofError as error:
+        said, ok = escape_unprintable(str(error)), False
+    return ProofCheck(ok=ok, said=said, note=answer["checkpoint"], document=json.dumps(document, indent=2))
+
+
+def _sessions(request: Req) -> SessionStore:
+    return api_state(request).console_sessions
 
 
 def _queue(name: str) -> ReviewQueue:
@@ -171,7 +208,7 @@ class ConsoleController(Controller):
 
     @get("/")
     async def home(self, request: Req) -> Response[Any]:
-        session_key(request)
+        session_key(request, _sessions(request))
         return Redirect(path="/console/audit", status_code=303)
 
     @get("/login")
@@ -183,23 +220,30 @@ class ConsoleController(Controller):
         check_origin(request)
         form = await read_form(request)
         presented = str(form.get("key") or "").strip()
-        governance = api_state(request).governance
-        found = (
-            await anyio.to_thread.run_sync(governance.authenticate, presented)
-            if parse_key(presented)
-            else None
-        )
+        state = api_state(request)
+        source = request.client.host if request.client else "unknown"
+        parsed = parse_key(presented)
+        wait = state.auth_throttle.retry_after(source, parsed[0] if parsed else None)
+        if wait:
+            throttled = page(
+                "login.html", None, 429, error="too many failed logins from here; wait and try again"
+            )
+            throttled.headers["Retry-After"] = str(wait)
+            return throttled
+        found = await anyio.to_thread.run_sync(state.governance.authenticate, presented) if parsed else None
         if found is None:
+            state.auth_throttle.failed(source, parsed[0] if parsed else None)
             return page("login.html", None, 401, error="unknown, malformed or revoked API key")
         if found.identity.role not in CONSOLE_ROLES:
             return page("login.html", None, 403, error=f"role {found.identity.role} may not use the console")
         response = Redirect(path="/console/audit", status_code=303)
-        response.cookies.append(session_cookie(presented))
+        response.cookies.append(session_cookie(state.console_sessions.open(presented)))
         return response
 
     @post("/logout")
     async def logout(self, request: Req) -> Response[Any]:
         await posted(request)
+        _sessions(request).close(session_id(request))
         response = Redirect(path="/console/login", status_code=303)
         response.cookies.append(cleared_cookie())
         return response
@@ -208,7 +252,7 @@ class ConsoleController(Controller):
 
     @get("/audit")
     async def audit(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         filters = filled(request.query_params, AUDIT_FILTERS)
         answer = await call_api(request, key, "GET", "/v1/compliance/audit", params=filters)
         return page(
@@ -219,7 +263,7 @@ class ConsoleController(Controller):
 
     @get("/asof")
     async def asof(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         asked = filled(request.query_params, ("as_of", "valid_at", "target", "query", "compare_as_of"))
         if "as_of" not in asked:
             return page("asof.html", key, asked=asked, answer=None, changes=None)
@@ -235,7 +279,7 @@ class ConsoleController(Controller):
 
     @get("/memory/{memory_id:uuid}")
     async def memory(self, request: Req, memory_id: FromPath[UUID]) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         answer = await call_api(request, key, "POST", "/v1/mem/history", body={"id": str(memory_id)})
         return page(
             "history.html",
@@ -249,7 +293,7 @@ class ConsoleController(Controller):
 
     @get("/review/{queue:str}")
     async def review(self, request: Req, queue: FromPath[str]) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         found = _queue(queue)
         status = str(request.query_params.get("status") or found.actionable)
         items = await call_api(request, key, "GET", found.list_path, params={"status": status})
@@ -274,7 +318,7 @@ class ConsoleController(Controller):
 
     @get("/keys")
     async def keys(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         listed = await call_api(request, key, "GET", "/v1/admin/keys")
         return page("keys.html", key, keys=listed, issued=None)
 
@@ -296,7 +340,7 @@ class ConsoleController(Controller):
 
     @get("/policies")
     async def policies(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         namespace = str(request.query_params.get("namespace") or "").strip().lstrip("/")
         policy = None
         if namespace:
@@ -317,7 +361,7 @@ class ConsoleController(Controller):
 
     @get("/projections")
     async def projections(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         status = await call_api(request, key, "GET", "/v1/ops/projections")
         return page("projections.html", key, status=status, report=None)
 
@@ -332,7 +376,7 @@ class ConsoleController(Controller):
 
     @get("/ledger")
     async def ledger(self, request: Req) -> Template:
-        return page("ledger.html", session_key(request), verified=None, checkpoint=None)
+        return page("ledger.html", session_key(request, _sessions(request)), verified=None, checkpoint=None)
 
     @post("/ledger/verify")
     async def verify_ledger(self, request: Req) -> Template:
@@ -350,16 +394,31 @@ class ConsoleController(Controller):
 
     @get("/checkpoints")
     async def checkpoints(self, request: Req) -> Template:
-        key = session_key(request)
+        key = session_key(request, _sessions(request))
         asked = filled(request.query_params, ("cursor",))
         answer = await call_api(request, key, "GET", "/v1/compliance/checkpoints", params=asked)
         return page(
             "checkpoints.html", key, checkpoints=answer["checkpoints"], next_cursor=answer["next_cursor"]
         )
 
+    @get("/prove")
+    async def prove(self, request: Req) -> Template:
+        """A record proven in one click: the API's proof, checked here with the client alone."""
+        key = session_key(request, _sessions(request))
+        asked = filled(request.query_params, ("position", "size"))
+        if "position" not in asked:
+            return page("prove.html", key, position=None, size=None, result=None)
+        if not all(v.isdigit() and len(v) <= 18 for v in asked.values()):
+            raise ApiRefused(400, "invalid_request", "position and size are whole numbers")
+        body = {name: int(value) for name, value in asked.items()}
+        answer = await call_api(request, key, "POST", "/v1/mem/prove", body=body)
+        return page(
+            "prove.html", key, position=body["position"], size=body.get("size"), result=checked_proof(answer)
+        )
+
     @get("/certificates")
     async def certificates(self, request: Req) -> Template:
-        return page("certificates.html", session_key(request), check=None, pasted="")
+        return page("certificates.html", session_key(request, _sessions(request)), check=None, pasted="")
 
     @post("/certificates")
     async def verify_certificate(self, request: Req) -> Template:

@@ -28,6 +28,7 @@ from memwarden.api.http.routes.compliance import ComplianceController
 from memwarden.api.http.routes.erasure import ErasureController
 from memwarden.api.http.routes.health import HEALTH_ROUTES
 from memwarden.api.http.routes.mem import MemController
+from memwarden.api.http.routes.proofs import CosignaturesController, ProofsController, ProveController
 from memwarden.api.http.routes.timetravel import AsOfController, OpsController
 from memwarden.api.http.state import MAX_BODY_BYTES, STATE_KEY, ApiState
 from memwarden.api.mcp.http import McpEndpoint
@@ -60,6 +61,9 @@ def create_app(
             MemController,
             AdminController,
             ComplianceController,
+            ProofsController,
+            CosignaturesController,
+            ProveController,
             ErasureController,
             AsOfController,
             OpsController,

@@ -123,7 +123,12 @@ def classify(error: BaseException) -> tuple[int, str, str, dict[str, str]]:
         status = error.status_code if error.status_code in _HTTP_CODES else 400
         return status, code, str(error.detail), dict(error.headers or {})  # a 405's Allow
     if client_closed(error):
-        return CLIENT_CLOSED, "client_closed", "the client closed the connection before its request was read", {}
+        return (
+            CLIENT_CLOSED,
+            "client_closed",
+            "the client closed the connection before its request was read",
+            {},
+        )
     if unavailable(error):
         return 503, "unavailable", "the database is unavailable; retry", {"Retry-After": str(RETRY_AFTER)}
     if isinstance(error, TimeoutError):

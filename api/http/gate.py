@@ -97,6 +97,13 @@ class KeyAuthentication(AbstractAuthenticationMiddleware):
         scheme, _, presented = header.partition(" ")
         presented = presented.strip()
         parsed = parse_key(presented) if scheme.lower() == "bearer" else None
+        source = connection.client.host if connection.client else "unknown"
+        throttled_for = state.auth_throttle.retry_after(source, parsed[0] if parsed else None)
+        if throttled_for:
+            state.metrics.count("auth_throttled")
+            raise RateLimited(
+                "too many failed authentications from here; wait before trying again", throttled_for
+            )
         if parsed is not None:
             key_id, secret = parsed
             cached = governance.cached_key(key_id)
@@ -106,6 +113,8 @@ class KeyAuthentication(AbstractAuthenticationMiddleware):
                 key = await anyio.to_thread.run_sync(governance.authenticate, presented)
             if key is not None:
                 return AuthenticationResult(user=Principal(key.identity, key.key_id), auth=key.key_id)
+        if header:  # a missing key is a mistake, not a guess: it spends no budget
+            state.auth_throttle.failed(source, parsed[0] if parsed else None)
         reason = "no API key" if not header else "unknown, malformed or revoked API key"
         op = _op_of(connection)
         detail = f"unauthenticated: {reason}" + (f" (key {parsed[0]})" if parsed else "")

@@ -12,6 +12,7 @@ import msgspec
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from memwarden.api.http.routing import syscall_of
+from memwarden.domain.model.namespaces import tenant_of
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -31,13 +32,20 @@ class Metrics:
         self.requests: dict[tuple[str, str, int], int] = defaultdict(int)
         self.seconds: dict[tuple[str, str], float] = defaultdict(float)
         self.calls: dict[tuple[str, str], int] = defaultdict(int)
+        self.tenant_requests: dict[tuple[str, str, int], int] = defaultdict(int)
+        """Requests by the caller's tenant: shown to the operator's scrape and, each tenant's
+        own rows only, to that tenant's scrape."""
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self.counters[name] += n
 
-    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+    def observe(
+        self, method: str, route: str, status: int, seconds: float, tenant: str | None = None
+    ) -> None:
         with self._lock:
+            if tenant is not None:
+                self.tenant_requests[(tenant, route, status)] += 1
             self.requests[(method, route, status)] += 1
             self.seconds[(method, route)] += seconds
             self.calls[(method, route)] += 1
@@ -65,7 +73,25 @@ class Metrics:
         for gauge in gauges:
             lines += _family(f"memwarden_{gauge.name}", "gauge", gauge.help)
             lines += [_sample(f"memwarden_{gauge.name}", labels, v) for labels, v in gauge.samples]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self._tenant_lines(None)) + "\n"
+
+    def render_tenant(self, tenant: str) -> str:
+        """A tenant's own scrape: its requests and nothing of any other tenant's."""
+        return "\n".join(self._tenant_lines(tenant)) + "\n"
+
+    def _tenant_lines(self, only: str | None) -> list[str]:
+        with self._lock:
+            rows = sorted(self.tenant_requests.items())
+        lines = _family(
+            "memwarden_tenant_http_requests_total", "counter", "HTTP requests by the caller's tenant"
+        )
+        return lines + [
+            _sample(
+                "memwarden_tenant_http_requests_total", (("tenant", t), ("route", r), ("status", str(c))), n
+            )
+            for (t, r, c), n in rows
+            if only is None or t == only
+        ]
 
 
 def _family(name: str, kind: str, help_text: str) -> list[str]:
@@ -108,8 +134,11 @@ def metrics_middleware(app: ASGIApp) -> ASGIApp:
             handler: Any = scope.get("route_handler")
             route = _route_label(handler)
             metrics: Metrics = scope["app"].state["memwarden"].metrics
+            call = scope.get("state", {}).get("call")
+            identity = getattr(call, "identity", None)
+            tenant = tenant_of(identity.namespace) if identity is not None else None
             metrics.observe(
-                str(scope.get("method", "GET")), str(route), status[0], time.perf_counter() - began
+                str(scope.get("method", "GET")), str(route), status[0], time.perf_counter() - began, tenant
             )
 
     return middleware

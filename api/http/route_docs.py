@@ -182,6 +182,29 @@ ROUTES: dict[str, tuple[str, str]] = {
         "`cursor`. Each is `{position, hash, time, key_id, signature}` as `ledger/checkpoint` made "
         "it, and can be given to `ledger/verify` to prove the chain still reaches that head.",
     ),
+    "compliance.proofs.inclusion": (
+        "Prove one ledger position",
+        "The RFC 6962 inclusion proof of ledger `position` (leaf `position - 1`) in the Merkle tree of "
+        "the first `size` events: its leaf hash, the root of that tree and the audit path, base64. "
+        "`memwarden_client.proofs.verify_inclusion` checks it offline against a signed checkpoint's root.",
+    ),
+    "compliance.proofs.consistency": (
+        "Prove the ledger was only appended to",
+        "The RFC 6962 consistency proof that the tree of `from` events is a prefix of the tree of `to` "
+        "events, with both roots, base64: what a witness checks before it cosigns a new checkpoint.",
+    ),
+    "prove": (
+        "Prove a ledger position, ready to check offline",
+        "For compliance roles: the RFC 6962 inclusion proof of `position` against the signed-note "
+        "checkpoint of tree `size` (default: the newest), with that checkpoint and the log's verifier "
+        "key, in one answer that `memwarden_client.proofs` checks with no server.",
+    ),
+    "compliance.checkpoints.cosign": (
+        "Keep a witness's cosignature",
+        "A C2SP `tlog-cosignature` line (Ed25519) over the signed-note checkpoint of tree `size`, from a "
+        "witness whose verifier key the server is configured with (`MEMWARDEN_WITNESS_KEYS`); checked, "
+        "then kept beside the checkpoint and listed with it. `memwarden witness` posts them.",
+    ),
     "compliance.certificates.get": ("A deletion certificate", "The signed certificate of an erasure, by id."),
     "compliance.certificates.verify": (
         "Verify a deletion certificate",
@@ -202,7 +225,7 @@ SAME_NAME = (
     "write", "write_batch", "write_status", "read", "search", "assemble", "fault", "history",
     "verify", "pin", "unpin", "stats", "policy", "policy_ack", "share", "forget",
     "resolve_dispute", "resolve_finding", "overturn_decision",
-    "approve_proposal", "edit_proposal", "reject_proposal",
+    "approve_proposal", "edit_proposal", "reject_proposal", "prove",
 )  # fmt: skip
 """Ops that are already a method's name."""
 OPERATION_IDS: dict[str, str] = {
@@ -223,6 +246,9 @@ OPERATION_IDS: dict[str, str] = {
     "compliance.checkpoints": "checkpoints",
     "compliance.certificates.get": "certificate",
     "compliance.certificates.verify": "verify_certificate",
+    "compliance.proofs.inclusion": "inclusion_proof",
+    "compliance.proofs.consistency": "consistency_proof",
+    "compliance.checkpoints.cosign": "cosign_checkpoint",
     "ops.projections": "projections",
     "ops.projections.rebuild": "rebuild_projection",
     "/healthz": "healthz",

@@ -7,6 +7,8 @@ from uuid import UUID
 
 import redis
 
+from memwarden.api.console.session import ProcessSessions, RedisSessions, SessionStore
+from memwarden.api.http.auth_throttle import AuthThrottle
 from memwarden.api.http.limits import CallerState, ProcessCallerState, RedisCallerState, TokenBuckets
 from memwarden.api.http.metrics import Metrics
 from memwarden.api.http.schemas import TicketStatus, WriteBody
@@ -72,6 +74,8 @@ class ApiState:
         self.metrics = Metrics()
         self.callers: CallerState = ProcessCallerState()
         self.anonymous_audits = TokenBuckets()
+        self.auth_throttle = AuthThrottle()
+        self.console_sessions: SessionStore = ProcessSessions()
         self.anonymous_audits_per_minute = 6_000
         self.max_body_bytes = MAX_BODY_BYTES
         self._tickets: WriteTickets | None = None
@@ -121,6 +125,7 @@ class ApiState:
             self._runtime = api_runtime(settings)
         if settings.shared_state == "redis":
             self.callers = RedisCallerState(settings.redis_url, deployment_key(settings), self.metrics)
+            self.console_sessions = RedisSessions(settings.redis_url, deployment_key(settings))
         self._open_tickets(settings)
 
     def _open_tickets(self, settings: Settings) -> None:

@@ -19,6 +19,7 @@ from litestar.handlers import HTTPRouteHandler
 
 from memwarden.api.http.routes.erasure import ErasureController, ForgetBody
 from memwarden.api.http.routes.mem import MemController
+from memwarden.api.http.routes.proofs import ProveBody, ProveController
 from memwarden.api.http.routing import syscall_of
 from memwarden.api.http.schemas import (
     AckBody,
@@ -184,10 +185,19 @@ TOOLS: tuple[Tool, ...] = (
         "Members, admins and owners only; it cannot be undone.",
         Hints(destructive=True, idempotent=True),
     ),
+    Tool(
+        "prove",
+        ProveBody,
+        "For auditors: prove that ledger `position` (a deletion certificate's, an audit record's, a "
+        "receipt's) is in the log, against the signed checkpoint of tree `size` (default: the newest). "
+        "The answer holds the inclusion proof, the signed checkpoint note and the log's verifier key, "
+        "to check offline with memwarden_client.proofs (RFC 6962).",
+        READS,
+    ),
 )
 BY_NAME = {tool.name: tool for tool in TOOLS}
 _NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
-ROUTE_CONTROLLERS: tuple[type[Controller], ...] = (MemController, ErasureController)
+ROUTE_CONTROLLERS: tuple[type[Controller], ...] = (MemController, ErasureController, ProveController)
 
 
 @functools.cache

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -32,6 +33,7 @@ from memwarden.domain.ledger.database import ConnectionParams, unavailable
 from memwarden.domain.ledger.group_commit import CommitterPerKey, GroupCommitter
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
 from memwarden.domain.ledger.mapper import Recorded, SealingMapper
+from memwarden.domain.ledger.notes import default_origin, log_vkey, signed_checkpoint
 from memwarden.domain.ledger.recorder import (
     EVENTS_TABLE,
     AppendGroup,
@@ -48,6 +50,7 @@ from memwarden.domain.model.events import (
     KnowledgeErased,
     MemoryErased,
 )
+from memwarden.domain.model.merkle import EMPTY_ROOT
 from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
 from memwarden.domain.settings import LEDGER_CHAINS, SCHEMA
 
@@ -92,6 +95,18 @@ def ledger_env(params: ConnectionParams, pool_size: int = 8, timeout_seconds: fl
     }
 
 
+class TenantTree(msgspec.Struct, frozen=True):
+    """A tenant's tree as a checkpoint signs it: whose, how many leaves, its root of a size."""
+
+    tenant: str
+    size: int
+    root_of: Callable[[int], bytes]
+
+
+def _no_root(_size: int) -> bytes:
+    raise ValueError("no tree to sign")
+
+
 class Ledger(Application[UUID]):
     """Append-only, hash-chained, sealed per memory and per document. The only authority."""
 
@@ -100,7 +115,13 @@ class Ledger(Application[UUID]):
     """Where the audit records this ledger cannot take now wait for it (set by the core)."""
 
     def __init__(
-        self, env: dict[str, str], kek: KeyEncryptionKey, signing_key: SigningKey, chains: str = "global"
+        self,
+        env: dict[str, str],
+        kek: KeyEncryptionKey,
+        signing_key: SigningKey,
+        chains: str = "global",
+        statement_timeout_seconds: float | None = None,
+        origin: str | None = None,
     ) -> None:
         """``chains``: ``MEMWARDEN_LEDGER_CHAINS``, ``global`` (one chain, one lock for every
         tenant) or ``tenant`` (a chain per tenant as well, sequenced onto the global one)."""
@@ -108,6 +129,8 @@ class Ledger(Application[UUID]):
             raise ValueError(f"ledger chains must be one of {', '.join(LEDGER_CHAINS)}, not {chains!r}")
         self.kek = kek
         self.signing_key = signing_key
+        self.origin = origin or default_origin(signing_key)
+        """The transparency log's name: the first line of every checkpoint note."""
         super().__init__(env)
         self.recorder: ChainedApplicationRecorder
         self.datastore: PostgresDatastore = cast(PostgresFactory, self.factory).datastore
@@ -116,6 +139,12 @@ class Ledger(Application[UUID]):
         # The library's default (5 minutes) would keep a recovered database unused for
         # up to minutes after an outage.
         self.datastore.pool.reconnect_timeout = self.datastore.pool.timeout
+        if statement_timeout_seconds is not None:
+            milliseconds = max(1, round(statement_timeout_seconds * 1000))
+            kwargs = self.datastore.pool.kwargs
+            assert isinstance(kwargs, dict)  # the datastore passes a plain mapping
+            self.datastore.pool.kwargs = {**kwargs, "options": f"-c statement_timeout={milliseconds}"}
+            self.datastore.pool.drain()  # the connections opened before the option was set
         self.schema = self.datastore.schema
         self.tenant_chains = self.recorder.tenant_chains = chains == "tenant"
         self._committer: GroupCommitter[AppendGroup, GroupResult] = GroupCommitter(
@@ -288,12 +317,39 @@ class Ledger(Application[UUID]):
         verify_checkpoint_signature(checkpoint, self.checkpoints.public_keys())
         return self.recorder.verify_chain(anchor=(checkpoint.position, checkpoint.hash))
 
-    def checkpoint(self) -> Checkpoint:
-        """Sign the head and keep the checkpoint (GET compliance/checkpoints lists it)."""
+    def checkpoint(
+        self, root_of: Callable[[int], bytes] | None = None, tree: TenantTree | None = None
+    ) -> Checkpoint:
+        """Sign the head and keep the checkpoint (GET compliance/checkpoints lists it). With
+        ``root_of`` (the Merkle tree's root of a size, from its read model), also as a C2SP
+        signed note of (origin, size, root) with the chain head as an extension line. With
+        ``tree``, the note is of that tenant's tree (its own origin), kept under its name."""
         position, head_hash = self.recorder.head()
         checkpoint = self.checkpoints.sign(position, head_hash)
-        self.checkpoint_log.keep(checkpoint)
+        if root_of is not None or tree is not None:
+            size = tree.size if tree is not None else position
+            root = (tree.root_of if tree is not None else root_of or _no_root)(size) if size else EMPTY_ROOT
+            head = f"memwarden-chain {position} {head_hash.hex()} {checkpoint.time.isoformat()}"
+            origin = self.origin_of(tree.tenant if tree is not None else None)
+            note = signed_checkpoint(self.signing_key, origin, size, root, (head,))
+            checkpoint = msgspec.structs.replace(
+                checkpoint, size=size, root=base64.b64encode(root).decode(), note=note
+            )
+        self.checkpoint_log.keep(checkpoint, tree.tenant if tree is not None else None)
         return checkpoint
+
+    def origin_of(self, tenant: str | None) -> str:
+        """The log's origin, or the origin of a tenant's tree (the log's, then the tenant)."""
+        return self.origin if tenant is None else f"{self.origin}/{tenant}"
+
+    def vkey_of(self, tenant: str | None = None) -> str:
+        """The verifier key of the notes of the log's tree, or of a tenant's."""
+        return log_vkey(self.origin_of(tenant), self.signing_key)
+
+    @property
+    def vkey(self) -> str:
+        """The verifier key of this log's checkpoint notes (signed-note format)."""
+        return self.vkey_of(None)
 
     # -- erasure --------------------------------------------------------------------------
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from eventsourcing.postgres import PostgresDatastore
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Composable, Identifier
 
 from memwarden.domain.ledger.keys import SigningKey, public_key_bytes
 
@@ -26,6 +27,13 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     time: datetime
     key_id: str
     signature: str
+    size: int | None = None
+    """The Merkle tree's size (= ``position``); None on checkpoints made before the tree."""
+    root: str | None = None
+    """The RFC 6962 root of the first ``size`` events, base64."""
+    note: str | None = None
+    """The C2SP signed note of (origin, size, root), chain head as an extension line, with the
+    log's signature and every witness cosignature kept beside it."""
 
     def message(self) -> bytes:
         return checkpoint_message(self.position, self.hash, self.time)
@@ -111,13 +119,16 @@ class CheckpointLog:
 
     def __init__(self, datastore: PostgresDatastore, schema: str) -> None:
         self.datastore = datastore
+        self.schema = Identifier(schema)
         self.table = SQL("{}.checkpoints").format(Identifier(schema))
 
-    def keep(self, checkpoint: Checkpoint) -> None:
+    def keep(self, checkpoint: Checkpoint, tree: str | None = None) -> None:
+        """Keep a checkpoint of the ledger's tree, or (``tree``) of that tenant's."""
         with self.datastore.get_connection() as conn:
             conn.execute(
                 SQL(
-                    "INSERT INTO {} (position, hash, time, key_id, signature) VALUES (%s, %s, %s, %s, %s)"
+                    "INSERT INTO {} (position, hash, time, key_id, signature, size, note, tree)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
                 ).format(self.table),
                 (
                     checkpoint.position,
@@ -125,27 +136,72 @@ class CheckpointLog:
                     checkpoint.time,
                     checkpoint.key_id,
                     checkpoint.signature,
+                    checkpoint.size,
+                    checkpoint.note,
+                    tree,
                 ),
             )
 
-    def newest(self, limit: int, before: int | None = None) -> list[KeptCheckpoint]:
-        """Up to ``limit`` checkpoints, newest first; with ``before``, those kept before that seq."""
-        query = SQL(
-            "SELECT id, position, hash, time, key_id, signature FROM {}"
-            " WHERE %(before)s::bigint IS NULL OR id < %(before)s ORDER BY id DESC LIMIT %(limit)s"
-        ).format(self.table)
+    def newest(self, limit: int, before: int | None = None, tree: str | None = None) -> list[KeptCheckpoint]:
+        """Up to ``limit`` checkpoints of the ledger's tree (or of tenant ``tree``'s), newest
+        first; with ``before``, those kept before that seq. A note carries the witnesses'
+        cosignatures kept beside it."""
+        return self._select(
+            SQL(
+                "WHERE (%(before)s::bigint IS NULL OR c.id < %(before)s) AND c.tree IS NOT DISTINCT FROM %(tree)s"
+                " ORDER BY c.id DESC LIMIT %(limit)s"
+            ),
+            {"before": before, "limit": limit, "tree": tree},
+        )
+
+    def with_size(self, size: int, tree: str | None = None) -> KeptCheckpoint | None:
+        """The newest signed-note checkpoint of a tree of ``size`` leaves, if any."""
+        found = self._select(
+            SQL(
+                "WHERE c.size = %(size)s AND c.note IS NOT NULL AND c.tree IS NOT DISTINCT FROM %(tree)s"
+                " ORDER BY c.id DESC LIMIT 1"
+            ),
+            {"size": size, "tree": tree},
+        )
+        return found[0] if found else None
+
+    def cosign(self, seq: int, witness: str, line: str, signed_at: datetime) -> bool:
+        """Keep a witness's cosignature beside checkpoint ``seq``; False when it had one already."""
         with self.datastore.get_connection() as conn:
-            rows = conn.execute(query, {"before": before, "limit": limit}).fetchall()
-        return [
-            KeptCheckpoint(
-                seq=row["id"],
-                checkpoint=Checkpoint(
-                    position=row["position"],
-                    hash=row["hash"],
-                    time=row["time"].astimezone(UTC),
-                    key_id=row["key_id"],
-                    signature=row["signature"],
-                ),
+            done = conn.execute(
+                SQL(
+                    "INSERT INTO {}.cosignatures (checkpoint_id, witness, line, signed_at) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT DO NOTHING"
+                ).format(self.schema),
+                (seq, witness, line, signed_at),
             )
-            for row in rows
-        ]
+            return done.rowcount == 1
+
+    def _select(self, where: Composable, params: dict[str, object]) -> list[KeptCheckpoint]:
+        query = (
+            SQL(
+                "SELECT c.id, c.position, c.hash, c.time, c.key_id, c.signature, c.size, c.note,"
+                " coalesce((SELECT array_agg(s.line ORDER BY s.witness) FROM {s}.cosignatures s"
+                " WHERE s.checkpoint_id = c.id), '{{}}') AS cosignatures FROM {t} c "
+            ).format(s=self.schema, t=self.table)
+            + where
+        )
+        with self.datastore.get_connection() as conn:
+            rows = conn.execute(query, params).fetchall()
+        return [KeptCheckpoint(seq=row["id"], checkpoint=_checkpoint(row)) for row in rows]
+
+
+def _checkpoint(row: dict[str, Any]) -> Checkpoint:
+    note: str | None = row["note"]
+    if note is not None and row["cosignatures"]:
+        note += "".join(f"{line}\n" for line in row["cosignatures"])
+    return Checkpoint(
+        position=row["position"],
+        hash=row["hash"],
+        time=row["time"].astimezone(UTC),
+        key_id=row["key_id"],
+        signature=row["signature"],
+        size=row["size"],
+        root=note.split("\n")[2] if note is not None else None,
+        note=note,
+    )

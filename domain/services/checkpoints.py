@@ -32,6 +32,7 @@ class CheckpointService:
         runner: CommandRunner,
         leases: Leases,
         clock: Callable[[], datetime],
+        tree_root: Callable[[int], bytes],
         every_events: int = DEFAULT_EVERY_EVENTS,
         every_seconds: float = DEFAULT_EVERY_SECONDS,
     ) -> None:
@@ -39,6 +40,8 @@ class CheckpointService:
         self.runner = runner
         self.leases = leases
         self.clock = clock
+        self.tree_root = tree_root
+        """The Merkle tree's root of a size (the ``merkle`` read model): what the note signs."""
         self.every_events = every_events
         self.every_seconds = every_seconds
 
@@ -66,7 +69,7 @@ class CheckpointService:
         """Under ``lease``: the checkpoint if it is still due, then the lease released.
         ``LeaseLost``: another holder took the lease over; this one signs nothing."""
         lease = self.leases.still_held(lease)
-        made = self.ledger.checkpoint() if self.due() else None
+        made = self.ledger.checkpoint(self.tree_root) if self.due() else None
 
         def release(_now: datetime, _held: Lease) -> Decided[Checkpoint | None]:
             return Decided(result=lambda _position: made)

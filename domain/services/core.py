@@ -46,6 +46,8 @@ class Core:
                 KeyEncryptionKey.load(settings),
                 SigningKey.load(settings),
                 chains=settings.ledger_chains,
+                statement_timeout_seconds=settings.statement_timeout_seconds,
+                origin=settings.log_origin,
             )
         except BaseException:
             self._stop_server()

@@ -11,6 +11,7 @@ from memwarden.api.http.app import create_app
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import Api
+from tests.processes import METRICS_AUTH
 
 FACT = "The deploy service runs on Kubernetes in eu-west-1"
 
@@ -299,7 +300,28 @@ def test_projection_lag_is_503_with_retry_after_and_audited(settings: Settings) 
             assert (last.op, last.outcome) == ("read", "error")
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/schema/openapi.json"])
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/schema/openapi.json"])
 def test_public_routes_need_no_key(api: Api, path: str) -> None:
     response = api.client.get(path)
     assert response.status_code == 200
+
+
+def test_metrics_need_the_operators_token_or_a_tenants_staff_key(api: Api) -> None:
+    """Every tenant's activity is the operator's to see; a tenant's auditor sees its own."""
+    acme, globex = api.key("acme", "audrey", "auditor"), api.key("globex", "gail", "auditor")
+    api.mem(api.key("acme/eng", "bot", "agent"), "stats")
+    api.mem(api.key("globex/ops", "bot", "agent"), "stats")
+    assert api.client.get("/metrics").status_code == 401
+    assert api.client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    agent = api.key("acme/eng", "bot2", "agent")
+    assert api.client.get("/metrics", headers={"Authorization": f"Bearer {agent}"}).status_code == 401
+    full = api.client.get("/metrics", headers=METRICS_AUTH)
+    assert full.status_code == 200
+    assert 'tenant="acme"' in full.text
+    assert 'tenant="globex"' in full.text
+    assert "memwarden_ledger_head_position" in full.text
+    own = api.client.get("/metrics", headers={"Authorization": f"Bearer {acme}"}).text
+    assert 'tenant="acme"' in own
+    assert "globex" not in own
+    assert "memwarden_http_requests_total{" not in own  # the process-wide series are the operator's
+    assert "acme" not in api.client.get("/metrics", headers={"Authorization": f"Bearer {globex}"}).text

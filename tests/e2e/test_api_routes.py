@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from tests.e2e.api_helpers import Api
+from tests.processes import METRICS_AUTH
 
 FACT = "The deploy service runs on Kubernetes in eu-west-1"
 
@@ -213,7 +214,7 @@ def test_health_ready_metrics_and_openapi(api: Api) -> None:
     ready = api.client.get("/readyz")
     assert ready.status_code == 200
     assert set(ready.json()["projections"]) >= {"memory_objects", "audit", "keys"}
-    text = api.client.get("/metrics").text
+    text = api.client.get("/metrics", headers=METRICS_AUTH).text
     assert 'memwarden_http_requests_total{method="POST",route="stats",status="200"}' in text
     assert "memwarden_ledger_head_position" in text
     schema = api.client.get("/schema/openapi.json").json()

@@ -17,7 +17,7 @@ from memwarden.workers.actors import redis_broker
 from memwarden.workers.dispatcher import Dispatcher
 from memwarden.workers.main import WorkerProcess
 from tests.e2e.api_helpers import Api
-from tests.processes import eventually
+from tests.processes import METRICS_AUTH, eventually
 
 NS = "acme/eng/platform"
 
@@ -59,7 +59,7 @@ def test_a_finding_under_lower_trust_is_found_by_the_worker_and_resolved(
     assert [(f["memory_a"], f["memory_b"], f["rule"]) for f in findings] == [(old, new, "frame")]
     stats = eventually(lambda: (s := api.mem(agent, "stats").json())["unjudged"] == 0 and s)
     assert stats["open_findings"] == 1
-    metrics = api.client.get("/metrics").text
+    metrics = api.client.get("/metrics", headers=METRICS_AUTH).text
     assert "memwarden_autopilot_open_findings 1\n" in metrics
     assert "memwarden_autopilot_unjudged 0\n" in metrics
     assert 'memwarden_autopilot_memories{outcome="judged"} 2\n' in metrics

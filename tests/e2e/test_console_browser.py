@@ -132,6 +132,8 @@ def test_console_pages_in_headless_chromium(served: Served, browser: WebDriver) 
     WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/audit"))
     cookie = browser.get_cookie("memwarden_console")
     assert cookie is not None
+    assert not cookie["value"].startswith("mw_")  # a server-side session id, never the key
+    assert cookie["value"] not in keys.values()
     assert cookie["httpOnly"]
     assert cookie["secure"]
     assert cookie["sameSite"] == "Strict"

@@ -21,7 +21,7 @@ from typing import IO
 import httpx
 import pytest
 
-from tests.processes import TIMED, alive, cli_key, free_port, wait_until
+from tests.processes import METRICS_AUTH, TIMED, alive, cli_key, free_port, wait_until
 
 pytestmark = TIMED
 
@@ -240,13 +240,13 @@ def test_a_database_outage_is_fast_503s_and_serve_recovers_by_itself(served: Ser
     # the requests that passed the gate did not wait for an audit record the database could
     # not take (those that failed at the key's lookup never had one): their records were
     # spooled, and reached the ledger once it was back
-    metrics = httpx.get(f"{served.base}/metrics", timeout=10).text
+    metrics = httpx.get(f"{served.base}/metrics", headers=METRICS_AUTH, timeout=10).text
     kept = re.search(r'memwarden_audit_spool_records\{state="kept"\} (\d+)', metrics)
     assert kept is not None, metrics
     assert int(kept.group(1)) >= 1
 
     def spool_drained() -> bool:
-        text = httpx.get(f"{served.base}/metrics", timeout=10).text
+        text = httpx.get(f"{served.base}/metrics", headers=METRICS_AUTH, timeout=10).text
         counts = dict(re.findall(r'memwarden_audit_spool_records\{state="(\w+)"\} (\d+)', text))
         return int(counts.get("appended", 0)) >= int(counts.get("kept", 1))
 

@@ -40,7 +40,7 @@ from tests.e2e.fleet import (
     read_only,
     redis_server,
 )
-from tests.processes import TIMED, cli_key, free_port, ready, wait_until
+from tests.processes import METRICS_AUTH, TIMED, cli_key, free_port, ready, wait_until
 
 pytestmark = [pytest.mark.slow, TIMED]
 
@@ -385,7 +385,7 @@ def test_a_read_only_database_refuses_writes_with_503_and_reads_go_on(
     assert recorder.of("read")[0].body["content"] == "The fact written while the database took writes"
     assert sum(isinstance(e, MemoryWritten) for e in ledger_events(settings)) == 1
     # the records the database could not take waited in the spool, and were counted
-    metrics = httpx.get(f"{base}/metrics", timeout=10).text
+    metrics = httpx.get(f"{base}/metrics", headers=METRICS_AUTH, timeout=10).text
     found = re.search(r'memwarden_audit_spool_records\{state="kept"\} (\d+)', metrics)
     assert found is not None, metrics
     assert int(found.group(1)) >= len(recorder.answers)

@@ -27,7 +27,7 @@ from memwarden.domain.model.scopes import Subtree
 from memwarden.projections.timeline.service import AsOfQuestion
 from tests.conftest import url_of
 from tests.e2e.api_helpers import Api
-from tests.processes import free_port
+from tests.processes import METRICS_AUTH, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,7 +162,7 @@ def test_metrics_are_valid_prometheus_exposition(api: Api) -> None:
     agent = api.key("acme/eng", "bot", "agent")
     api.mem(agent, "write", {"content": "Deploys happen on Tuesday"})
     api.mem(agent, "read", {"id": "not-a-uuid"})
-    text = api.client.get("/metrics").text
+    text = api.client.get("/metrics", headers=METRICS_AUTH).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families["memwarden_http_requests"].type == "counter"
     assert families["memwarden_events"].type == "counter"

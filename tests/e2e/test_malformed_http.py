@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.processes import cli_key, eventually
+from tests.processes import METRICS_AUTH, cli_key, eventually
 
 MALFORMED = {
     "control character in a header": b"POST /v1/mem/read HTTP/1.1\r\nHost: x\r\nX-Evil: a\x01b\r\nContent-Length: 2\r\n\r\n{}",
@@ -91,7 +91,7 @@ def test_a_405_says_which_methods_the_path_takes(
 
 
 def _count_500s(base: str) -> float:
-    text = httpx.get(f"{base}/metrics", timeout=10).text
+    text = httpx.get(f"{base}/metrics", headers=METRICS_AUTH, timeout=10).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

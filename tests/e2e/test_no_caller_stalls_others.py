@@ -50,7 +50,10 @@ def test_pathological_bodies_at_the_size_limit_never_stall_another_tenants_reads
                         answer = own.post(
                             "/v1/mem/write",
                             content=body,
-                            headers={"Authorization": f"Bearer {attacker}", "Content-Type": "application/json"},
+                            headers={
+                                "Authorization": f"Bearer {attacker}",
+                                "Content-Type": "application/json",
+                            },
                         )
                         answers.append(answer.status_code)
 

@@ -14,12 +14,13 @@ from memwarden.workers.dispatcher import Dispatcher
 from memwarden.workers.main import InProcessAutopilot
 from memwarden.workers.metrics import count_in_process, uncount
 from tests.e2e.api_helpers import Api
+from tests.processes import METRICS_AUTH
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
 
 
 def depth(api: Api, labels: str) -> float | None:
-    text = api.client.get("/metrics").text
+    text = api.client.get("/metrics", headers=METRICS_AUTH).text
     found = re.search(r"^memwarden_worker_queue_depth\{" + re.escape(labels) + r"\} (\S+)$", text, re.M)
     return float(found.group(1)) if found else None
 

@@ -32,7 +32,7 @@ from memwarden.workers.tickets import TicketStore, TicketWorker
 from tests.e2e.api_helpers import Api
 from tests.e2e.fleet import Fleet, deployment_env, fleet, redis_server
 from tests.local_http import LocalServer, send
-from tests.processes import free_port, wait_until
+from tests.processes import METRICS_AUTH, free_port, wait_until
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
 STALE = 2.0
@@ -168,13 +168,16 @@ def test_with_no_worker_running_the_api_sends_a_ticket_then_runs_it_itself(deplo
         ticket = UUID(accepted.json()["ticket"])
         assert deployment.state(ticket) == "pending"  # sent, not run here at once
         assert deployment.queued() == 1
-        metrics = client.get("/metrics").text
+        metrics = client.get("/metrics", headers=METRICS_AUTH).text
         assert 'memwarden_write_tickets_open{state="pending"} 1' in metrics
         assert 'memwarden_worker_queue_depth{queue="tickets",broker="redis"} 1' in metrics
         assert re.search(r"^memwarden_write_tickets_oldest_open_seconds \d", metrics, re.M)
         wait_until(lambda: deployment.state(ticket) == "done", 30)  # no worker took it: the API did
         status = api.mem(agent, "write_status", {"ticket": str(ticket)}).json()
-        assert 'memwarden_write_tickets_open{state="pending"} 0' in client.get("/metrics").text
+        assert (
+            'memwarden_write_tickets_open{state="pending"} 0'
+            in client.get("/metrics", headers=METRICS_AUTH).text
+        )
     assert status["result"]["outcome"] == "stored"
     contents, ran = deployment.written()
     assert contents["Release notes go to #releases"] == 1

@@ -83,7 +83,10 @@ def test_the_wheel_ships_the_pinned_tokenizer_with_its_licence(wheel: Path) -> N
     assert "Apache License, Version 2.0" in notice
     assert "sentence-transformers/all-MiniLM-L6-v2" in notice
     assert not any(name.startswith("tests/") for name in names)
-    assert {"memwarden_client/__init__.py", "memwarden/api/mcp/server.py"} <= names  # the client and MCP ship too
+    assert {
+        "memwarden_client/__init__.py",
+        "memwarden/api/mcp/server.py",
+    } <= names  # the client and MCP ship too
 
 
 def test_the_wheel_installs_one_name_and_the_client(wheel: Path) -> None:

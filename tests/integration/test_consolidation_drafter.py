@@ -35,6 +35,7 @@ from tests.integration.test_consolidation_erasure import (
     stored_anywhere,
 )
 from tests.local_http import LocalServer, send
+from tests.processes import METRICS_AUTH
 
 WORDED = "Staging is rebuilt from the golden image on Sunday nights (platform team)"
 
@@ -78,7 +79,7 @@ def runtime(settings: Settings, model: Model) -> Iterator[Runtime]:
 def proposals_metric(rt: Runtime) -> dict[tuple[str, str], float]:
     rt.reads.runner.catch_up()
     with TestClient(app=create_app(runtime=rt)) as client:
-        text = client.get("/metrics").text
+        text = client.get("/metrics", headers=METRICS_AUTH).text
     found = re.findall(
         r'^memwarden_consolidation_proposals\{drafter="(.*?)",fallback="(.*?)"\} (\S+)$', text, re.M
     )

@@ -57,7 +57,9 @@ class AdminController(Controller):
     @syscall_post("/keys", admin("admin.keys.create", allow=frozenset({"actor", "role"})))
     def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
         state = api_state(request)
-        cmd = IssueKey(target=data.target, actor=data.actor, role=data.role, max_provenance=data.max_provenance)
+        cmd = IssueKey(
+            target=data.target, actor=data.actor, role=data.role, max_provenance=data.max_provenance
+        )
         issued = command(request, lambda c: state.governance.issue_key(c.identity, cmd))
         return NewKeyResponse(issued.key_id, issued.key)
 

@@ -20,6 +20,7 @@ from memwarden.api.http.schemas import (
     VerifyLedgerResponse,
     compliance_time,
 )
+from memwarden.api.http.trees import checkpoint_now, tree_of
 from memwarden.domain.ledger.chain import ChainReport
 from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from memwarden.domain.model.errors import InvalidRequest
@@ -114,7 +115,9 @@ class ComplianceController(Controller):
     def checkpoint(self, request: Req) -> Checkpoint:
         state = api_state(request)
         return query(
-            request, lambda _c: state.runtime.ledger.checkpoint(), lambda c: f"position {c.position}"
+            request,
+            lambda c: checkpoint_now(state, c.identity),
+            lambda c: f"position {c.position}",
         )
 
     @syscall_get(
@@ -125,12 +128,12 @@ class ComplianceController(Controller):
         state = api_state(request)
         params = dict(request.query_params.items())
 
-        def run(_c: Call) -> CheckpointsResponse:
+        def run(c: Call) -> CheckpointsResponse:
             asked = paged_query(params, CheckpointsQuery)
             if asked.cursor is not None and not _position(asked.cursor):
                 raise InvalidRequest("malformed cursor")
             before = int(asked.cursor) if asked.cursor is not None else None
-            kept = state.runtime.ledger.checkpoint_log.newest(asked.limit, before)
+            kept = state.runtime.ledger.checkpoint_log.newest(asked.limit, before, tree_of(state, c.identity))
             cursor = str(kept[-1].seq) if len(kept) == asked.limit else None
             return CheckpointsResponse(checkpoints=[k.checkpoint for k in kept], next_cursor=cursor)
 

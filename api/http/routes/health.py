@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 import anyio
 import anyio.to_thread
 from litestar import Request, Response, get, head
 
+from memwarden.api.http.errors import RateLimited, Unauthenticated
 from memwarden.api.http.gate import api_state
 from memwarden.api.http.metrics import Gauge, Labels
+from memwarden.domain.model.identity import COMPLIANCE_ROLES
+from memwarden.domain.model.keys import parse_key
+from memwarden.domain.model.namespaces import tenant_of
 from memwarden.projections.autopilot.views import WorkerGauges
 from memwarden.workers.metrics import queue_depth
 
@@ -46,7 +51,10 @@ async def bounded_readiness(request: Req) -> Response[dict[str, Any]]:
     seconds = api_state(request).readiness_seconds()
     with anyio.move_on_after(seconds):
         return await anyio.to_thread.run_sync(readiness, request, abandon_on_cancel=True)
-    silent: dict[str, Any] = {"error": "unavailable", "detail": f"the database did not answer within {seconds:g} s"}
+    silent: dict[str, Any] = {
+        "error": "unavailable",
+        "detail": f"the database did not answer within {seconds:g} s",
+    }
     return Response(silent, status_code=503, headers={"Retry-After": "1"})
 
 
@@ -81,7 +89,12 @@ def readiness(request: Req) -> Response[dict[str, Any]]:
 
 @get("/metrics", sync_to_thread=True, media_type="text/plain; version=0.0.4; charset=utf-8")
 def metrics(request: Req) -> str:
+    """The operator's scrape (``MEMWARDEN_METRICS_TOKEN``) sees everything; a tenant's
+    auditor, admin or owner key sees that tenant's series only; anyone else gets 401."""
     state = api_state(request)
+    scrape = _scraper(request)
+    if scrape != OPERATOR:
+        return state.metrics.render_tenant(scrape)
     gauges: list[Gauge] = []
     try:
         head = state.runtime.ledger.head_position()
@@ -117,6 +130,32 @@ def metrics(request: Req) -> str:
         )
     rendered: str = state.metrics.render(gauges)
     return rendered
+
+
+OPERATOR = "/operator"
+"""The scrape that sees every tenant (no tenant is named so: a tenant holds no '/')."""
+
+
+def _scraper(request: Req) -> str:
+    """``OPERATOR``, or the tenant whose key scrapes; Unauthenticated (401) otherwise. Failed
+    guesses are throttled like any other authentication."""
+    state = api_state(request)
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    presented = presented.strip() if scheme.lower() == "bearer" else ""
+    token = state.runtime.settings.metrics_token
+    if token and presented and hmac.compare_digest(presented.encode(), token.encode()):
+        return OPERATOR
+    source = request.client.host if request.client else "unknown"
+    parsed = parse_key(presented)
+    wait = state.auth_throttle.retry_after(source, parsed[0] if parsed else None)
+    if wait:
+        raise RateLimited("too many failed authentications from here; wait before trying again", wait)
+    key = state.governance.authenticate(presented) if parsed else None
+    if key is not None and key.role in COMPLIANCE_ROLES:
+        return tenant_of(key.namespace)
+    if presented:
+        state.auth_throttle.failed(source, parsed[0] if parsed else None)
+    raise Unauthenticated("the metrics token, or an auditor, admin or owner key of a tenant, is required")
 
 
 def _worker_gauges(head: int, workers: WorkerGauges) -> list[Gauge]:

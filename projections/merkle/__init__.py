@@ -1,0 +1,1 @@
+"""The RFC 6962 tree over the ledger: its stored subtrees, and the proofs made from them."""

@@ -1,0 +1,135 @@
+"""Roots and proofs from the stored tree: each answer reads the O(log n) nodes it needs in one
+query, after the tree has reached the size asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+from eventsourcing.postgres import PostgresDatastore
+from psycopg.sql import SQL, Identifier
+
+from memwarden.domain.model.errors import InvalidRequest, NotFound
+from memwarden.domain.model.merkle import (
+    NodeKey,
+    consistency_proof,
+    inclusion_proof,
+    nodes_for_consistency,
+    nodes_for_inclusion,
+    nodes_for_root,
+    root,
+)
+from memwarden.projections.merkle.projection import load_nodes, tenant_size
+
+
+class InclusionProof(msgspec.Struct, frozen=True, kw_only=True):
+    """Ledger position ``position`` is leaf ``leaf_index`` of the tree of ``size`` leaves."""
+
+    position: int
+    leaf_index: int
+    size: int
+    leaf_hash: bytes
+    root: bytes
+    proof: list[bytes]
+
+
+class ConsistencyProof(msgspec.Struct, frozen=True, kw_only=True):
+    """The tree of ``first`` leaves is a prefix of the tree of ``second``."""
+
+    first: int
+    second: int
+    first_root: bytes
+    second_root: bytes
+    proof: list[bytes]
+
+
+class TreeReads:
+    """The ledger's tree (``tree`` None) or, with a chain per tenant, a tenant's."""
+
+    def __init__(
+        self,
+        datastore: PostgresDatastore,
+        schema: str,
+        wait_for: Callable[[int], None],
+        head: Callable[[], int],
+    ) -> None:
+        self.datastore = datastore
+        self.schema = schema
+        self.wait_for = wait_for
+        self.head = head
+
+    def size(self, tree: str | None = None) -> int:
+        """How many leaves the tree holds once the read models reach the ledger head."""
+        head = self.head()
+        self.wait_for(head)
+        if tree is None:
+            return head
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            return tenant_size(curs, self.schema, tree)
+
+    def _reached(self, size: int, tree: str | None) -> None:
+        if tree is None:
+            head = self.head()
+            if not 1 <= size <= head:
+                raise InvalidRequest(f"size must be between 1 and the ledger's {head} events")
+            self.wait_for(size)
+            return
+        held = self.size(tree)
+        if not 1 <= size <= held:
+            raise InvalidRequest(f"size must be between 1 and the tenant tree's {held} events")
+
+    def leaf_of(self, position: int, tree: str | None) -> int | None:
+        """The leaf index of ledger ``position`` in ``tree``; None when the event is another
+        tenant's (denied and missing look the same)."""
+        if tree is None:
+            return position - 1
+        with self.datastore.get_connection() as conn:
+            row = conn.execute(
+                SQL("SELECT tenant, tenant_position FROM {s}.events WHERE notification_id = %s").format(
+                    s=Identifier(self.schema)
+                ),
+                (position,),
+            ).fetchone()
+        if row is None or row["tenant"] != tree or row["tenant_position"] is None:
+            return None
+        return int(row["tenant_position"]) - 1
+
+    def _nodes(self, keys: set[NodeKey], tree: str | None) -> dict[NodeKey, bytes]:
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            return load_nodes(curs, self.schema, keys, tree)
+
+    def root(self, size: int, tree: str | None = None) -> bytes:
+        self._reached(size, tree)
+        return root(size, self._nodes(nodes_for_root(size), tree))
+
+    def inclusion(self, position: int, size: int, tree: str | None = None) -> InclusionProof:
+        if position < 1:
+            raise InvalidRequest("position must be at least 1")
+        self._reached(size, tree)
+        index = self.leaf_of(position, tree)
+        if index is None:
+            raise NotFound("no such record in this tree")
+        if index >= size:
+            raise InvalidRequest(f"position {position} is after the tree of {size} events")
+        nodes = self._nodes(nodes_for_inclusion(index, size) | nodes_for_root(size) | {(0, index)}, tree)
+        return InclusionProof(
+            position=position,
+            leaf_index=index,
+            size=size,
+            leaf_hash=nodes[(0, index)],
+            root=root(size, nodes),
+            proof=inclusion_proof(index, size, nodes),
+        )
+
+    def consistency(self, first: int, second: int, tree: str | None = None) -> ConsistencyProof:
+        if not 1 <= first <= second:
+            raise InvalidRequest("from must be at least 1 and at most to")
+        self._reached(second, tree)
+        nodes = self._nodes(nodes_for_consistency(first, second), tree)
+        return ConsistencyProof(
+            first=first,
+            second=second,
+            first_root=root(first, nodes),
+            second_root=root(second, nodes),
+            proof=consistency_proof(first, second, nodes),
+        )
