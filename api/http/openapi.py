@@ -69,10 +69,11 @@ NEVER_CONFLICT = frozenset(
 )
 """POST routes that never answer 409: queries (as every GET route is), and appends no other
 request can race (a capsule, a fault)."""
-LOOKUP_FIELDS = frozenset({"id", "ids", "ticket", "directive_id", "key_id"})
+LOOKUP_FIELDS = frozenset({"id", "ids", "ticket", "directive_id", "key_id", "position"})
 """Body fields that name something which may not exist (or not for the caller): a 404."""
-PUBLIC_ERRORS: dict[str, tuple[int, ...]] = {"/readyz": (503,)}
-"""The routes without a key that can fail, and how."""
+PUBLIC_ERRORS: dict[str, tuple[int, ...]] = {"/readyz": (503,), "/metrics": (401, 429)}
+"""The routes the gate does not guard that can fail, and how (``/metrics`` checks its own
+token or key, throttled like every authentication)."""
 _RETRY_AFTER = OpenAPIHeader(
     schema=Schema(type=OpenAPIType.INTEGER, minimum=1),
     required=True,
@@ -166,6 +167,8 @@ def error_statuses(path: str, method: str, handler: HTTPRouteHandler) -> tuple[i
     call = syscall_of(handler)
     if call is None:
         return PUBLIC_ERRORS.get(path, ())
+    if path == "/v1/compliance/proofs/inclusion":  # another tenant's record, with a tree per tenant
+        return (400, 401, 403, 404, 429, 503)
     statuses = {400, 401, 403, 429, 503}  # the gate: body/query, key, role/tenant, limit, lag
     reads_body = method in {"POST", "PUT"}
     if reads_body:

@@ -109,17 +109,21 @@ def _grown(nodes: dict[NodeKey, bytes], leaves: list[tuple[int, bytes]]) -> list
 
 
 def _insert(curs: Cursor[Any], schema: str, tenant: str | None, written: list[tuple[NodeKey, bytes]]) -> None:
-    """One statement for the batch's nodes of one tree: the nodes as arrays."""
+    """One statement for the batch's nodes of one tree: the nodes as arrays. A node is written
+    once and never changes: one applied again (tracking reset) is the same node, left as it is."""
     levels = [level for (level, _), _ in written]
     indexes = [index for (_, index), _ in written]
     hashes = [digest for _, digest in written]
     if tenant is None:
-        query = "INSERT INTO {s}.merkle_nodes (level, idx, hash) SELECT * FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[])"
+        query = (
+            "INSERT INTO {s}.merkle_nodes (level, idx, hash)"
+            " SELECT * FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[]) ON CONFLICT DO NOTHING"
+        )
         curs.execute(SQL(query).format(s=Identifier(schema)), (levels, indexes, hashes))
         return
     query = (
         "INSERT INTO {s}.merkle_tenant_nodes (tenant, level, idx, hash)"
-        " SELECT %s, * FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[])"
+        " SELECT %s, * FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[]) ON CONFLICT DO NOTHING"
     )
     curs.execute(SQL(query).format(s=Identifier(schema)), (tenant, levels, indexes, hashes))
 

@@ -41,7 +41,7 @@ def test_every_syscall_is_a_tool_and_no_schema_names_an_identity(served: Served)
     key = issue_key(runtime, "acme/eng", "olga", "owner")
     syscalls = {
         "write", "write_batch", "write_status", "read", "search", "assemble", "fault", "history",
-        "verify", "pin", "unpin", "stats", "policy", "policy_ack", "share", "forget",
+        "verify", "pin", "unpin", "stats", "policy", "policy_ack", "share", "forget", "prove",
     }  # fmt: skip
 
     async def scenario(client: Client) -> None:

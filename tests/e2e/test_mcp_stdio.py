@@ -13,6 +13,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from memwarden.api.mcp.tools import TOOLS
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.settings import Settings
 from tests.e2e.api_helpers import audit_records, issue_key
@@ -64,8 +65,8 @@ def test_stdio_on_the_local_database(runtime: Runtime, settings: Settings) -> No
 
     async def ours(client: Client) -> None:
         offered = {t.name for t in (await client.list_tools()).tools}
-        assert len(offered) == 14  # an agent is not offered share and forget
-        assert {"share", "forget"}.isdisjoint(offered)
+        # an agent is offered every tool its role may call: not share, forget or prove
+        assert offered == {t.name for t in TOOLS} - {"share", "forget", "prove"}
         written = await client.call_tool("write", {"content": "Invoices are approved by Priya in finance"})
         assert not written.is_error, payload(written)
         seen["id"] = payload(written)["id"]

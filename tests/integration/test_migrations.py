@@ -51,6 +51,9 @@ LABELS = [
     "0006_proposal_fallback",
     "0007_reembedding",
     "0008_cheaper_sequencing",
+    "0009_key_provenance",
+    "0010_merkle_tree",
+    "0011_tenant_trees",
 ]
 HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
 """A migration after the last one (gaps are refused)."""
@@ -101,8 +104,9 @@ def old_settings(tmp_path: Path, params: ConnectionParams) -> Settings:
     )
 
 
-ADDED_COLUMNS = ["tenant", "tenant_position"]
-"""Columns later migrations add to existing tables (0005: events); NULL on adopted rows."""
+ADDED_COLUMNS = ["tenant", "tenant_position", "max_provenance", "size", "note", "tree"]
+"""Columns later migrations add to existing tables (0005: events; 0009: api_keys; 0010 and 0011:
+checkpoints); NULL on adopted rows."""
 
 
 def rows_of(params: ConnectionParams) -> dict[str, tuple[int, str]]:

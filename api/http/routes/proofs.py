@@ -165,9 +165,9 @@ def _log_signed_part(note: str) -> str:
 
 
 class ProveBody(Body, frozen=True, kw_only=True):
-    position: int
+    position: Annotated[int, msgspec.Meta(ge=1, le=2**62)]
     """The ledger position to prove (a certificate's, an audit record's, a receipt's)."""
-    size: int | None = None
+    size: Annotated[int, msgspec.Meta(ge=1, le=2**62)] | None = None
     """The tree size of the checkpoint to prove it against; default: the newest checkpoint."""
 
 
