@@ -33,7 +33,7 @@ from memwarden.projections.search.vectors import SearchVectorIndex
 def search_drivers() -> dict[str, Driver]:
     """The drivers a namespace policy may name, with the reranking stage that
     ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default)."""
-    reranker, depth = reranker_from_env()
+    reranker, depth = reranker_from_env(background=True)
     return policy_drivers(reranker, depth or RERANK_DEPTH)
 
 

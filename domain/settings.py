@@ -140,6 +140,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """The most a process keeps on disk of the audit records the ledger could not take (a
     database that takes no writes); past it, the calls they record are refused."""
     worker_heartbeat_seconds: float = 60.0
+    log_level: str = "warning"
+    """The API process's logging level (``memwarden serve --log-level``)."""
     """After this long without a heartbeat a worker process counts as dead, and the
     messages it had taken go back to the queue."""
 
@@ -183,6 +185,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             **_drafter(values),
             **_tickets(values),
             lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
+            log_level=(values.get("MEMWARDEN_LOG_LEVEL") or "warning").strip().lower(),
             worker_heartbeat_seconds=positive_number(values, "MEMWARDEN_WORKER_HEARTBEAT_SECONDS", float)
             or 60.0,
             autopilot_sweep_seconds=positive_number(values, "MEMWARDEN_AUTOPILOT_SWEEP_SECONDS", float)

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import msgspec
 
 from memwarden_client.errors import MemwardenError, Unavailable, error_for
-from memwarden_client.requests import Request
+from memwarden_client.requests import PagedRequest, Request
 
 R = TypeVar("R")
 
@@ -83,8 +83,26 @@ def interpret(request: Request[R], status: int, content: bytes, retry_after_head
     """The answer as the request's result type, or raise its error's exception."""
     if status >= 400:
         raise _error(status, content, retry_after(retry_after_header))
+    if request.text:
+        text: R = content.decode("utf-8", "replace")  # type: ignore[assignment]
+        return text
+    if isinstance(request, PagedRequest) and request.items == "items":
+        content = _as_list_page(content)
     result: R = msgspec.json.decode(content, type=request.result)
     return result
+
+
+def _as_list_page(content: bytes) -> bytes:
+    """A list's answer as ``{items, cursor}``. A server from before API.md's "Lists" answered
+    a bare array, or ``{<items>, next_cursor}``; both read as the same page."""
+    decoded = msgspec.json.decode(content)
+    if isinstance(decoded, list):
+        return msgspec.json.encode({"items": decoded, "cursor": None})
+    if isinstance(decoded, dict) and "items" not in decoded:
+        lists = [v for v in decoded.values() if isinstance(v, list)]
+        if len(lists) == 1:
+            return msgspec.json.encode({"items": lists[0], "cursor": decoded.get("next_cursor")})
+    return content
 
 
 def _error(status: int, content: bytes, wait: float | None) -> MemwardenError:

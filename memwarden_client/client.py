@@ -15,6 +15,7 @@ import msgspec
 
 from memwarden_client._core import Prepared, Retry, interpret, prepare, unreachable
 from memwarden_client.errors import MemwardenError
+from memwarden_client.operations import AsyncOperations, Operations
 from memwarden_client.requests import PagedRequest, Request
 
 R = TypeVar("R")
@@ -29,14 +30,17 @@ def _headers(key: str) -> dict[str, str]:
 
 
 def _next_page(request: PagedRequest[Any, I], page: Any) -> tuple[list[I], PagedRequest[Any, I] | None]:
+    """A page's items and the request of the next page (None after the last). A list answers
+    ``cursor`` (API.md "Lists"); the as-of route ``next_cursor``."""
     items: list[I] = list(getattr(page, request.items))
-    cursor = getattr(page, "next_cursor", None)
+    cursor = getattr(page, "cursor", None) or getattr(page, "next_cursor", None)
     return items, (msgspec.structs.replace(request, cursor=cursor) if cursor else None)
 
 
-class Client:
+class Client(Operations):
     """The API over HTTP, synchronously. ``key`` is an API key (``mw_…``): it alone decides
-    who you are."""
+    who you are. One method per operation (memwarden_client/operations.py), or ``call`` with
+    a request struct."""
 
     def __init__(
         self,
@@ -68,7 +72,7 @@ class Client:
             attempt += 1
 
     def iterate(self, request: PagedRequest[Any, I]) -> Iterator[I]:
-        """Every item of a paged route, page after page, until no ``next_cursor``. An audit
+        """Every item of a list, page after page, until the cursor runs out. An audit
         walk reads the log as it stood at its first page (the server's cursor carries that
         snapshot), so the page reads it audits never extend it."""
         following: PagedRequest[Any, I] | None = request
@@ -97,7 +101,7 @@ class Client:
         self.close()
 
 
-class AsyncClient:
+class AsyncClient(AsyncOperations):
     """The API over HTTP, for asyncio or trio (anyio)."""
 
     def __init__(

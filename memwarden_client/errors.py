@@ -48,6 +48,13 @@ class NotFound(MemwardenError):
     code = "not_found"
 
 
+class NotValidThen(NotFound):
+    """A time-travel read: the memory exists for you, but was not known at ``as_of`` or did
+    not hold at ``valid_at`` (a memory you cannot see is a plain NotFound)."""
+
+    code = "not_valid_then"
+
+
 class VersionConflict(MemwardenError):
     code = "version_conflict"
 
@@ -79,6 +86,7 @@ ERRORS: dict[str, type[MemwardenError]] = {
         TenantSuspended,
         OutsideSubtree,
         NotFound,
+        NotValidThen,
         VersionConflict,
         TooLarge,
         RateLimited,

@@ -1,11 +1,13 @@
 """Every operation of the API as a request struct: its fields are the body (or, for a
 ``GET``, the query string), and the class knows its route and the type of its answer.
+The class is the operation's ``operationId`` in PascalCase (``history`` -> ``History``); the
+client's method of the same operation is the ``operationId`` itself (``client.history``).
 Unset optional fields are not sent, so the server's defaults apply. No request has a
 field for who you are: the key decides (admin routes name a ``target`` below you)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 from uuid import UUID
 
@@ -27,13 +29,23 @@ class Request(msgspec.Struct, Generic[R], frozen=True, kw_only=True, omit_defaul
     """Body members the request always sends."""
     body_field: ClassVar[str | None] = None
     """The field whose value is the whole body (instead of the struct's fields)."""
+    text: ClassVar[bool] = False
+    """The answer is text, not JSON."""
 
 
 class PagedRequest(Request[R], Generic[R, I], frozen=True, kw_only=True, omit_defaults=True):
-    """A route that answers a page and a ``next_cursor``; ``iterate`` follows it."""
+    """A list (API.md "Lists": ``{items, cursor}``, ``limit`` 1-500, ``order``): ``iterate``
+    follows its cursor to the end. ``items`` names the answer's list member (``items`` but
+    for the as-of route's ``memories``)."""
 
-    items: ClassVar[str]
+    items: ClassVar[str] = "items"
     cursor: str | None = None
+
+
+Time = datetime | date | str
+"""A time-travel or compliance time: a datetime with a zone, a date (midnight UTC), or the
+text forms of API.md (``now``, RFC 3339, a bare date)."""
+Order = Literal["newest", "oldest"]
 
 
 # -- syscalls: POST /v1/mem/<name> ------------------------------------------------------------
@@ -92,8 +104,8 @@ class Read(Request[r.Memory], frozen=True, kw_only=True, omit_defaults=True):
     path = "/v1/mem/read"
     result = r.Memory
     id: UUID
-    as_of: datetime | None = None
-    valid_at: datetime | None = None
+    as_of: Time | None = None
+    valid_at: Time | None = None
 
 
 class Search(Request[r.SearchResults], frozen=True, kw_only=True, omit_defaults=True):
@@ -105,8 +117,8 @@ class Search(Request[r.SearchResults], frozen=True, kw_only=True, omit_defaults=
     tags: tuple[str, ...] = ()
     selectors: tuple[str, ...] = ()
     include_retired: bool = False
-    as_of: datetime | None = None
-    valid_at: datetime | None = None
+    as_of: Time | None = None
+    valid_at: Time | None = None
 
 
 class Assemble(Request[r.Capsule], frozen=True, kw_only=True, omit_defaults=True):
@@ -122,7 +134,7 @@ class Fault(Request[r.FaultAnswer], frozen=True, kw_only=True, omit_defaults=Tru
     question: str
 
 
-class GetHistory(Request[r.History], frozen=True, kw_only=True, omit_defaults=True):
+class History(Request[r.History], frozen=True, kw_only=True, omit_defaults=True):
     path = "/v1/mem/history"
     result = r.History
     id: UUID
@@ -148,19 +160,19 @@ class Unpin(Request[r.Pinned], frozen=True, kw_only=True, omit_defaults=True):
     id: UUID
 
 
-class GetStats(Request[r.Stats], frozen=True, kw_only=True, omit_defaults=True):
+class Stats(Request[r.Stats], frozen=True, kw_only=True, omit_defaults=True):
     path = "/v1/mem/stats"
     result = r.Stats
 
 
-class GetPolicy(Request[r.Policy], frozen=True, kw_only=True, omit_defaults=True):
+class Policy(Request[r.Policy], frozen=True, kw_only=True, omit_defaults=True):
     """The effective policy and directives of your namespace and its ancestors."""
 
     path = "/v1/mem/policy"
     result = r.Policy
 
 
-class AckPolicy(Request[r.Acknowledged], frozen=True, kw_only=True, omit_defaults=True):
+class PolicyAck(Request[r.Acknowledged], frozen=True, kw_only=True, omit_defaults=True):
     path = "/v1/mem/policy_ack"
     result = r.Acknowledged
     directive_id: str
@@ -193,6 +205,8 @@ class CreateKey(Request[r.NewKey], frozen=True, kw_only=True, omit_defaults=True
     target: str
     actor: str
     role: Literal["agent", "member", "auditor", "admin", "owner"]
+    max_provenance: str | None = None
+    """The highest provenance source the key may claim (default: its role's)."""
 
 
 class RevokeKey(Request[r.Revoked], frozen=True, kw_only=True, omit_defaults=True):
@@ -201,10 +215,12 @@ class RevokeKey(Request[r.Revoked], frozen=True, kw_only=True, omit_defaults=Tru
     key_id: str
 
 
-class ListKeys(Request[list[r.KeyInfo]], frozen=True, kw_only=True, omit_defaults=True):
+class Keys(PagedRequest[r.Page[r.KeyInfo], r.KeyInfo], frozen=True, kw_only=True, omit_defaults=True):
     method = "GET"
     path = "/v1/admin/keys"
-    result = list[r.KeyInfo]
+    result = r.Page[r.KeyInfo]
+    limit: int | None = None
+    order: Order | None = None
 
 
 class DirectiveSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,7 +228,7 @@ class DirectiveSpec(msgspec.Struct, frozen=True, kw_only=True):
     text: str
 
 
-class GetNamespacePolicy(Request[r.OwnPolicy], frozen=True, kw_only=True, omit_defaults=True):
+class NamespacePolicy(Request[r.OwnPolicy], frozen=True, kw_only=True, omit_defaults=True):
     method = "GET"
     path = "/v1/admin/policies/{namespace}"
     path_params = ("namespace",)
@@ -238,17 +254,91 @@ class PutNamespacePolicy(Request[r.OwnPolicy], frozen=True, kw_only=True, omit_d
     expected_version: int | None = None
 
 
-class ListDisputes(Request[list[r.Dispute]], frozen=True, kw_only=True, omit_defaults=True):
+class Disputes(PagedRequest[r.Page[r.Dispute], r.Dispute], frozen=True, kw_only=True, omit_defaults=True):
     method = "GET"
     path = "/v1/admin/disputes"
-    result = list[r.Dispute]
-    status: str | None = None
+    result = r.Page[r.Dispute]
+    status: Literal["open", "resolved", "all"] | None = None
+    limit: int | None = None
+    order: Order | None = None
 
 
-class ResolveDispute(Request[r.Dispute], frozen=True, kw_only=True, omit_defaults=True):
+class Findings(PagedRequest[r.Page[r.Finding], r.Finding], frozen=True, kw_only=True, omit_defaults=True):
+    """Contradictions the conflict autopilot left for a person."""
+
+    method = "GET"
+    path = "/v1/admin/findings"
+    result = r.Page[r.Finding]
+    status: Literal["open", "resolved", "all"] | None = None
+    limit: int | None = None
+    order: Order | None = None
+
+
+class ResolveFinding(Request[r.FindingState], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/admin/findings/{finding_id}/resolve"
+    path_params = ("finding_id",)
+    result = r.FindingState
+    finding_id: UUID
+    decision: Literal["keep_a", "keep_b", "both_valid", "dismiss"]
+    reason: str | None = None
+
+
+class Decisions(PagedRequest[r.Page[r.Decision], r.Decision], frozen=True, kw_only=True, omit_defaults=True):
+    """Contradictions the conflict autopilot settled by itself."""
+
+    method = "GET"
+    path = "/v1/admin/decisions"
+    result = r.Page[r.Decision]
+    status: Literal["settled", "overturned", "all"] | None = None
+    limit: int | None = None
+    order: Order | None = None
+
+
+class OverturnDecision(Request[r.DecisionState], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/admin/decisions/{decision_id}/overturn"
+    path_params = ("decision_id",)
+    result = r.DecisionState
+    decision_id: UUID
+    reason: str | None = None
+
+
+class Proposals(PagedRequest[r.Page[r.Proposal], r.Proposal], frozen=True, kw_only=True, omit_defaults=True):
+    """Canonical statements the consolidation pass drafted, for review."""
+
+    method = "GET"
+    path = "/v1/admin/proposals"
+    result = r.Page[r.Proposal]
+    status: Literal["pending_review", "approved", "rejected", "all"] | None = None
+    limit: int | None = None
+    order: Order | None = None
+
+
+class ApproveProposal(Request[r.ProposalOutcome], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/admin/proposals/{proposal_id}/approve"
+    path_params = ("proposal_id",)
+    result = r.ProposalOutcome
+    proposal_id: UUID
+
+
+class EditProposal(Request[r.ProposalOutcome], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/admin/proposals/{proposal_id}/edit"
+    path_params = ("proposal_id",)
+    result = r.ProposalOutcome
+    proposal_id: UUID
+    content: str
+
+
+class RejectProposal(Request[r.ProposalOutcome], frozen=True, kw_only=True, omit_defaults=True):
+    path = "/v1/admin/proposals/{proposal_id}/reject"
+    path_params = ("proposal_id",)
+    result = r.ProposalOutcome
+    proposal_id: UUID
+
+
+class ResolveDispute(Request[r.DisputeState], frozen=True, kw_only=True, omit_defaults=True):
     path = "/v1/admin/disputes/{dispute_id}/resolve"
     path_params = ("dispute_id",)
-    result = r.Dispute
+    result = r.DisputeState
     dispute_id: UUID
     decision: Literal["uphold_new", "keep_old", "edit", "both_valid"]
     content: str | None = None
@@ -263,24 +353,26 @@ class AsOf(PagedRequest[r.AsOfPage, r.AsOfMemory], frozen=True, kw_only=True, om
     path = "/v1/compliance/asof"
     result = r.AsOfPage
     items = "memories"
-    as_of: datetime | str
-    valid_at: datetime | str | None = None
+    as_of: Time
+    valid_at: Time | None = None
     query: str | None = None
     target: str | None = None
     limit: int | None = None
 
 
-class Audit(PagedRequest[r.AuditPage, r.AuditRecord], frozen=True, kw_only=True, omit_defaults=True):
+class Audit(
+    PagedRequest[r.Page[r.AuditRecord], r.AuditRecord], frozen=True, kw_only=True, omit_defaults=True
+):
     method = "GET"
     path = "/v1/compliance/audit"
-    result = r.AuditPage
-    items = "records"
-    since: datetime | str | None = None
-    until: datetime | str | None = None
+    result = r.Page[r.AuditRecord]
+    since: Time | None = None
+    until: Time | None = None
     actor: str | None = None
     op: str | None = None
     outcome: Literal["ok", "denied", "miss", "error"] | None = None
     limit: int | None = None
+    order: Order | None = None
 
 
 class VerifyLedger(Request[r.LedgerCheck], frozen=True, kw_only=True, omit_defaults=True):
@@ -295,18 +387,18 @@ class MakeCheckpoint(Request[r.Checkpoint], frozen=True, kw_only=True, omit_defa
 
 
 class Checkpoints(
-    PagedRequest[r.CheckpointPage, r.Checkpoint], frozen=True, kw_only=True, omit_defaults=True
+    PagedRequest[r.Page[r.Checkpoint], r.Checkpoint], frozen=True, kw_only=True, omit_defaults=True
 ):
     """The checkpoints the ledger signed, newest first."""
 
     method = "GET"
     path = "/v1/compliance/checkpoints"
-    result = r.CheckpointPage
-    items = "checkpoints"
+    result = r.Page[r.Checkpoint]
     limit: int | None = None
+    order: Order | None = None
 
 
-class GetCertificate(Request[r.Certificate], frozen=True, kw_only=True, omit_defaults=True):
+class Certificate(Request[r.Certificate], frozen=True, kw_only=True, omit_defaults=True):
     method = "GET"
     path = "/v1/compliance/certificates/{certificate_id}"
     path_params = ("certificate_id",)
@@ -323,10 +415,45 @@ class VerifyCertificate(Request[r.CertificateCheck], frozen=True, kw_only=True, 
     certificate: r.Certificate
 
 
+class InclusionProof(Request[r.Inclusion], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/compliance/proofs/inclusion"
+    result = r.Inclusion
+    position: int
+    size: int
+
+
+class ConsistencyProof(Request[r.Consistency], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/v1/compliance/proofs/consistency"
+    result = r.Consistency
+    first: int = msgspec.field(name="from")
+    second: int = msgspec.field(name="to")
+
+
+class CosignCheckpoint(Request[r.Cosigned], frozen=True, kw_only=True, omit_defaults=True):
+    """A witness's C2SP ``tlog-cosignature`` line for the checkpoint of tree ``size``."""
+
+    path = "/v1/compliance/checkpoints/{size}/cosignatures"
+    path_params = ("size",)
+    result = r.Cosigned
+    size: int
+    cosignature: str
+
+
+class Prove(Request[r.Proof], frozen=True, kw_only=True, omit_defaults=True):
+    """Prove ledger ``position`` against the signed checkpoint of tree ``size`` (default: the newest)."""
+
+    path = "/v1/mem/prove"
+    result = r.Proof
+    position: int
+    size: int | None = None
+
+
 # -- ops: /v1/ops/… ----------------------------------------------------------------------------
 
 
-class ListProjections(Request[r.Projections], frozen=True, kw_only=True, omit_defaults=True):
+class Projections(Request[r.Projections], frozen=True, kw_only=True, omit_defaults=True):
     method = "GET"
     path = "/v1/ops/projections"
     result = r.Projections
@@ -338,3 +465,29 @@ class RebuildProjection(Request[r.Rebuilt], frozen=True, kw_only=True, omit_defa
     result = r.Rebuilt
     name: str
     verify: bool = False
+
+
+# -- health (no key needed; sent with it anyway) ------------------------------------------------
+
+
+class Healthz(Request[r.Health], frozen=True, kw_only=True, omit_defaults=True):
+    method = "GET"
+    path = "/healthz"
+    result = r.Health
+
+
+class Readyz(Request[r.Health], frozen=True, kw_only=True, omit_defaults=True):
+    """Ready: ledger reachable, projections within lag (else 503, raised as Unavailable)."""
+
+    method = "GET"
+    path = "/readyz"
+    result = r.Health
+
+
+class Metrics(Request[str], frozen=True, kw_only=True, omit_defaults=True):
+    """Prometheus text."""
+
+    method = "GET"
+    path = "/metrics"
+    result = str
+    text: ClassVar[bool] = True

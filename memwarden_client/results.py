@@ -4,14 +4,24 @@ an older client keeps working against a newer server."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
 
+I = TypeVar("I")  # noqa: E741 - the item of a page
+
 
 class Result(msgspec.Struct, frozen=True, kw_only=True):
     pass
+
+
+class Page(Result, Generic[I], frozen=True, kw_only=True):
+    """One page of a list (API.md "Lists"): its items and the cursor of the next page (None:
+    the last one)."""
+
+    items: list[I]
+    cursor: str | None = None
 
 
 class Classification(Result, frozen=True, kw_only=True):
@@ -25,6 +35,13 @@ class Rejection(Result, frozen=True, kw_only=True):
     detail: str
 
 
+class ProvenanceCapped(Result, frozen=True, kw_only=True):
+    """A provenance claim above the key's cap, and the source the memory carries instead."""
+
+    claimed: str
+    applied: str
+
+
 class WriteResult(Result, frozen=True, kw_only=True):
     outcome: Literal["stored", "deduplicated", "superseded", "disputed", "rejected"]
     id: UUID | None
@@ -35,6 +52,7 @@ class WriteResult(Result, frozen=True, kw_only=True):
     rejected: tuple[Rejection, ...] = ()
     extracted: bool = False
     verbatim_reason: str | None = None
+    provenance_capped: ProvenanceCapped | None = None
 
 
 class Ticket(Result, frozen=True, kw_only=True):
@@ -65,7 +83,8 @@ class Verification(Result, frozen=True, kw_only=True):
 
 class Memory(Result, frozen=True, kw_only=True):
     """A memory as ``read`` answers it (docs/architecture.md section 3); ``content`` is None once erased.
-    A read with ``as_of``/``valid_at`` answers the as-of fields only (the rest default)."""
+    A read with ``as_of``/``valid_at`` answers the same fields as they stood then, and the
+    instants: ``as_of``, ``valid_at`` (None unless asked) and the ledger ``position``."""
 
     id: UUID
     namespace: str
@@ -89,6 +108,9 @@ class Memory(Result, frozen=True, kw_only=True):
     superseded_by: list[UUID] = []
     classification: Classification | None = None
     verifications: list[Verification] = []
+    as_of: datetime | None = None
+    valid_at: datetime | None = None
+    position: int | None = None
 
 
 class SearchHit(Result, frozen=True, kw_only=True):
@@ -280,6 +302,7 @@ class KeyInfo(Result, frozen=True, kw_only=True):
     issued_at: datetime
     revoked: bool
     revoked_at: datetime | None = None
+    max_provenance: str | None = None
 
 
 class OwnPolicy(Result, frozen=True, kw_only=True):
@@ -304,6 +327,22 @@ class Dispute(Result, frozen=True, kw_only=True):
     decision: str | None = None
     reviewer: str | None = None
     resolution_reason: str | None = None
+    replacement_id: UUID | None = None
+    opened_at: datetime
+    resolved_at: datetime | None = None
+
+
+class DisputeState(Result, frozen=True, kw_only=True):
+    """A dispute after a decision (``resolve_dispute``)."""
+
+    id: UUID
+    namespace: str
+    memory_id: UUID
+    incumbent_id: UUID
+    reason: str
+    status: str = "open"
+    decision: str | None = None
+    reviewer: str | None = None
     replacement_id: UUID | None = None
     opened_at: datetime
     resolved_at: datetime | None = None
@@ -341,11 +380,6 @@ class AuditRecord(Result, frozen=True, kw_only=True):
     subject_ids: list[UUID] = []
 
 
-class AuditPage(Result, frozen=True, kw_only=True):
-    records: list[AuditRecord]
-    next_cursor: str | None
-
-
 class Head(Result, frozen=True, kw_only=True):
     position: int
     hash: str
@@ -367,9 +401,40 @@ class Checkpoint(Result, frozen=True, kw_only=True):
     signature: str
 
 
-class CheckpointPage(Result, frozen=True, kw_only=True):
-    checkpoints: list[Checkpoint]
-    next_cursor: str | None
+class Inclusion(Result, frozen=True, kw_only=True):
+    """An RFC 6962 inclusion proof of ledger ``position`` (leaf ``leaf_index``) in the tree
+    of ``size`` (hashes in base64; check with ``memwarden_client.proofs``)."""
+
+    position: int
+    leaf_index: int
+    size: int
+    leaf_hash: str
+    root: str
+    proof: list[str]
+
+
+class Consistency(Result, frozen=True, kw_only=True):
+    """An RFC 6962 consistency proof between tree sizes ``first`` and ``second``."""
+
+    first: int
+    second: int
+    first_root: str
+    second_root: str
+    proof: list[str]
+
+
+class Cosigned(Result, frozen=True, kw_only=True):
+    size: int
+    witness: str
+    note: str
+
+
+class Proof(Result, frozen=True, kw_only=True):
+    """``prove``: the inclusion proof, the signed checkpoint note and the log's verifier key."""
+
+    inclusion: Inclusion
+    checkpoint: str
+    log_key: str
 
 
 class CertificateCheck(Result, frozen=True, kw_only=True):
@@ -399,3 +464,100 @@ class Rebuilt(Result, frozen=True, kw_only=True):
     switched: bool
     verified: bool = False
     differences: list[str] = []
+
+
+class Finding(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_a: UUID
+    memory_b: UUID
+    judge: str
+    rule: str
+    explanation: str
+    cosine: float
+    status: str
+    decision: str | None = None
+    reviewer: str | None = None
+    resolution_reason: str | None = None
+    opened_at: datetime
+    resolved_at: datetime | None = None
+
+
+class FindingState(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    memory_a: UUID
+    memory_b: UUID
+    status: str
+    decision: str | None = None
+    reviewer: str | None = None
+    resolved_at: datetime | None = None
+
+
+class Decision(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    winner: UUID
+    loser: UUID
+    judge: str
+    rule: str
+    explanation: str
+    dial: str
+    status: str
+    reviewer: str | None = None
+    overturn_reason: str | None = None
+    restored: UUID | None = None
+    settled_at: datetime
+    overturned_at: datetime | None = None
+
+
+class DecisionState(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    winner: UUID
+    loser: UUID
+    status: str
+    reviewer: str | None = None
+    restored: UUID | None = None
+    overturned_at: datetime | None = None
+
+
+class Proposal(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    kind: str
+    sources: list[UUID]
+    canonical: UUID
+    drafter: str
+    fallback: str | None = None
+    status: str
+    edited: bool = False
+    reviewer: str | None = None
+    document_id: UUID | None = None
+    drafted_at: datetime
+    reviewed_at: datetime | None = None
+
+
+class ProposalState(Result, frozen=True, kw_only=True):
+    id: UUID
+    namespace: str
+    kind: str
+    sources: list[UUID]
+    canonical: UUID
+    status: str
+    reviewer: str | None = None
+    document_id: UUID | None = None
+    document_version: int | None = None
+    reviewed_at: datetime | None = None
+
+
+class ProposalOutcome(Result, frozen=True, kw_only=True):
+    """A proposal after review, and the text approval publishes (None once erased)."""
+
+    proposal: ProposalState
+    content: str | None = None
+
+
+class Health(Result, frozen=True, kw_only=True):
+    status: str
+    projections: dict[str, Any] = {}

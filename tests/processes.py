@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import IO, TypeVar
 
 import httpx
 import pytest
@@ -89,12 +89,19 @@ def ready(base: str) -> bool:
 
 
 @contextmanager
-def serving(env: dict[str, str], host: str = "127.0.0.1") -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+def serving(
+    env: dict[str, str], host: str = "127.0.0.1", log: IO[bytes] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """A real ``memwarden serve`` on a free loopback port, ready; its base URL names ``host``
-    (``localhost`` for a browser that keeps Secure cookies there). Stopped on the way out."""
+    (``localhost`` for a browser that keeps Secure cookies there); its output goes to ``log``
+    when given. Stopped on the way out."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env
+        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
     )
     base = f"http://{host}:{port}"
     try:

@@ -209,6 +209,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
     os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
+    os.environ["MEMWARDEN_LOG_LEVEL"] = args.log_level  # the app's loggers follow uvicorn's
     settings = Settings.from_env()
     check_configured_database(settings)  # before any child process starts on it
     projector = ProjectorProcess() if args.projector == "process" else None

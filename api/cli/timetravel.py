@@ -29,10 +29,8 @@ from memwarden.projections.timeline.service import AsOfQuestion
 def parse_time(text: str) -> datetime:
     """``now``, or the forms HTTP accepts (``parse_time_text``: RFC 3339 with a zone, or a
     date meaning midnight UTC, within years 1-9999 in UTC)."""
-    if text == "now":
-        return datetime.now(UTC)
     try:
-        return parse_time_text(text)
+        return parse_time_text(text, now=datetime.now(UTC))
     except ValueError as error:
         msg = f"{quote_text(text)} {error}"
         raise argparse.ArgumentTypeError(msg) from None
@@ -129,7 +127,8 @@ def cmd_projections_rebuild(args: argparse.Namespace) -> int:
             if not args.json:
                 sys.stdout.write(
                     f"{report.name}: {report.events} events in {report.seconds:.1f}s"
-                    f" ({report.events_per_second:,.0f}/s) to position {report.position};"
+                    f" ({report.events_per_second:,.0f} ev/s, set-up and switch included)"
+                    f" to position {report.position};"
                     f" {'switched' if report.switched else 'not switched'}\n"
                 )
                 if report.verified:

@@ -19,6 +19,7 @@ from memwarden.api.http.body import check_body_types
 from memwarden.api.http.deadline import Deadline
 from memwarden.api.http.errors import handle
 from memwarden.api.http.gate import KeyAuthentication, audit_unaudited, gate
+from memwarden.api.http.logs import logging_config
 from memwarden.api.http.metrics import metrics_middleware
 from memwarden.api.http.openapi import docs_assets, document_errors, openapi_config, share_document
 from memwarden.api.http.route_docs import describe_routes
@@ -39,8 +40,12 @@ CONSOLE_PATHS = ["^/console"]
 """The console authenticates by its session cookie, then calls the API with that key."""
 
 
-def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Litestar:
-    """The app. Without a runtime it opens one from ``settings`` (or the environment) at start-up."""
+def create_app(
+    settings: Settings | None = None, runtime: Runtime | None = None, *, document: bool = True
+) -> Litestar:
+    """The app. Without a runtime it opens one from ``settings`` (or the environment) at start-up.
+    ``document=False``: the OpenAPI document is not prepared now (``memwarden mcp`` serves no
+    HTTP, and preparing it is a fifth of a second of its start)."""
     api = ApiState(settings, runtime)
     mcp = McpEndpoint()
 
@@ -81,13 +86,20 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         after_exception=[audit_unaudited],
         request_max_body_size=MAX_BODY_BYTES,
         openapi_config=openapi_config(),
+        logging_config=logging_config(_log_level(settings, runtime)),
         template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         debug=False,
     )
     check_body_types(app)
     mcp.bind(app)
-    share_document(app, (document_errors, describe_routes))
+    if document:
+        share_document(app, (document_errors, describe_routes))
     return app
+
+
+def _log_level(settings: Settings | None, runtime: Runtime | None) -> str:
+    chosen = settings if settings is not None else runtime.settings if runtime is not None else None
+    return chosen.log_level if chosen is not None else Settings.from_env().log_level
 
 
 def app_from_env() -> Litestar:

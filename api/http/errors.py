@@ -60,6 +60,7 @@ STATUS: dict[str, int] = {
     "tenant_suspended": 403,
     "outside_subtree": 403,
     "not_found": 404,
+    "not_valid_then": 404,
     "version_conflict": 409,
     "too_large": 413,
     "rate_limited": 429,

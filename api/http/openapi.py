@@ -1,7 +1,9 @@
 """The OpenAPI document at ``/schema/openapi.json`` and its docs page at ``/schema``.
 
-The page is Swagger UI from the installed ``swagger-ui-bundle`` package, served by the app
-itself under ``/schema/assets``: nothing is loaded from another host, so it works offline.
+The page is Swagger UI 5 (it reads OpenAPI 3.1) from the installed ``openapi-ui-bundles``
+package, served by the app itself under ``/schema/assets``: nothing is loaded from another
+host, so it works offline. The document declares the API key as an HTTP bearer scheme and
+applies it to every route behind the gate, so the page's "Authorize" takes a key.
 
 Litestar documents errors as its own ``{status_code, detail, extra}``; the API answers
 ``{error, detail}`` (``ErrorBody``, api/http/errors.py). ``document_errors`` replaces every
@@ -11,7 +13,7 @@ return, with ``Retry-After`` on 429 and 503.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from litestar import Litestar
@@ -30,17 +32,26 @@ from litestar.openapi.spec import (
     Operation,
     Reference,
     Schema,
+    SecurityScheme,
 )
 from litestar.router import Router
 from litestar.routes import HTTPRoute
 from litestar.static_files import create_static_files_router
-from swagger_ui_bundle import swagger_ui_path
+from openapi_ui_bundles import swagger_ui
 
 from memwarden.api.http.errors import STATUS, ErrorBody
 from memwarden.api.http.routing import body_type, syscall_of
+from memwarden.api.http.schemas import WRITE_ITEM_FIELDS
 
 ASSETS = "/schema/assets"
 ERROR_SCHEMA = "ErrorBody"
+SECURITY_SCHEME = "apiKey"
+BEARER = SecurityScheme(
+    type="http",
+    scheme="bearer",
+    bearer_format="mw_…",
+    description="An API key (`Authorization: Bearer mw_…`): it alone decides namespace, actor and role.",
+)
 NEVER_CONFLICT = frozenset(
     {
         "assemble",
@@ -93,14 +104,49 @@ def openapi_config() -> OpenAPIConfig:
         version="0.1.0",
         path="/schema",
         render_plugins=[local, JsonRenderPlugin(), YamlRenderPlugin()],
+        components=Components(security_schemes={SECURITY_SCHEME: BEARER}),
     )
 
 
 def docs_assets() -> Router:
     """Swagger UI's script, style and icons, from the installed package."""
     return create_static_files_router(
-        path=ASSETS, directories=[swagger_ui_path], include_in_schema=False, name="docs-assets"
+        path=ASSETS, directories=[swagger_ui.static_path], include_in_schema=False, name="docs-assets"
     )
+
+
+def _batch_items(schemas: Mapping[str, Schema | Reference]) -> None:
+    """A batch item names only the fields of a write (another field is a 400 for the whole
+    batch), each as ``write`` takes it; a value ``write`` would refuse is that item's
+    ``rejected`` result, not a 400, so the item's schema names the fields and leaves their
+    values to the item's result (a stricter schema would promise a 400 the API never sends)."""
+    batch, write = schemas.get("WriteBatchBody"), schemas.get("WriteBody")
+    if not isinstance(batch, Schema) or not isinstance(write, Schema) or not batch.properties:
+        return
+    items = batch.properties.get("items")
+    write_fields = write.properties or {}
+    if not isinstance(items, Schema):
+        return
+    items.items = Schema(
+        type=OpenAPIType.OBJECT,
+        additional_properties=False,
+        properties={
+            name: Schema(description=f"as `{name}` of `write` ({_shape(write_fields[name])})")
+            for name in sorted(WRITE_ITEM_FIELDS, key=list(write_fields).index)
+        },
+        description="one write (the fields of `write` but `async`); a bad value rejects this item alone",
+    )
+
+
+def _shape(schema: Schema | Reference) -> str:
+    if isinstance(schema, Reference):
+        return schema.ref.rsplit("/", 1)[-1]
+    if schema.enum:
+        return " | ".join(str(value) for value in schema.enum)
+    if schema.one_of:
+        return " | ".join(_shape(member) for member in schema.one_of)
+    kind = schema.type.value if isinstance(schema.type, OpenAPIType) else str(schema.type)
+    return f"{kind} ({schema.format.value})" if schema.format is not None else kind
 
 
 def _error_schema() -> Schema:
@@ -149,10 +195,12 @@ def error_response(status: int) -> OpenAPIResponse:
 
 def document_errors(app: Litestar) -> None:
     """Rewrite the (lazily built, then cached) OpenAPI document's error responses in place,
-    before anything serves it."""
+    before anything serves it; every gated operation requires the bearer key."""
     document = app.openapi_schema
     document.components = document.components or Components()
     document.components.schemas = {**(document.components.schemas or {}), ERROR_SCHEMA: _error_schema()}
+    document.components.security_schemes = {SECURITY_SCHEME: BEARER}
+    _batch_items(document.components.schemas)
     paths = document.paths or {}
     for route in app.routes:
         if not isinstance(route, HTTPRoute) or route.path_format not in paths:
@@ -168,6 +216,7 @@ def document_errors(app: Litestar) -> None:
                 for status in error_statuses(route.path_format, method, handler):
                     kept[str(status)] = error_response(status)
                 operation.responses = kept
+                operation.security = [{SECURITY_SCHEME: []}] if syscall_of(handler) is not None else None
 
 
 def _success_unions_as_any_of(responses: dict[str, Any]) -> None:

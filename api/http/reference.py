@@ -73,6 +73,11 @@ def _fields(schema: dict[str, Any], components: dict[str, Any]) -> list[str]:
 def _operation(method: str, path: str, op: dict[str, Any], components: dict[str, Any]) -> list[str]:
     out = [f"### `{method.upper()} {path}` — {op.get('summary', '')}", ""]
     out += [str(op.get("description", "")).strip(), ""]
+    if "operationId" in op:
+        out += [
+            f"Operation `{op['operationId']}` (the Python client's method: `client.{op['operationId']}(…)`).",
+            "",
+        ]
     parameters = [p for p in op.get("parameters", []) if p.get("in") in {"path", "query"}]
     if parameters:
         out += ["Parameters:", "", "| name | in | type | required |", "| --- | --- | --- | --- |"]

@@ -221,6 +221,43 @@ ROUTES: dict[str, tuple[str, str]] = {
     "/metrics": ("Metrics", "Prometheus text."),
 }
 PUBLIC = "Public: no API key."
+SAME_NAME = (
+    "write", "write_batch", "write_status", "read", "search", "assemble", "fault", "history",
+    "verify", "pin", "unpin", "stats", "policy", "policy_ack", "share", "forget",
+    "resolve_dispute", "resolve_finding", "overturn_decision",
+    "approve_proposal", "edit_proposal", "reject_proposal", "prove",
+)  # fmt: skip
+"""Ops that are already a method's name."""
+OPERATION_IDS: dict[str, str] = {
+    **{name: name for name in SAME_NAME},
+    "admin.keys.create": "create_key",
+    "admin.keys.revoke": "revoke_key",
+    "admin.keys.list": "keys",
+    "admin.policies.get": "namespace_policy",
+    "admin.policies.put": "put_namespace_policy",
+    "admin.disputes.list": "disputes",
+    "admin.findings.list": "findings",
+    "admin.decisions.list": "decisions",
+    "admin.proposals.list": "proposals",
+    "compliance.asof": "as_of",
+    "compliance.audit": "audit",
+    "compliance.ledger.verify": "verify_ledger",
+    "compliance.ledger.checkpoint": "make_checkpoint",
+    "compliance.checkpoints": "checkpoints",
+    "compliance.certificates.get": "certificate",
+    "compliance.certificates.verify": "verify_certificate",
+    "compliance.proofs.inclusion": "inclusion_proof",
+    "compliance.proofs.consistency": "consistency_proof",
+    "compliance.checkpoints.cosign": "cosign_checkpoint",
+    "ops.projections": "projections",
+    "ops.projections.rebuild": "rebuild_projection",
+    "/healthz": "healthz",
+    "/readyz": "readyz",
+    "/metrics": "metrics",
+}
+"""Each operation's ``operationId``: snake_case, the name of its method on the Python client
+(``memwarden_client``: ``client.history(id=…)``), and of its request struct in PascalCase
+(``History``). A ``HEAD`` twin of a ``GET`` is ``<id>_head``."""
 
 
 def roles_line(roles: frozenset[str] | None) -> str:
@@ -242,6 +279,8 @@ def describe_routes(app: Litestar) -> None:
             key = call.name if call is not None else route.path_format
             if key not in ROUTES:
                 raise KeyError(f"no description for route {route.path_format} ({key})")
+            if key not in OPERATION_IDS:
+                raise KeyError(f"no operationId for route {route.path_format} ({key})")
             summary, description = ROUTES[key]
             roles = call.roles if call is not None else None
             for method in handler.http_methods:
@@ -249,4 +288,5 @@ def describe_routes(app: Litestar) -> None:
                 if operation is None or method == HttpMethod.OPTIONS:
                     continue
                 operation.summary = summary
+                operation.operation_id = OPERATION_IDS[key] + ("_head" if method == HttpMethod.HEAD else "")
                 operation.description = f"{description}\n\n{roles_line(roles)}"

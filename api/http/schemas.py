@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, overload
 from uuid import UUID
 
@@ -44,11 +44,13 @@ AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 ComplianceTime = Annotated[
     str,
     msgspec.Meta(
-        description="RFC 3339 with a zone, or a bare date meaning midnight UTC",
-        examples=["2026-03-01T09:30:00Z", "2026-03-01"],
+        description="`now`, RFC 3339 with a zone, or a bare date meaning midnight UTC",
+        examples=["2026-03-01T09:30:00Z", "2026-03-01", "now"],
+        max_length=64,
     ),
 ]
-"""A compliance time (API.md): the forms the CLI accepts too; read it with ``compliance_time``."""
+"""A time-travel or compliance time (API.md): the forms the CLI accepts too; read it with
+``compliance_time``."""
 
 
 @overload
@@ -58,11 +60,11 @@ def compliance_time(name: str, text: None) -> None: ...
 @overload
 def compliance_time(name: str, text: str | None) -> datetime | None: ...
 def compliance_time(name: str, text: str | None) -> datetime | None:
-    """The time a compliance field names, or InvalidRequest naming the field."""
+    """The time a field names (``now`` is this moment), or InvalidRequest naming the field."""
     if text is None:
         return None
     try:
-        return parse_time_text(text)
+        return parse_time_text(text, now=datetime.now(UTC))
     except ValueError as error:
         raise InvalidRequest(f"{name} {error}") from None
 
@@ -224,8 +226,8 @@ class ReadBody(Body, frozen=True, kw_only=True):
     """``as_of``: the memory as the system knew it then; ``valid_at``: only if it held then."""
 
     id: UUID
-    as_of: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
-    valid_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+    as_of: ComplianceTime | None = None
+    valid_at: ComplianceTime | None = None
 
 
 class VerifyBody(Body, frozen=True, kw_only=True):
@@ -427,8 +429,8 @@ class SearchBody(Body, frozen=True, kw_only=True):
     tags: tuple[str, ...] = ()
     selectors: tuple[str, ...] = ()
     include_retired: bool = False
-    as_of: datetime | None = None
-    valid_at: datetime | None = None
+    as_of: ComplianceTime | None = None
+    valid_at: ComplianceTime | None = None
 
     def search_query(self) -> SearchQuery:
         return SearchQuery(
@@ -438,8 +440,8 @@ class SearchBody(Body, frozen=True, kw_only=True):
             tags=self.tags,
             selectors=self.selectors,
             include_retired=self.include_retired,
-            as_of=self.as_of,
-            valid_at=self.valid_at,
+            as_of=compliance_time("as_of", self.as_of),
+            valid_at=compliance_time("valid_at", self.valid_at),
         )
 
 

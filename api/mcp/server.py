@@ -28,6 +28,13 @@ INSTRUCTIONS = (
 Authorization = Callable[[ServerRequestContext[Any, Any]], str]
 """The ``Authorization`` header a tool call is made with (its HTTP request's, or the
 stdio server's key)."""
+RoleOf = Callable[[ServerRequestContext[Any, Any]], str | None]
+"""The role of the key a request carries (None: unknown here, every tool is listed and the
+gate refuses what the role may not call)."""
+
+
+def every_role(_ctx: ServerRequestContext[Any, Any]) -> str | None:
+    return None
 
 
 class ToolAnswer(msgspec.Struct, frozen=True):
@@ -103,11 +110,13 @@ async def call_tool(
     return tool_answer(reply)
 
 
-def build_server(syscalls: Syscalls, authorization: Authorization) -> Server[Any]:
+def build_server(
+    syscalls: Syscalls, authorization: Authorization, role_of: RoleOf = every_role
+) -> Server[Any]:
     async def list_tools(
-        _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
+        ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=list(listing()))
+        return types.ListToolsResult(tools=list(listing(role_of(ctx))))
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

@@ -36,6 +36,20 @@ async def serve_stdio(key: str, url: str | None) -> None:
         return
     from memwarden.api.http.app import create_app  # noqa: PLC0415 - the local app only when no URL is given
 
-    app = create_app(Settings.from_env())
+    app = create_app(Settings.from_env(), document=False)
     async with app.lifespan():
-        await _run(build_server(AppSyscalls(app), authorization))
+        role = _local_role(app, key)
+
+        def role_of(_ctx: ServerRequestContext[Any, Any]) -> str | None:
+            return role
+
+        await _run(build_server(AppSyscalls(app), authorization, role_of))
+
+
+def _local_role(app: Any, key: str) -> str | None:
+    """The key's role on the local database (None: not a valid key; every tool is listed and
+    each call is refused by the gate as unauthenticated)."""
+    from memwarden.api.http.state import STATE_KEY  # noqa: PLC0415 - the local app only
+
+    found = app.state[STATE_KEY].governance.authenticate(key)
+    return found.identity.role if found is not None else None

@@ -14,6 +14,7 @@ from litestar.types import Receive, Scope, Send
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from memwarden.api.http.gate import Principal
 from memwarden.api.http.state import MAX_BODY_BYTES
 from memwarden.api.mcp.fast import response, routing_headers, tool_call
 from memwarden.api.mcp.server import build_server, call_tool
@@ -29,12 +30,20 @@ def _authorization(ctx: ServerRequestContext[Any, Any]) -> str:
     return str(headers.get("authorization", "")) if headers is not None else ""
 
 
+def _role(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The role of the key the app's authentication middleware accepted for this request
+    (``/mcp`` is not public: no valid key, no MCP)."""
+    scope = getattr(ctx.request, "scope", None)
+    principal = scope.get("user") if isinstance(scope, dict) else None
+    return principal.identity.role if isinstance(principal, Principal) else None
+
+
 class McpService:
     """The session manager of one app, its tool calls sent into that app."""
 
     def __init__(self, app: Litestar) -> None:
         self._syscalls = AppSyscalls(app)
-        server = build_server(self._syscalls, _authorization)
+        server = build_server(self._syscalls, _authorization, _role)
         self._server_info: dict[str, Any] = server.server_info_stamp  # encoded into each answer, never kept
         self._manager = StreamableHTTPSessionManager(
             server, json_response=True, stateless=True, max_request_body_size=MAX_MCP_BODY

@@ -16,24 +16,60 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 
-from memwarden.domain.embedding.base import CachingEmbedder, Embedder
+from memwarden.domain.embedding.base import CachingEmbedder, Embedder, Matrix
 from memwarden.domain.embedding.batching import BatchingEmbedder
+from memwarden.domain.embedding.bge import DIMENSIONS as BGE_DIMENSIONS
 from memwarden.domain.embedding.bge import MODEL_ID as BGE_ID
 from memwarden.domain.embedding.bge import shared_bge_small
 from memwarden.domain.embedding.hashing import HASH_PREFIX, HashEmbedder
+from memwarden.domain.embedding.minilm import DIMENSIONS as MINILM_DIMENSIONS
 from memwarden.domain.embedding.minilm import MODEL_ID as MINILM_ID
 from memwarden.domain.embedding.minilm import shared_minilm
 from memwarden.domain.embedding.openai import OpenAIEmbedder
 from memwarden.domain.settings import positive_number
 
 CHOICES = ("minilm", "bge", "openai", "hash", "hash-<dimensions>", "none")
+log = logging.getLogger(__name__)
 
 
-def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
-    """The configured embedder, or ``None`` for ``none``.
+class WarmingModel:
+    """A bundled model (its id and dimensions known without it), loaded in a background
+    thread from the moment this is made, so a process that starts does not wait the load
+    before its first answer; ``embed`` waits for it the first time (on the shared
+    instance's lock), and raises there a load that failed (a file failing its pin)."""
+
+    def __init__(self, shared: Callable[[], Embedder], model_id: str, dimensions: int) -> None:
+        self._shared = shared
+        self._model_id = model_id
+        self._dimensions = dimensions
+        threading.Thread(target=self._warm, name=f"warm-{model_id}").start()  # joined at exit
+
+    def _warm(self) -> None:
+        try:
+            self._shared()
+        except Exception:
+            log.exception("the embedding model did not load; the first embedding tries again")
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        return self._shared().embed(texts)
+
+
+def embedder_from_env(env: Mapping[str, str] | None = None, background: bool = False) -> Embedder | None:
+    """The configured embedder, or ``None`` for ``none``. ``background``: a bundled model
+    loads in a thread and is checked at first use (``WarmingModel``).
 
     Raises ``ValueError`` for an unknown choice or incomplete ``openai`` settings, and
     :class:`~domain.embedding.base.ModelFileRejected` when a model's files fail their pins.
@@ -43,9 +79,15 @@ def embedder_from_env(env: Mapping[str, str] | None = None) -> Embedder | None:
     if choice == "none":
         return None
     if choice == "minilm":
-        return CachingEmbedder(BatchingEmbedder(shared_minilm()))
+        model: Embedder = (
+            WarmingModel(shared_minilm, MINILM_ID, MINILM_DIMENSIONS) if background else shared_minilm()
+        )
+        return CachingEmbedder(BatchingEmbedder(model))
     if choice == "bge":
-        return CachingEmbedder(BatchingEmbedder(shared_bge_small()))
+        bge: Embedder = (
+            WarmingModel(shared_bge_small, BGE_ID, BGE_DIMENSIONS) if background else shared_bge_small()
+        )
+        return CachingEmbedder(BatchingEmbedder(bge))
     if choice == "hash":
         return HashEmbedder()
     if choice.startswith("hash-") and choice[5:].isdigit() and int(choice[5:]) > 0:

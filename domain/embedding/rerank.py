@@ -11,7 +11,9 @@ cross-encoder as sentence-transformers publishes it (Apache-2.0).
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -77,14 +79,38 @@ shared_cross_encoder: Shared[CrossEncoder] = Shared(CrossEncoder)
 
 
 RERANK_CHOICES = ("none", "ms-marco")
+log = logging.getLogger(__name__)
 
 
-def reranker_from_env(env: Mapping[str, str] | None = None) -> tuple[CrossEncoder | None, int | None]:
+class WarmingCrossEncoder:
+    """The process's cross-encoder, loaded in a background thread from the moment this is
+    made, so a process that starts (an API worker, ``memwarden mcp``) does not wait the
+    model's load before its first answer; ``score`` waits for it the first time (on the
+    shared instance's lock). A load that fails (a file failing its pin) is tried again by
+    ``score``, which raises it where a search sees it."""
+
+    def __init__(self) -> None:
+        threading.Thread(target=self._warm, name="rerank-warm").start()  # joined at exit: a daemon killed mid-load aborts onnxruntime
+
+    @staticmethod
+    def _warm() -> None:
+        try:
+            shared_cross_encoder()
+        except Exception:
+            log.exception("the cross-encoder did not load; the first search that reranks tries again")
+
+    def score(self, query: str, passages: Sequence[str]) -> Matrix:
+        return shared_cross_encoder().score(query, passages)
+
+
+def reranker_from_env(
+    env: Mapping[str, str] | None = None, background: bool = False
+) -> tuple[CrossEncoder | WarmingCrossEncoder | None, int | None]:
     """``MEMWARDEN_RERANK`` (``ms-marco``, the default, or ``none``) and
     ``MEMWARDEN_RERANK_DEPTH`` (how many of the hybrid driver's best it reorders; ``None``:
     the driver's default). ``ValueError`` for an unknown choice or a depth that is not a
     positive whole number; :class:`~domain.embedding.base.ModelFileRejected` when the files
-    fail their pins."""
+    fail their pins. ``background``: the model loads in a thread, checked at first use."""
     values = os.environ if env is None else env
     choice = (values.get("MEMWARDEN_RERANK") or "ms-marco").strip().lower()
     if choice not in RERANK_CHOICES:
@@ -92,5 +118,7 @@ def reranker_from_env(env: Mapping[str, str] | None = None) -> tuple[CrossEncode
     depth = positive_number(values, "MEMWARDEN_RERANK_DEPTH", int)
     if depth is not None and depth > MAX_RERANK_DEPTH:
         raise ValueError(f"MEMWARDEN_RERANK_DEPTH must be at most {MAX_RERANK_DEPTH}, got {int(depth)}")
-    reranker = shared_cross_encoder() if choice == "ms-marco" else None
+    reranker: CrossEncoder | WarmingCrossEncoder | None = None
+    if choice == "ms-marco":
+        reranker = WarmingCrossEncoder() if background else shared_cross_encoder()
     return reranker, int(depth) if depth is not None else None

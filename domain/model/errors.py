@@ -37,6 +37,14 @@ class NotFound(DomainError):
     code = "not_found"
 
 
+class NotValidThen(NotFound):
+    """A time-travel read of a memory the caller may see, which at the asked instants was
+    not yet known or did not hold. Only ever raised after the memory was found in the
+    caller's scope: a memory it cannot see is a plain ``NotFound``."""
+
+    code = "not_valid_then"
+
+
 class InvalidState(DomainError):
     """The command does not apply to the aggregate in its current state."""
 

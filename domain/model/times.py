@@ -24,12 +24,19 @@ def time_problem(moment: datetime) -> str | None:
     return None
 
 
-def parse_time_text(text: str) -> datetime:
-    """RFC 3339 with a zone (``2026-03-01T09:30:00Z``), or a bare date (``2026-03-01``)
-    meaning midnight UTC: the forms of API.md, for HTTP and the CLI alike.
+NOW = "now"
+"""The word every way in (HTTP, MCP, CLI, client) accepts for the present instant."""
+
+
+def parse_time_text(text: str, now: datetime | None = None) -> datetime:
+    """``now`` (the caller's clock reading ``now``, when it gives one), RFC 3339 with a zone
+    (``2026-03-01T09:30:00Z``), or a bare date (``2026-03-01``) meaning midnight UTC: the
+    forms of API.md, for HTTP and the CLI alike.
 
     Raises ValueError with a message that names the problem, never one that quotes the text.
     """
+    if text == NOW and now is not None:
+        return now
     if len(text) > _MAX_TIME_TEXT:
         msg = f"is longer than {_MAX_TIME_TEXT} characters; write RFC 3339 or a date"
         raise ValueError(msg)
@@ -47,5 +54,5 @@ def _from_iso(text: str) -> datetime:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        msg = "is not a time: write RFC 3339 with a zone (2026-03-01T09:30:00Z) or a date (2026-03-01)"
+        msg = "is not a time: write now, RFC 3339 with a zone (2026-03-01T09:30:00Z) or a date (2026-03-01)"
         raise ValueError(msg) from None

@@ -34,7 +34,9 @@ class Core:
         ``prepare``: run on the database before the ledger opens (None: the schema is
         taken as it is, e.g. a test database migrated by its fixture)."""
         self.settings = settings
-        self.embedder: Embedder | None = embedder_from_env() if isinstance(embedder, str) else embedder
+        self.embedder: Embedder | None = (
+            embedder_from_env(background=True) if isinstance(embedder, str) else embedder
+        )
         self.params, self.server = resolve_database(settings)
         try:
             if prepare is not None:

@@ -124,13 +124,25 @@ class TimeTravel:
         self, scope: Sequence[str], memory_id: UUID, as_of: datetime | None, valid_at: datetime | None
     ) -> AsOfMemory | None:
         """One memory as known at ``as_of`` (default now), held at ``valid_at`` if given."""
+        return self.lookup(scope, memory_id, as_of, valid_at).memory
+
+    def lookup(
+        self, scope: Sequence[str], memory_id: UUID, as_of: datetime | None, valid_at: datetime | None
+    ) -> Lookup:
+        """``read``, with the instant it answered for and the ledger position that maps to;
+        without ``valid_at``'s condition too when that condition alone hid the memory (so a
+        caller can say "not valid then" rather than "not known then")."""
         when = aware(as_of, "as_of") or self.clock()
         valid = aware(valid_at, "valid_at")
         cap = self.ledger.head_position()
         self.wait_for(cap)
         with self.ledger.datastore.get_connection() as conn:
             position = position_at(conn, self.ledger.schema, when, cap)
-            return memory_at(conn, self.ledger.schema, scope, memory_id, position, valid)
+            found = memory_at(conn, self.ledger.schema, scope, memory_id, position, valid)
+            known = found
+            if found is None and valid is not None:
+                known = memory_at(conn, self.ledger.schema, scope, memory_id, position, None)
+            return Lookup(as_of=when, valid_at=valid, position=position, memory=found, known=known)
 
     def replay(self, question: AsOfQuestion, upto: int | None = None, snapshots: bool = True) -> AsOfAnswer:
         as_of, valid_at = self._times(question)
@@ -154,6 +166,16 @@ class TimeTravel:
         sql = self.sql(question, upto=head)
         replay = self.replay(question, upto=head, snapshots=snapshots)
         return Verification(sql=sql, replay=replay, differences=differences(sql, replay))
+
+
+class Lookup(msgspec.Struct, frozen=True, kw_only=True):
+    as_of: datetime
+    valid_at: datetime | None
+    position: int
+    memory: AsOfMemory | None
+    """The memory known at ``as_of`` and held at ``valid_at``, or None."""
+    known: AsOfMemory | None
+    """The memory known at ``as_of``, whether or not it held at ``valid_at``."""
 
 
 def _cursor(memories: Sequence[AsOfMemory], limit: int | None) -> str | None:

@@ -38,7 +38,7 @@ def run(base: str, key: str | None, scenario: Callable[[Client], Awaitable[None]
 
 def test_every_syscall_is_a_tool_and_no_schema_names_an_identity(served: Served) -> None:
     runtime, base = served
-    key = issue_key(runtime, "acme/eng", "bot", "agent")
+    key = issue_key(runtime, "acme/eng", "olga", "owner")
     syscalls = {
         "write", "write_batch", "write_status", "read", "search", "assemble", "fault", "history",
         "verify", "pin", "unpin", "stats", "policy", "policy_ack", "share", "forget", "prove",
@@ -60,6 +60,52 @@ def test_every_syscall_is_a_tool_and_no_schema_names_an_identity(served: Served)
                 elif isinstance(schema, list):
                     pending.extend(schema)
             assert not named & IDENTITY_FIELDS, (tool.name, named & IDENTITY_FIELDS)
+
+    run(base, key, scenario)
+
+
+def test_a_key_is_offered_only_the_tools_its_role_may_call(served: Served) -> None:
+    runtime, base = served
+    offered: dict[str, set[str]] = {}
+    for role in ("agent", "member", "auditor", "admin"):
+        key = issue_key(runtime, "acme/eng", f"who-{role}", role)
+
+        async def scenario(client: Client, role: str = role) -> None:
+            offered[role] = {t.name for t in (await client.list_tools()).tools}
+
+        run(base, key, scenario)
+    assert {"forget", "share"}.isdisjoint(offered["agent"])
+    assert "write" in offered["agent"]
+    assert "forget" in offered["member"]
+    assert "share" not in offered["member"]
+    assert {"share", "forget"} <= offered["admin"]
+    assert "write" not in offered["auditor"]
+    assert {"read", "search", "stats"} <= offered["auditor"]
+
+
+def test_tools_carry_their_annotations_and_typed_batch_items(served: Served) -> None:
+    runtime, base = served
+    key = issue_key(runtime, "acme/eng", "olga", "owner")
+
+    async def scenario(client: Client) -> None:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        hints = {
+            name: (a.read_only_hint, a.destructive_hint, a.idempotent_hint) if a is not None else None
+            for name, a in ((name, t.annotations) for name, t in tools.items())
+        }
+        assert None not in hints.values()
+        assert hints["forget"] == (False, True, True)
+        for name in ("read", "search", "history", "stats", "policy", "write_status"):
+            assert hints[name] == (True, False, True), name
+        assert hints["write"] == (False, False, False)
+        assert hints["pin"] == (False, False, True)
+        batch = tools["write_batch"].input_schema
+        item_ref = batch["properties"]["items"]["items"]["$ref"]
+        item = batch["$defs"][item_ref.rsplit("/", 1)[-1]]
+        assert item["type"] == "object"
+        assert "content" in item["required"]
+        assert {"content", "subject", "attribute", "provenance"} <= set(item["properties"])
+        assert "async" not in item["properties"]
 
     run(base, key, scenario)
 

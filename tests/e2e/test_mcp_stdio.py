@@ -64,7 +64,9 @@ def test_stdio_on_the_local_database(runtime: Runtime, settings: Settings) -> No
     seen: dict[str, str] = {}
 
     async def ours(client: Client) -> None:
-        assert len((await client.list_tools()).tools) == len(TOOLS)
+        offered = {t.name for t in (await client.list_tools()).tools}
+        # an agent is offered every tool its role may call: not share, forget or prove
+        assert offered == {t.name for t in TOOLS} - {"share", "forget", "prove"}
         written = await client.call_tool("write", {"content": "Invoices are approved by Priya in finance"})
         assert not written.is_error, payload(written)
         seen["id"] = payload(written)["id"]

@@ -17,6 +17,7 @@ from memwarden.domain.embedding import (
     embedder_from_env,
     shared_minilm,
 )
+from memwarden.domain.embedding.factory import WarmingModel
 from memwarden.domain.embedding.minilm import (
     MODEL_SHA256,
     TOKENIZER_SHA256,
@@ -204,3 +205,14 @@ def test_missing_file_is_rejected(tmp_path: Path, which: str) -> None:
         MiniLMEmbedder(**{which: missing})
     assert str(missing) in str(caught.value)
     assert caught.value.path == str(missing)
+
+
+def test_a_model_loading_in_the_background_answers_as_the_model(minilm: MiniLMEmbedder) -> None:
+    """What a starting process gets (``background=True``): the id and dimensions at once,
+    the model's own vectors once it has loaded."""
+    embedder = embedder_from_env({}, background=True)
+    assert isinstance(embedder, CachingEmbedder)
+    assert isinstance(embedder.inner, BatchingEmbedder)
+    assert isinstance(embedder.inner.inner, WarmingModel)
+    assert (embedder.model_id, embedder.dimensions) == (minilm.model_id, minilm.dimensions)
+    np.testing.assert_allclose(embedder.embed(["Dana"]), minilm.embed(["Dana"]), atol=1e-6)

@@ -36,8 +36,8 @@ from memwarden.api.http.schemas import (
     WriteBatchResponse,
     WriteBody,
     WriteResponse,
+    compliance_time,
 )
-from memwarden.domain.model.asof import AsOfMemory
 from memwarden.domain.model.commands import VerifyMemory
 from memwarden.domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
 from memwarden.domain.model.policies import EffectivePolicy
@@ -45,6 +45,7 @@ from memwarden.domain.services.governance import GovernanceService
 from memwarden.domain.services.working_sets import Capsule, FaultAnswer
 from memwarden.projections.memory_objects.views import MemoryView
 from memwarden.projections.search.service import SearchAnswer
+from memwarden.projections.timeline.memory_at import MemoryAt, read_at
 
 Req = Request[Any, Any, Any]
 
@@ -116,14 +117,14 @@ class MemController(Controller):
         return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
 
     @syscall_post("/read", Syscall(name="read"))
-    def read(self, request: Req, data: JSONBody[ReadBody]) -> MemoryView | AsOfMemory:
+    def read(self, request: Req, data: JSONBody[ReadBody]) -> MemoryView | MemoryAt:
         state = api_state(request)
         if data.as_of is not None or data.valid_at is not None:
+            as_of = compliance_time("as_of", data.as_of)
+            valid_at = compliance_time("valid_at", data.valid_at)
             return query(
                 request,
-                lambda c: state.reads.time_travel.read(
-                    state.reads.scope(c.identity), data.id, data.as_of, data.valid_at
-                ),
+                lambda c: read_at(state.reads, c.identity, data.id, as_of, valid_at, after=c.last_write),
                 subject=data.id,
             )
         return query(
