@@ -195,8 +195,8 @@ _EAST_ASIAN = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL", "BOPOMOFO", "I
 def _script(char: str) -> str | None:
     """A letter's script, as the first word of its Unicode name (``LATIN``, ``CYRILLIC``);
     None for what is not a letter (digits, marks and punctuation belong to every script)."""
-    if not unicodedata.category(char).startswith("L"):
-        return None
+    if not unicodedata.category(char).startswith("L") or _invisible(char):
+        return None  # a Hangul filler is a letter (Lo) of no script anyone sees
     script = unicodedata.name(char, "UNKNOWN").split(" ", 1)[0]
     return "CJK" if script in _EAST_ASIAN else script
 
@@ -223,16 +223,21 @@ def _mixes_scripts(word: str) -> bool:
     return len(_scripts(word)) > 1
 
 
+def _without_invisibles(text: str) -> str:
+    # every invisible character is unprintable or a filler: most text skips the slow walk
+    if text.isprintable() and _FILLERS.isdisjoint(text):
+        return text
+    return "".join(c for c in text if not _invisible(c))
+
+
 def _normalize_once(text: str, *, dashes: bool) -> str:
-    folded = unicodedata.normalize("NFKC", skeleton(unicodedata.normalize("NFKC", text).casefold()))
+    # invisibles go before the skeleton: one between two letters must not split a word in two
+    visible = _without_invisibles(unicodedata.normalize("NFKC", text).casefold())
+    folded = unicodedata.normalize("NFKC", skeleton(visible))
     folded = folded.casefold()  # a prototype may be a capital (Greek capital alpha reads as A)
     if dashes:
         folded = folded.translate(_DASHES)
-    spaced = _SPACE.sub(" ", folded)
-    # every invisible character is unprintable or a filler: most text skips the slow walk
-    if not (spaced.isprintable() and _FILLERS.isdisjoint(spaced)):
-        spaced = _SPACE.sub(" ", "".join(c for c in spaced if not _invisible(c)))
-    return _strip_edges(spaced)
+    return _strip_edges(_SPACE.sub(" ", _without_invisibles(folded)))
 
 
 def _normalized(text: str, *, dashes: bool) -> str:
