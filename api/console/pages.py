@@ -347,8 +347,14 @@ class ConsoleController(Controller):
         if action is None:
             raise ApiRefused(400, "invalid_request", f"the {found.name} queue has no such action")
         typed = str(form.get(action.text) or "") if action.text else ""
+        if action.text_required and not typed.strip():
+            raise ApiRefused(400, "invalid_request", f"{action.name} needs the {action.text} field")
         path = action.path.format(id=item_id)
-        await call_api(request, key, "POST", path, body=action.body(typed))
+        body = action.body(typed)
+        reason = str(form.get("reason") or "").strip()
+        if found.takes_reason and reason and body is not None and action.text != "reason":
+            body["reason"] = reason
+        await call_api(request, key, "POST", path, body=body)
         return Redirect(path=f"/console/review/{found.name}", status_code=303)
 
     # -- keys and policies ---------------------------------------------------------------------

@@ -331,6 +331,28 @@ def test_findings_queue_resolves_in_one_click(api: Api) -> None:
     assert ("resolve_finding", "ok") in ops_of(api, "boss")
 
 
+def test_a_finding_is_decided_with_the_reviewers_reason(api: Api) -> None:
+    seeded = seed_review_queues(api.runtime)
+    admin = api.key("acme", "boss", "admin")
+    csrf = login(api, admin)
+    page = api.client.get("/console/review/findings").text
+    assert page.count('name="reason"') == page.count('name="decision" value="keep_a"') == 1
+    form = {"decision": "both_valid", "reason": "two different clusters"}
+    assert _decide(api, csrf, "findings", seeded.finding, **form).status_code == 303
+    resolved = api.call(admin, "/v1/admin/findings?status=resolved", method="GET").json()
+    assert [(f["decision"], f["resolution_reason"]) for f in resolved] == [
+        ("both_valid", "two different clusters")
+    ]
+
+
+def test_a_dispute_edit_without_its_text_is_refused_before_the_api(api: Api) -> None:
+    _agent, contra = _dispute(api)
+    csrf = login(api, api.key("acme", "boss", "admin"))
+    refused = _decide(api, csrf, "disputes", contra["dispute_id"], decision="edit", content=" ")
+    assert refused.status_code == 400
+    assert "needs the content field" in refused.text
+
+
 @pytest.mark.parametrize("action", ["approve", "reject"])
 def test_proposals_queue_edits_then_approves_or_rejects(api: Api, action: str) -> None:
     seeded = seed_review_queues(api.runtime)
@@ -338,7 +360,7 @@ def test_proposals_queue_edits_then_approves_or_rejects(api: Api, action: str) -
     csrf = login(api, admin)
     page = api.client.get("/console/review/proposals")
     assert str(seeded.proposal) in page.text
-    assert 'name="content" placeholder="the text to publish" required' in page.text
+    assert 'name="content" placeholder="the text to publish (for edit)"' in page.text
     edited = _decide(api, csrf, "proposals", seeded.proposal, decision="edit", content="Staging: Sundays")
     assert edited.status_code == 303, edited.text
     listed = api.call(admin, "/v1/admin/proposals", method="GET").json()
