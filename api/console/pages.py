@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
@@ -32,6 +33,7 @@ from memwarden.api.console.session import (
     session_key,
 )
 from memwarden.api.http.gate import api_state
+from memwarden.domain.model.identity import COMPLIANCE_ROLES, OWNER_ROLES, REVIEWER_ROLES
 from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.text import escape_unprintable
 from memwarden_client.proofs import ProofError, VerifierKey
@@ -54,7 +56,7 @@ HISTORY_COLUMNS = (
     "kind",
     "reason",
 )
-AUDIT_FILTERS = ("since", "until", "actor", "op", "outcome", "cursor")
+AUDIT_FILTERS = ("since", "until", "actor", "op", "outcome", "order", "cursor")
 SECURITY_HEADERS = {
     "content-security-policy": (
         "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -67,10 +69,27 @@ SECURITY_HEADERS = {
 }
 
 
+SIGNED_IN_ROLE: ContextVar[str | None] = ContextVar("console_role", default=None)
+"""The role of the key this request's session signed in with (set by ``_signed_in``)."""
+NAV_ROLES: dict[str, frozenset[str]] = {
+    "compliance": COMPLIANCE_ROLES,
+    "review": REVIEWER_ROLES,
+    "owner": OWNER_ROLES,
+}
+"""Which roles each group of navigation links is offered to: the same role sets the API's
+routes check, so a role is never shown a page that would answer "forbidden"."""
+
+
+def nav_for(role: str | None) -> dict[str, bool]:
+    """The navigation groups a role may use (none when the role is unknown)."""
+    return {group: role is not None and role in roles for group, roles in NAV_ROLES.items()}
+
+
 def page(name: str, key: str | None, http_status: int = 200, **context: Any) -> Template:
     """A rendered page with the console's security headers; ``key`` is the session's."""
     context["csrf"] = csrf_token(key) if key else ""
     context["signed_in"] = key is not None
+    context["nav"] = nav_for(SIGNED_IN_ROLE.get() if key else None)
     context["queues"] = list(QUEUES.values())
     return Template(template_name=name, context=context, status_code=http_status, headers=SECURITY_HEADERS)
 
@@ -103,10 +122,27 @@ async def read_form(request: Req) -> Any:
     return await request.form()
 
 
+def _remember_cached_role(request: Req, key: str | None) -> None:
+    """The role of a key the gate has just checked (an error page's links, without I/O)."""
+    parsed = parse_key(key) if key else None
+    cached = api_state(request).governance.cached_key(parsed[0]) if parsed else None
+    SIGNED_IN_ROLE.set(cached.role if cached is not None else None)
+
+
+async def _signed_in(request: Req) -> str:
+    """The session's key, its role remembered for this request's navigation (a revoked key
+    gets no links; the API's gate refuses its calls anyway)."""
+    key = session_key(request, _sessions(request))
+    governance = api_state(request).governance
+    found = await anyio.to_thread.run_sync(governance.authenticate, key)
+    SIGNED_IN_ROLE.set(found.role if found is not None else None)
+    return key
+
+
 async def posted(request: Req) -> tuple[str, Any]:
     """The session key and form of a console POST, after its origin and CSRF checks."""
     check_origin(request)
-    key = session_key(request, _sessions(request))
+    key = await _signed_in(request)
     form = await read_form(request)
     check_csrf(key, form.get("csrf"))
     return key, form
@@ -137,6 +173,7 @@ def _api_refused(request: Req, error: Exception) -> Response[Any]:
         key: str | None = session_key(request, _sessions(request))
     except NoSession:
         key = None
+    _remember_cached_role(request, key)
     return page(
         "error.html",
         key,
@@ -209,7 +246,7 @@ class ConsoleController(Controller):
 
     @get("/")
     async def home(self, request: Req) -> Response[Any]:
-        session_key(request, _sessions(request))
+        await _signed_in(request)
         return Redirect(path="/console/audit", status_code=303)
 
     @get("/login")
@@ -253,8 +290,8 @@ class ConsoleController(Controller):
 
     @get("/audit")
     async def audit(self, request: Req) -> Template:
-        key = session_key(request, _sessions(request))
-        filters = filled(request.query_params, AUDIT_FILTERS)
+        key = await _signed_in(request)
+        filters = {"order": "newest", **filled(request.query_params, AUDIT_FILTERS)}  # newest first
         answer = await call_api(request, key, "GET", "/v1/compliance/audit", params=filters)
         return page(
             "audit.html", key, filters=filters, records=answer["records"], next_cursor=answer["next_cursor"]
@@ -264,7 +301,7 @@ class ConsoleController(Controller):
 
     @get("/asof")
     async def asof(self, request: Req) -> Template:
-        key = session_key(request, _sessions(request))
+        key = await _signed_in(request)
         asked = filled(request.query_params, ("as_of", "valid_at", "target", "query", "compare_as_of"))
         if "as_of" not in asked:
             return page("asof.html", key, asked=asked, answer=None, changes=None)
@@ -280,7 +317,7 @@ class ConsoleController(Controller):
 
     @get("/memory/{memory_id:uuid}")
     async def memory(self, request: Req, memory_id: FromPath[UUID]) -> Template:
-        key = session_key(request, _sessions(request))
+        key = await _signed_in(request)
         answer = await call_api(request, key, "POST", "/v1/mem/history", body={"id": str(memory_id)})
         return page(
             "history.html",
@@ -294,7 +331,7 @@ class ConsoleController(Controller):
 
     @get("/review/{queue:str}")
     async def review(self, request: Req, queue: FromPath[str]) -> Template:
-        key = session_key(request, _sessions(request))
+        key = await _signed_in(request)
         found = _queue(queue)
         status = str(request.query_params.get("status") or found.actionable)
         items = await call_api(request, key, "GET", found.list_path, params={"status": status})
@@ -311,15 +348,21 @@ class ConsoleController(Controller):
         if action is None:
             raise ApiRefused(400, "invalid_request", f"the {found.name} queue has no such action")
         typed = str(form.get(action.text) or "") if action.text else ""
+        if action.text_required and not typed.strip():
+            raise ApiRefused(400, "invalid_request", f"{action.name} needs the {action.text} field")
         path = action.path.format(id=item_id)
-        await call_api(request, key, "POST", path, body=action.body(typed))
+        body = action.body(typed)
+        reason = str(form.get("reason") or "").strip()
+        if found.takes_reason and reason and body is not None and action.text != "reason":
+            body["reason"] = reason
+        await call_api(request, key, "POST", path, body=body)
         return Redirect(path=f"/console/review/{found.name}", status_code=303)
 
     # -- keys and policies ---------------------------------------------------------------------
 
     @get("/keys")
     async def keys(self, request: Req) -> Template:
-        key = session_key(request, _sessions(request))
+        key = await _signed_in(request)
         listed = await call_api(request, key, "GET", "/v1/admin/keys")
         return page("keys.html", key, keys=listed, issued=None)
 
@@ -341,7 +384,7 @@ class ConsoleController(Controller):
 
     @get("/policies")
     async def policies(self, request: Req) -> Template:
-        key = session_key(request, _sessions(request))
+        key = await _signed_in(request)
         namespace = str(request.query_params.get("namespace") or "").strip().lstrip("/")
         policy = None
         if namespace:
@@ -362,7 +405,7 @@ class ConsoleController(Controller):
 
     @get("/projections")
     async def projections(self, request: Req) -> Template:
-        key = session_key(request, _sessions(request))
+        key = await _signed_in(request)
         status = await call_api(request, key, "GET", "/v1/ops/projections")
         return page("projections.html", key, status=status, report=None)
 
@@ -377,7 +420,7 @@ class ConsoleController(Controller):
 
     @get("/ledger")
     async def ledger(self, request: Req) -> Template:
-        return page("ledger.html", session_key(request, _sessions(request)), verified=None, checkpoint=None)
+        return page("ledger.html", await _signed_in(request), verified=None, checkpoint=None)
 
     @post("/ledger/verify")
     async def verify_ledger(self, request: Req) -> Template:
@@ -395,7 +438,7 @@ class ConsoleController(Controller):
 
     @get("/checkpoints")
     async def checkpoints(self, request: Req) -> Template:
-        key = session_key(request, _sessions(request))
+        key = await _signed_in(request)
         asked = filled(request.query_params, ("cursor",))
         answer = await call_api(request, key, "GET", "/v1/compliance/checkpoints", params=asked)
         return page(
@@ -405,7 +448,7 @@ class ConsoleController(Controller):
     @get("/prove")
     async def prove(self, request: Req) -> Template:
         """A record proven in one click: the API's proof, checked here with the client alone."""
-        key = session_key(request, _sessions(request))
+        key = await _signed_in(request)
         asked = filled(request.query_params, ("position", "size"))
         if "position" not in asked:
             return page("prove.html", key, position=None, size=None, result=None)
@@ -419,7 +462,7 @@ class ConsoleController(Controller):
 
     @get("/certificates")
     async def certificates(self, request: Req) -> Template:
-        return page("certificates.html", session_key(request, _sessions(request)), check=None, pasted="")
+        return page("certificates.html", await _signed_in(request), check=None, pasted="")
 
     @post("/certificates")
     async def verify_certificate(self, request: Req) -> Template:

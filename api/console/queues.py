@@ -40,6 +40,9 @@ class ReviewQueue(msgspec.Struct, frozen=True, kw_only=True):
     outcome: str
     """The column that says how a closed item ended."""
     actions: tuple[Action, ...]
+    takes_reason: bool = False
+    """Whether every action also sends the reviewer's optional ``reason`` (kept with the
+    decision in the audit and the item's history)."""
 
     @property
     def actionable(self) -> str:
@@ -68,6 +71,7 @@ QUEUES: dict[str, ReviewQueue] = {
         columns=("id", "namespace", "memory_id", "incumbent_id", "reason", "status", "opened_at"),
         statuses=("open", "resolved", "all"),
         outcome="decision",
+        takes_reason=True,
         actions=_decisions(
             "/v1/admin/disputes/{id}/resolve",
             ("uphold_new", "keep_old", "both_valid", "edit"),
@@ -98,6 +102,7 @@ QUEUES: dict[str, ReviewQueue] = {
         ),
         statuses=("open", "resolved", "all"),
         outcome="decision",
+        takes_reason=True,
         actions=_decisions("/v1/admin/findings/{id}/resolve", ("keep_a", "keep_b", "both_valid", "dismiss")),
     ),
     "proposals": ReviewQueue(

@@ -14,6 +14,7 @@ ROLE_LEVEL: dict[str, int] = {"auditor": 0, "agent": 1, "member": 2, "admin": 3,
 HUMAN_ROLES = frozenset({"member", "admin", "owner"})
 WRITER_ROLES = frozenset({"agent", "member", "admin", "owner"})
 REVIEWER_ROLES = frozenset({"admin", "owner"})
+OWNER_ROLES = frozenset({"owner"})
 COMPLIANCE_ROLES = frozenset({"auditor", "admin", "owner"})
 """Compliance staff look down their subtree (as-of, audit, history); agents look up."""
 

@@ -54,10 +54,13 @@ class AuditFilter(msgspec.Struct, frozen=True, kw_only=True):
     op: str | None = None
     outcome: str | None = None
     after: int = 0
+    before: int | None = None
+    """Newest first: only records before this position (the last one of the previous page)."""
     upto: int | None = None
     """Only records at or before this position: a walk's pages all read one snapshot, so
     the records the walk itself adds (each page is audited) never extend it."""
     limit: int = 100
+    newest: bool = False
 
 
 class ScopeCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,7 +95,8 @@ def _key_view(row: dict[str, Any]) -> KeyView:
 
 
 def list_audit(conn: Connection[Any], schema: str, root: str, where: AuditFilter) -> list[AuditView]:
-    """Audit records of ``root``'s subtree, in ledger order, after a position."""
+    """Audit records of ``root``'s subtree, in ledger order (or newest first), after (or
+    before) a position: keyset paging on the position, stable while records are appended."""
     conditions: list[Composable] = [SQL(_SUBTREE), SQL("position > %(after)s")]
     for field, clause in (
         ("since", "time >= %(since)s"),
@@ -101,6 +105,7 @@ def list_audit(conn: Connection[Any], schema: str, root: str, where: AuditFilter
         ("op", "op = %(op)s"),
         ("outcome", "outcome = %(outcome)s"),
         ("upto", "position <= %(upto)s"),
+        ("before", "position < %(before)s"),
     ):
         if getattr(where, field) is not None:
             conditions.append(SQL(clause))
@@ -112,8 +117,10 @@ def list_audit(conn: Connection[Any], schema: str, root: str, where: AuditFilter
     rows = conn.execute(
         SQL(
             "SELECT position, time, actor, namespace, role, op, outcome, detail, subject_ids"
-            " FROM {s}.audit_records WHERE {c} ORDER BY position LIMIT %(limit)s"
-        ).format(s=Identifier(schema), c=SQL(" AND ").join(conditions)),
+            " FROM {s}.audit_records WHERE {c} ORDER BY position {o} LIMIT %(limit)s"
+        ).format(
+            s=Identifier(schema), c=SQL(" AND ").join(conditions), o=SQL("DESC" if where.newest else "ASC")
+        ),
         params,
     ).fetchall()
     return [msgspec.convert(row, AuditView) for row in rows]

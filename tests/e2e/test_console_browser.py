@@ -239,3 +239,32 @@ def test_review_queues_and_checkpoints_in_headless_chromium(served: Served, brow
     _shot(browser, "checkpoints")
     browser.find_elements(By.XPATH, "//button[text()='Verify against it']")[-1].click()
     assert "The chain holds" in browser.find_element(By.ID, "verdict").text
+
+
+def _nav_links(driver: WebDriver) -> set[str]:
+    return {link.text for link in driver.find_elements(By.CSS_SELECTOR, "header nav a")}
+
+
+@pytest.mark.slow
+def test_navigation_offers_each_role_only_what_it_may_use(served: Served, browser: WebDriver) -> None:
+    """An admin is not offered the owner-only Projections page; an auditor is offered
+    neither the review queues nor keys and policies (the API would answer "forbidden")."""
+    base, keys, env = served
+    expected = {
+        "owner": keys["owner"],
+        "admin": cli_key(env, "acme", "ada", "admin"),
+        "auditor": cli_key(env, "acme", "aude", "auditor"),
+    }
+    compliance = {"Audit", "As of", "Ledger", "Checkpoints", "Prove", "Certificates"}
+    review = {"Keys", "Policies"}
+    for role, key in expected.items():
+        browser.delete_all_cookies()
+        browser.get(f"{base}/console/login")
+        _sign_in(browser, key)
+        WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/audit"))
+        shown = _nav_links(browser)
+        _shot(browser, f"nav-{role}")
+        assert compliance <= shown
+        assert ("Projections" in shown) is (role == "owner")
+        assert (review <= shown) is (role in {"owner", "admin"})
+        assert any(text.startswith("Review:") for text in shown) is (role in {"owner", "admin"})

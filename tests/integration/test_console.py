@@ -167,12 +167,57 @@ def test_audit_browser_follows_the_cursor(api: Api) -> None:
     ).json()
     cursor = records["next_cursor"]
     assert cursor is not None
-    page = api.client.get("/console/audit", params={"op": "stats", "cursor": cursor})
+    page = api.client.get("/console/audit", params={"op": "stats", "order": "oldest", "cursor": cursor})
     assert page.status_code == 200
     positions = re.findall(r"<tr><td>(\d+)</td>", page.text)
     assert positions
     after, _, upto = cursor.partition(":")  # the walk's snapshot travels in the cursor
     assert all(int(after) < int(p) <= int(upto) for p in positions)
+
+
+def test_audit_browser_shows_newest_first_and_walks_back(api: Api) -> None:
+    owner = api.key("acme", "olga", "owner")
+    member = api.key("acme/eng", "mia", "member")
+    for _ in range(5):
+        api.mem(member, "stats")
+    login(api, owner)
+    first = api.client.get("/console/audit", params={"op": "stats", "limit": "2"})
+    shown = [int(p) for p in re.findall(r"<tr><td>(\d+)</td>", first.text)]
+    assert len(shown) == 5  # the console's page size is the API's default
+    assert shown == sorted(shown, reverse=True)
+    walked: list[int] = []
+    cursor: str | None = None
+    while True:
+        params = {"op": "stats", "limit": "2", "order": "newest", **({"cursor": cursor} if cursor else {})}
+        page = api.call(owner, "/v1/compliance/audit", method="GET", params=params).json()
+        walked += [r["position"] for r in page["records"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+        api.mem(member, "stats")  # appended above the walk's snapshot: never in it
+    assert walked == shown
+
+
+def _nav(page: str) -> set[str]:
+    header = page.split("<nav>")[1].split("</nav>", maxsplit=1)[0]
+    return set(re.findall(r'<a href="(/console/[^"]+)"', header))
+
+
+@pytest.mark.parametrize(
+    ("role", "projections", "reviews"),
+    [("owner", True, True), ("admin", False, True), ("auditor", False, False)],
+)
+def test_navigation_offers_a_role_only_the_pages_it_may_use(
+    api: Api, role: str, projections: bool, reviews: bool
+) -> None:
+    login(api, api.key("acme", "rho", role))
+    links = _nav(api.client.get("/console/audit").text)
+    assert {"/console/audit", "/console/ledger", "/console/certificates"} <= links
+    assert ("/console/projections" in links) is projections
+    assert ("/console/keys" in links) is reviews
+    assert ("/console/review/findings" in links) is reviews
+    for link in links:  # every page offered opens
+        assert api.client.get(link).status_code == 200, link
 
 
 def test_as_of_explorer_shows_the_subtree_diffs_two_instants_and_follows_history(api: Api) -> None:
@@ -286,6 +331,28 @@ def test_findings_queue_resolves_in_one_click(api: Api) -> None:
     assert ("resolve_finding", "ok") in ops_of(api, "boss")
 
 
+def test_a_finding_is_decided_with_the_reviewers_reason(api: Api) -> None:
+    seeded = seed_review_queues(api.runtime)
+    admin = api.key("acme", "boss", "admin")
+    csrf = login(api, admin)
+    page = api.client.get("/console/review/findings").text
+    assert page.count('name="reason"') == page.count('name="decision" value="keep_a"') == 1
+    form = {"decision": "both_valid", "reason": "two different clusters"}
+    assert _decide(api, csrf, "findings", seeded.finding, **form).status_code == 303
+    resolved = api.call(admin, "/v1/admin/findings?status=resolved", method="GET").json()
+    assert [(f["decision"], f["resolution_reason"]) for f in resolved] == [
+        ("both_valid", "two different clusters")
+    ]
+
+
+def test_a_dispute_edit_without_its_text_is_refused_before_the_api(api: Api) -> None:
+    _agent, contra = _dispute(api)
+    csrf = login(api, api.key("acme", "boss", "admin"))
+    refused = _decide(api, csrf, "disputes", contra["dispute_id"], decision="edit", content=" ")
+    assert refused.status_code == 400
+    assert "needs the content field" in refused.text
+
+
 @pytest.mark.parametrize("action", ["approve", "reject"])
 def test_proposals_queue_edits_then_approves_or_rejects(api: Api, action: str) -> None:
     seeded = seed_review_queues(api.runtime)
@@ -293,7 +360,7 @@ def test_proposals_queue_edits_then_approves_or_rejects(api: Api, action: str) -
     csrf = login(api, admin)
     page = api.client.get("/console/review/proposals")
     assert str(seeded.proposal) in page.text
-    assert 'name="content" placeholder="the text to publish" required' in page.text
+    assert 'name="content" placeholder="the text to publish (for edit)"' in page.text
     edited = _decide(api, csrf, "proposals", seeded.proposal, decision="edit", content="Staging: Sundays")
     assert edited.status_code == 303, edited.text
     listed = api.call(admin, "/v1/admin/proposals", method="GET").json()

@@ -4,7 +4,7 @@ trail."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from litestar import Controller, Request
@@ -45,6 +45,7 @@ class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     outcome: str | None = None
     limit: int = 100
     cursor: str | None = None
+    order: Literal["oldest", "newest"] = "oldest"
 
 
 class CheckpointsQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -73,8 +74,9 @@ class CheckpointsResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def audit_cursor(cursor: str | None, head: Callable[[], int]) -> tuple[int, int]:
-    """(after, upto) of an audit walk: a first page snapshots the ledger head, and its
-    cursors (``after:upto``) carry that snapshot, so a walk ends even though every page it
+    """(bound, upto) of an audit walk: a first page snapshots the ledger head, and its
+    cursors (``bound:upto``; the bound is the last position shown, read after it oldest
+    first and before it newest first) carry that snapshot, so a walk ends even though every page it
     reads is audited too. A bare position (an older cursor) reads up to today's head."""
     if cursor is None:
         return 0, head()
@@ -151,16 +153,19 @@ class ComplianceController(Controller):
 
         def run(c: Call) -> AuditResponse:
             asked = paged_query(params, AuditQuery)
-            after, upto = audit_cursor(asked.cursor, state.runtime.ledger.head_position)
+            bound, upto = audit_cursor(asked.cursor, state.runtime.ledger.head_position)
+            newest = asked.order == "newest"
             where = AuditFilter(
                 since=compliance_time("since", asked.since),
                 until=compliance_time("until", asked.until),
                 actor=asked.actor,
                 op=asked.op,
                 outcome=asked.outcome,
-                after=after,
+                after=0 if newest else bound,
+                before=bound if newest and asked.cursor is not None else None,
                 upto=upto,
                 limit=asked.limit,
+                newest=newest,
             )
             records = state.reads.audit(c.identity.namespace, where)
             cursor = f"{records[-1].position}:{upto}" if len(records) == asked.limit else None

@@ -22,13 +22,13 @@ from memwarden.api.http.schemas import Body, ComplianceTime, compliance_time
 from memwarden.domain.model.asof import AsOfMemory
 from memwarden.domain.model.commands import AwareDatetime
 from memwarden.domain.model.errors import NotFound
-from memwarden.domain.model.identity import COMPLIANCE_ROLES
+from memwarden.domain.model.identity import COMPLIANCE_ROLES, OWNER_ROLES
 from memwarden.projections.rebuild import Rebuilder, RebuildFailed, RebuildReport
 from memwarden.projections.runner import ProjectionStatus
 from memwarden.projections.timeline.service import AsOfQuestion, check_limit, parse_cursor, scope_for
 
 Req = Request[Any, Any, Any]
-OWNER = frozenset({"owner"})
+OWNER = OWNER_ROLES
 
 
 class AsOfBody(Body, frozen=True, kw_only=True):
