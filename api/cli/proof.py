@@ -9,10 +9,12 @@ import base64
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memwarden.bootstrap.runtime import Runtime
 from memwarden_client.proofs import ProofError, VerifierKey, verify_proof_file
+
+if TYPE_CHECKING:
+    from memwarden.bootstrap.runtime import Runtime
 
 
 def _b64(value: bytes) -> str:
@@ -37,6 +39,8 @@ def _note_of(runtime: Runtime, size: int | None) -> tuple[int, str]:
 
 
 def cmd_proof_inclusion(args: argparse.Namespace) -> int:
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         size, note = _note_of(runtime, args.size)
         found = runtime.reads.tree.inclusion(args.position, size)
@@ -56,6 +60,8 @@ def cmd_proof_inclusion(args: argparse.Namespace) -> int:
 
 
 def cmd_proof_consistency(args: argparse.Namespace) -> int:
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         first_size, first_note = _note_of(runtime, args.first)
         second_size, second_note = _note_of(runtime, args.second)
@@ -75,6 +81,8 @@ def cmd_proof_consistency(args: argparse.Namespace) -> int:
 
 
 def cmd_proof_vkey(_args: argparse.Namespace) -> int:
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         sys.stdout.write(runtime.ledger.vkey + "\n")
     return 0
