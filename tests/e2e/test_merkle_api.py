@@ -5,20 +5,13 @@ with the client alone; an erased memory's leaf still proves; the tree rebuilds i
 from __future__ import annotations
 
 import base64
-import hashlib
 from uuid import UUID
 
 from memwarden.domain.ledger.chain import canonical
 from memwarden.projections.rebuild import Rebuilder
 from memwarden_client.proofs import leaf_hash, verify_consistency, verify_inclusion
 from tests.e2e.api_helpers import Api
-
-
-def _naive_root(leaves: list[bytes]) -> bytes:
-    if len(leaves) == 1:
-        return leaves[0]
-    k = 1 << ((len(leaves) - 1).bit_length() - 1)
-    return hashlib.sha256(b"\x01" + _naive_root(leaves[:k]) + _naive_root(leaves[k:])).digest()
+from tests.merkle_reference import naive_root
 
 
 def _ledger_leaves(api: Api) -> list[bytes]:
@@ -70,9 +63,9 @@ def test_proofs_from_the_api_verify_with_the_client_alone(api: Api) -> None:
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert base64.b64decode(body["leaf_hash"]) == leaves[position - 1]
-        assert base64.b64decode(body["root"]) == _naive_root(leaves)
+        assert base64.b64decode(body["root"]) == naive_root(leaves)
         verify_inclusion(
-            body["leaf_index"], size, leaves[position - 1], _b64(body["proof"]), _naive_root(leaves)
+            body["leaf_index"], size, leaves[position - 1], _b64(body["proof"]), naive_root(leaves)
         )
     first = size // 3
     answer = api.call(
@@ -80,7 +73,7 @@ def test_proofs_from_the_api_verify_with_the_client_alone(api: Api) -> None:
     )
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    verify_consistency(first, size, _naive_root(leaves[:first]), _naive_root(leaves), _b64(body["proof"]))
+    verify_consistency(first, size, naive_root(leaves[:first]), naive_root(leaves), _b64(body["proof"]))
 
 
 def test_proof_requests_out_of_range_are_400_and_agents_are_refused(api: Api) -> None:
@@ -113,7 +106,7 @@ def test_an_erased_memorys_leaf_still_proves_and_the_tree_rebuilds_the_same(api:
     api.settle()
     leaves = _ledger_leaves(api)
     proof = api.runtime.reads.tree.inclusion(written_at, len(leaves))
-    verify_inclusion(written_at - 1, len(leaves), leaves[written_at - 1], proof.proof, _naive_root(leaves))
+    verify_inclusion(written_at - 1, len(leaves), leaves[written_at - 1], proof.proof, naive_root(leaves))
     before = api.runtime.reads.tree.root(len(leaves))
     report = Rebuilder(api.runtime.reads.runner).rebuild("merkle", verify=True)
     assert report.differences == []

@@ -5,9 +5,7 @@ identically from the ledger."""
 from __future__ import annotations
 
 import base64
-import hashlib
 from collections.abc import Iterator
-from uuid import UUID
 
 import msgspec
 import pytest
@@ -15,11 +13,11 @@ from litestar.testing import TestClient
 
 from memwarden.api.http.app import create_app
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.domain.ledger.chain import canonical
 from memwarden.domain.settings import Settings
 from memwarden.projections.rebuild import Rebuilder
-from memwarden_client.proofs import Checkpoint, VerifierKey, leaf_hash, verify_consistency, verify_inclusion
+from memwarden_client.proofs import Checkpoint, VerifierKey, verify_consistency, verify_inclusion
 from tests.e2e.api_helpers import Api
+from tests.merkle_reference import naive_root, row_leaf
 
 
 @pytest.fixture
@@ -27,13 +25,6 @@ def tenant_api(settings: Settings) -> Iterator[Api]:
     chained = msgspec.structs.replace(settings, ledger_chains="tenant")
     with Runtime(chained) as runtime, TestClient(app=create_app(runtime=runtime)) as client:
         yield Api(runtime, client)
-
-
-def _naive_root(leaves: list[bytes]) -> bytes:
-    if len(leaves) == 1:
-        return leaves[0]
-    k = 1 << ((len(leaves) - 1).bit_length() - 1)
-    return hashlib.sha256(b"\x01" + _naive_root(leaves[:k]) + _naive_root(leaves[k:])).digest()
 
 
 def _tenant_leaves(api: Api, tenant: str) -> list[tuple[int, bytes]]:
@@ -44,21 +35,7 @@ def _tenant_leaves(api: Api, tenant: str) -> list[tuple[int, bytes]]:
             " WHERE tenant = %s ORDER BY tenant_position",
             (tenant,),
         ).fetchall()
-    return [
-        (
-            r["notification_id"],
-            leaf_hash(
-                canonical(
-                    r["notification_id"],
-                    UUID(str(r["originator_id"])),
-                    r["originator_version"],
-                    r["topic"],
-                    bytes(r["state"]),
-                )
-            ),
-        )
-        for r in rows
-    ]
+    return [(r["notification_id"], row_leaf(r)) for r in rows]
 
 
 def test_each_tenant_proves_against_its_own_tree_only(tenant_api: Api) -> None:
@@ -79,7 +56,7 @@ def test_each_tenant_proves_against_its_own_tree_only(tenant_api: Api) -> None:
     log_key = VerifierKey.parse(api.runtime.ledger.vkey_of("acme"))
     checkpoint = Checkpoint.verify(made.json()["note"], log_key)
     assert checkpoint.origin.endswith("/acme")
-    assert checkpoint.root == _naive_root(hashes[: checkpoint.size])
+    assert checkpoint.root == naive_root(hashes[: checkpoint.size])
 
     size = checkpoint.size
     for index in (0, size // 2, size - 1):
@@ -99,7 +76,7 @@ def test_each_tenant_proves_against_its_own_tree_only(tenant_api: Api) -> None:
         auditor, "/v1/compliance/proofs/consistency", method="GET", params={"from": 3, "to": size}
     ).json()
     verify_consistency(
-        3, size, _naive_root(hashes[:3]), checkpoint.root, [base64.b64decode(p) for p in proof["proof"]]
+        3, size, naive_root(hashes[:3]), checkpoint.root, [base64.b64decode(p) for p in proof["proof"]]
     )
 
     globex_position = _tenant_leaves(api, "globex")[0][0]

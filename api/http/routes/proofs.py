@@ -19,6 +19,7 @@ from memwarden.api.http.schemas import Body
 from memwarden.api.http.trees import tree_of
 from memwarden.domain.model.errors import Forbidden, InvalidRequest, NotFound
 from memwarden.domain.model.text import quote_text
+from memwarden.projections.merkle.reads import InclusionProof
 from memwarden_client.proofs import Checkpoint, Note, ProofError, VerifierKey, cosignature_time
 
 Req = Request[Any, Any, Any]
@@ -42,6 +43,17 @@ class InclusionResponse(msgspec.Struct, frozen=True, kw_only=True):
     """The root of the tree of ``size`` leaves, base64: what a checkpoint of that size signs."""
     proof: list[str]
     """The audit path, nearest the leaf first, base64 (RFC 9162 §2.1.3)."""
+
+
+def _inclusion(found: InclusionProof) -> InclusionResponse:
+    return InclusionResponse(
+        position=found.position,
+        leaf_index=found.leaf_index,
+        size=found.size,
+        leaf_hash=_b64(found.leaf_hash),
+        root=_b64(found.root),
+        proof=[_b64(p) for p in found.proof],
+    )
 
 
 class ConsistencyResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,15 +80,7 @@ class ProofsController(Controller):
         tree = api_state(request).reads.tree
 
         def run(c: Call) -> InclusionResponse:
-            found = tree.inclusion(position, size, tree_of(api_state(request), c.identity))
-            return InclusionResponse(
-                position=found.position,
-                leaf_index=found.leaf_index,
-                size=found.size,
-                leaf_hash=_b64(found.leaf_hash),
-                root=_b64(found.root),
-                proof=[_b64(p) for p in found.proof],
-            )
+            return _inclusion(tree.inclusion(position, size, tree_of(api_state(request), c.identity)))
 
         return query(request, run, lambda r: f"position {r.position} in {r.size}")
 
@@ -205,14 +209,7 @@ class ProveController(Controller):
                 )
             found = tree.inclusion(data.position, kept.checkpoint.size, own)
             return ProveResponse(
-                inclusion=InclusionResponse(
-                    position=found.position,
-                    leaf_index=found.leaf_index,
-                    size=found.size,
-                    leaf_hash=_b64(found.leaf_hash),
-                    root=_b64(found.root),
-                    proof=[_b64(p) for p in found.proof],
-                ),
+                inclusion=_inclusion(found),
                 checkpoint=kept.checkpoint.note,
                 log_key=ledger.vkey_of(own),
             )
