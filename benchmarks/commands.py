@@ -26,7 +26,7 @@ def lazy(module: str, function: str) -> Handler:
 
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
-    if args.mode == "in-process":
+    if args.mode == "in-process" or args.profile:
         return lazy("benchmarks.search", "run_search_bench")(args)
     return lazy("benchmarks.search_http", "run_http_search_bench")(args)
 
@@ -85,6 +85,12 @@ def register(bench: Any) -> None:
     search.add_argument("--queries", type=int, default=300, help="measured queries per size")
     search.add_argument("--writers", type=int, default=4, help="writer threads for the ingest")
     search.add_argument("--seed", type=int, default=7)
+    search.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time each stage of every search (lanes, fusion, rerank, hydrate, the rest), "
+        "p50 and p95 per stage, same run; runs in-process (HTTP adds its own share on top)",
+    )
     search.add_argument("--json", action="store_true")
     search.set_defaults(handler=cmd_bench_search)
     locomo = bench.add_parser("locomo", help="evidence recall on LoCoMo: lexical, vector, hybrid")

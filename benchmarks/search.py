@@ -53,6 +53,7 @@ from memwarden.projections.search.drivers import BASELINE, SearchRequest, candid
 from memwarden.projections.search.halfvec import HalfvecParam
 from memwarden.projections.search.projection import hnsw_index_name
 from memwarden.projections.search.service import SearchQuery, SearchService, hydrate
+from memwarden.projections.search.stages import recording
 
 RATIO_TARGET = 2.5
 P95_TARGET_MS = 25.0
@@ -65,6 +66,8 @@ VACUUMED = ("search_docs", "search_postings", "search_terms", "search_stats", "m
 
 
 class SearchBenchRow(msgspec.Struct, kw_only=True):
+    profile: dict[str, list[float]] | None = None
+    """``--profile``: each stage's [p50, p95] in ms over the measured searches."""
     size: int
     namespaces: int
     leaves_asking: int
@@ -371,6 +374,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> SearchBenc
             progress(f"size {size}: {WARM_UP_QUERIES} warm-up and {args.queries} measured queries")
             asked, embed_query = ask(data, WARM_UP_QUERIES + args.queries, args.seed + size, model)
             timings = query_timings(runtime, conn, asked)
+            profile = stage_profile(runtime.reads.search, asked[WARM_UP_QUERIES:]) if args.profile else None
             memory = sizes_mb(conn, runtime.ledger.schema, model.model_id)
     return SearchBenchRow(
         size=size,
@@ -393,8 +397,36 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> SearchBenc
         search_tables_mb=round(sum(v for k, v in memory.items() if k != "hnsw"), 1),
         peak_rss_mb=round(peak_rss_mb(), 1),
         p95_target_ms=P95_TARGET_MS if size >= P95_TARGET_SIZE else None,
+        profile=profile,
         **timings,
     )
+
+
+REST = "the rest (scope, view, statements between)"
+
+
+def stage_profile(service: SearchService, asked: Sequence[Asked]) -> dict[str, list[float]]:
+    """Every search timed stage by stage (``projections/search/stages.py``), the query
+    embedded apart (it runs beside the view's opening; its wait shows in the vector lane)."""
+    if isinstance(service.embedder, CachingEmbedder):
+        service.embedder.clear()
+    per_stage: dict[str, list[float]] = {}
+    for q in asked:
+        with recording() as stages:
+            began = time.perf_counter()
+            service.search(q.identity, SearchQuery(query=q.text, k=K))
+            total = time.perf_counter() - began
+        stages[REST] = max(0.0, total - sum(stages.values()))
+        stages["total"] = total
+        for name, seconds in stages.items():
+            per_stage.setdefault(name, []).append(seconds)
+    embedder = service.embedder
+    if embedder is not None:
+        inner = embedder.inner if isinstance(embedder, CachingEmbedder) else embedder
+        per_stage["embedding one query (apart)"] = [
+            timed(lambda t: len(inner.embed([t.text])), q)[0] for q in asked
+        ]
+    return {name: [ms(v, 0.5), ms(v, 0.95)] for name, v in per_stage.items()}
 
 
 def query_timings(
@@ -508,6 +540,10 @@ def _details(r: SearchBenchRow) -> Iterator[str]:
         f"embedding p50/p95 {r.search_no_embed_p50_ms:.2f} / {r.search_no_embed_p95_ms:.2f} ms "
         f"({r.ratio_no_embed_p50:.2f}x raw); vector lane p50 {r.vector_lane_p50_ms:.2f} ms; lexical lane p50 {r.lexical_lane_p50_ms:.2f} ms"
     )
+    if r.profile:
+        yield "  stages (p50 / p95 ms, same searches; a stage not run by a search counts only where run):"
+        for name, (p50, p95) in r.profile.items():
+            yield f"    {name:48} {p50:8.2f} / {p95:8.2f}"
     yield (
         f"  memory: search tables {r.search_tables_mb:.1f} MB (search_docs {r.search_docs_mb:.1f} MB incl. "
         f"HNSW index {r.hnsw_index_mb:.1f} MB; postings {r.search_postings_mb:.1f} MB); "

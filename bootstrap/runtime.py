@@ -30,24 +30,31 @@ from memwarden.projections.search.neighbours import SearchNeighbours
 from memwarden.projections.search.vectors import SearchVectorIndex
 
 
-def search_drivers() -> dict[str, Driver]:
+def search_drivers(warm: bool = True) -> dict[str, Driver]:
     """The drivers a namespace policy may name, with the reranking stage that
-    ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default)."""
-    reranker, depth = reranker_from_env(background=True)
+    ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default). ``warm``: its
+    model loads in a background thread from now, else at the first search that reranks."""
+    reranker, depth = reranker_from_env(background=warm, lazy=not warm)
     return policy_drivers(reranker, depth or RERANK_DEPTH)
 
 
 class Runtime:
-    def __init__(self, settings: Settings | None = None, *, follow: bool = True) -> None:
+    def __init__(
+        self, settings: Settings | None = None, *, follow: bool = True, warm_models: bool = False
+    ) -> None:
+        """``warm_models``: the models load in background threads from now, for a process
+        that answers searches (``api_runtime``); else each loads at its first use, so the
+        projector, a worker or a CLI command carries only the models it actually runs (the
+        projector embeds but never reranks; ``keys list`` does neither)."""
         self.settings = settings or Settings.from_env()
-        self.core = Core(self.settings, prepare=prepare_database)
+        self.core = Core(self.settings, prepare=prepare_database, warm_models=warm_models)
         try:
             self.reads = ReadModels(
                 self.core.ledger,
                 self.core.params.conninfo(),
                 wait_seconds=self.settings.read_wait_seconds,
                 embedder=self.core.embedder,
-                drivers=search_drivers(),
+                drivers=search_drivers(warm_models),
             )
             self.reads.build_missing_indexes()
             self.core.erasure.lookup = ProjectionErasureLookup(self.reads)
@@ -136,7 +143,7 @@ def api_runtime(settings: Settings) -> Runtime:
     """An API process's runtime: it projects in a thread of its own (``projector`` =
     ``thread``), or only watches how far another process has projected (``external``)."""
     in_thread = settings.projector == "thread"
-    runtime = Runtime(settings, follow=in_thread)
+    runtime = Runtime(settings, follow=in_thread, warm_models=True)
     if not in_thread:
         runtime.reads.runner.watch()
     return runtime

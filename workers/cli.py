@@ -12,10 +12,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.settings import Settings
-from memwarden.workers.actors import redis_reachable
-from memwarden.workers.main import InProcessAutopilot, run_worker
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +20,9 @@ log = logging.getLogger(__name__)
 def cmd_worker(args: argparse.Namespace) -> int:
     """The dispatcher and the actors until SIGTERM or SIGINT."""
     settings = Settings.from_env()
+    from memwarden.workers.actors import redis_reachable  # noqa: PLC0415 - dramatiq and the runtime: only the commands that run them
+    from memwarden.workers.main import run_worker  # noqa: PLC0415 - dramatiq and the runtime: only the commands that run them
+
     if not redis_reachable(settings):
         sys.stderr.write(
             f"memwarden worker: no Redis answers at {settings.redis_url} (REDIS_URL);"
@@ -56,7 +56,11 @@ class ServeAutopilot:
     its own that projects nothing (the API projects; a wait helps if nobody does)."""
 
     def __init__(self, settings: Settings) -> None:
+        from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
         self.runtime = Runtime(settings, follow=False)
+        from memwarden.workers.main import InProcessAutopilot  # noqa: PLC0415 - dramatiq and the runtime: only the commands that run them
+
         self.autopilot = InProcessAutopilot(self.runtime)
         self.autopilot.start()
 
@@ -69,6 +73,8 @@ def serve_autopilot(settings: Settings) -> ServeAutopilot | None:
     """The in-process autopilot, unless a Redis answers (then `memwarden worker` runs it,
     and the async write tickets too: the API processes send them to it, unless
     ``MEMWARDEN_TICKETS`` says otherwise)."""
+    from memwarden.workers.actors import redis_reachable  # noqa: PLC0415 - dramatiq and the runtime: only the commands that run them
+
     if redis_reachable(settings):
         os.environ.setdefault("MEMWARDEN_TICKETS", "queue")
         return None

@@ -11,7 +11,6 @@ from typing import Any
 
 import msgspec
 
-from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.ledger.keys import KEK_BYTES, KeyConfigError, KeyEncryptionKey
 from memwarden.domain.model.certificates import DeletionCertificate
 from memwarden.domain.settings import Settings
@@ -42,6 +41,8 @@ def cmd_certificates_verify(args: argparse.Namespace) -> int:
             f"INVALID: unreadable certificate {args.file}: {error}",
         )
         return 1
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         check = runtime.ledger.verify_certificate(certificate)
     text = (
@@ -99,6 +100,8 @@ def cmd_keys_rotate_kek(args: argparse.Namespace) -> int:
             handle.write(new.key)
             handle.flush()
             os.fsync(handle.fileno())
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(settings, follow=False) as runtime:
         old_id = runtime.ledger.kek.key_id
         if old_id == new.key_id:

@@ -43,7 +43,6 @@ import yaml
 from memwarden.api.cli.knowledge import OPERATOR, publisher
 from memwarden.api.cli.progress import ProgressBar
 from memwarden.api.http.schemas import batch_entry
-from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import validate_namespace
@@ -316,6 +315,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         sys.stderr.write(f"cannot read {path}: {error.strerror or error}\n")
         return 2
     began = time.monotonic()
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         progress = ProgressFile(runtime.settings.data_dir, path, identity, fingerprint)
         if args.from_start:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.embedding import ModelFileRejected, embedder_from_env
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.identity import Identity
@@ -65,6 +64,8 @@ def cmd_knowledge_load(args: argparse.Namespace) -> int:
     except (ValueError, ModelFileRejected) as error:
         sys.stderr.write(f"no embedder: {error}\n(set MEMWARDEN_EMBEDDER=none to load lexical-only)\n")
         return 2
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         service = KnowledgeService(runtime.ledger, embedder, runtime.core.governance.write_policy)
         try:

@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
 from psycopg.sql import SQL, Identifier
@@ -26,7 +26,6 @@ from memwarden.api.cli.timetravel import register as register_time_commands
 from memwarden.api.cli.witness import register as register_witness_command
 from memwarden.api.mcp.command import register as register_mcp_command
 from memwarden.bootstrap.migrate import MigrationError
-from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.identity import Identity
@@ -37,6 +36,9 @@ from memwarden.domain.model.trust import SOURCE_RANKS
 from memwarden.domain.settings import Settings
 from memwarden.projections.governance.views import KeyView
 from memwarden.workers.cli import register_worker_command
+
+if TYPE_CHECKING:
+    from memwarden.bootstrap.runtime import Runtime
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -50,6 +52,7 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def cmd_demo(_args: argparse.Namespace) -> int:
     from memwarden.api.cli.demo import demo_settings, run_demo  # noqa: PLC0415 - only this command needs it
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
 
     with demo_settings() as settings, Runtime(settings) as runtime:
         facts = run_demo(runtime)
@@ -66,6 +69,8 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as error:
             sys.stderr.write(f"cannot read checkpoint {args.checkpoint}: {error}\n")
             return 2
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         try:
             report = runtime.ledger.verify(checkpoint)
@@ -93,6 +98,8 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger_checkpoint(_args: argparse.Namespace) -> int:
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         checkpoint = runtime.ledger.checkpoint(runtime.reads.tree.root)
     sys.stdout.write(msgspec.json.encode(checkpoint).decode() + "\n")
@@ -100,6 +107,8 @@ def cmd_ledger_checkpoint(_args: argparse.Namespace) -> int:
 
 
 def cmd_projections_status(args: argparse.Namespace) -> int:
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         statuses = runtime.reads.runner.status()
     lines = [
@@ -125,6 +134,8 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     )
     try:
         validate_namespace(args.namespace)
+        from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
         with Runtime(follow=False) as runtime:
             issued = runtime.core.governance.issue_key(_operator(args.namespace), command)
     except DomainError as error:
@@ -145,6 +156,8 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     if problem is not None:  # no key id holds one; and the lookup could not even send it
         sys.stderr.write(f"refused: KEY_ID {problem}\n")
         return 1
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         governance = runtime.core.governance
         key = governance.key(args.key_id)
@@ -167,6 +180,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     except DomainError as error:
         sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
         return 1
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         runtime.reads.runner.catch_up()
         keys = list(runtime.reads.keys(args.namespace)) if args.namespace else _all_keys(runtime)

@@ -14,7 +14,6 @@ import msgspec
 
 from memwarden.api.cli.knowledge import OPERATOR
 from memwarden.api.cli.progress import ProgressBar
-from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.services.reembed import DEFAULT_BATCH, ReembedReport
 
@@ -26,6 +25,8 @@ class ReembedSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def cmd_reembed(args: argparse.Namespace) -> int:
     began = time.monotonic()
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         service = runtime.reembed
         try:

@@ -14,7 +14,6 @@ import msgspec
 from psycopg.sql import SQL, Identifier
 
 from memwarden.api.cli.progress import staged_progress
-from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.asof import AsOfAnswer, AsOfMemory
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.namespaces import validate_namespace
@@ -24,6 +23,9 @@ from memwarden.domain.model.text import quote_text
 from memwarden.domain.model.times import parse_time_text
 from memwarden.projections.rebuild import Rebuilder, RebuildFailed
 from memwarden.projections.timeline.service import AsOfQuestion
+
+if TYPE_CHECKING:
+    from memwarden.bootstrap.runtime import Runtime
 
 
 def parse_time(text: str) -> datetime:
@@ -59,6 +61,8 @@ def cmd_asof(args: argparse.Namespace) -> int:
     except DomainError as error:
         sys.stderr.write(f"refused: {error.detail}\n")
         return 2
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         travel = runtime.reads.time_travel
         if scope is None:  # the operator: every namespace the ledger knows
@@ -105,6 +109,8 @@ def known_namespaces(runtime: Runtime) -> list[str]:
 
 
 def cmd_projections_rebuild(args: argparse.Namespace) -> int:
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         rebuilder = Rebuilder(runtime.reads.runner)
         names = [args.name] if args.name else [p.name for p in runtime.reads.runner.projections]
@@ -144,6 +150,8 @@ def cmd_projections_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_replay_snapshot(args: argparse.Namespace) -> int:
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+
     with Runtime(follow=False) as runtime:
         replayer = runtime.reads.time_travel.replayer
         if args.drop:

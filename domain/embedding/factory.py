@@ -38,16 +38,21 @@ log = logging.getLogger(__name__)
 
 
 class WarmingModel:
-    """A bundled model (its id and dimensions known without it), loaded in a background
-    thread from the moment this is made, so a process that starts does not wait the load
-    before its first answer; ``embed`` waits for it the first time (on the shared
-    instance's lock), and raises there a load that failed (a file failing its pin)."""
+    """A bundled model (its id and dimensions known without it). With ``warm`` it loads in
+    a background thread from the moment this is made, so a process that starts does not
+    wait the load before its first answer; without, it loads at its first use, so a process
+    that never embeds (most CLI commands) carries no model. ``embed`` waits for it the
+    first time (on the shared instance's lock), and raises there a load that failed (a
+    file failing its pin)."""
 
-    def __init__(self, shared: Callable[[], Embedder], model_id: str, dimensions: int) -> None:
+    def __init__(
+        self, shared: Callable[[], Embedder], model_id: str, dimensions: int, *, warm: bool = True
+    ) -> None:
         self._shared = shared
         self._model_id = model_id
         self._dimensions = dimensions
-        threading.Thread(target=self._warm, name=f"warm-{model_id}").start()  # joined at exit
+        if warm:  # joined at exit
+            threading.Thread(target=self._warm, name=f"warm-{model_id}").start()
 
     def _warm(self) -> None:
         try:
@@ -67,9 +72,12 @@ class WarmingModel:
         return self._shared().embed(texts)
 
 
-def embedder_from_env(env: Mapping[str, str] | None = None, background: bool = False) -> Embedder | None:
+def embedder_from_env(
+    env: Mapping[str, str] | None = None, background: bool = False, *, lazy: bool = False
+) -> Embedder | None:
     """The configured embedder, or ``None`` for ``none``. ``background``: a bundled model
-    loads in a thread and is checked at first use (``WarmingModel``).
+    loads in a thread and is checked at first use (``WarmingModel``); ``lazy``: it loads
+    at its first use only.
 
     Raises ``ValueError`` for an unknown choice or incomplete ``openai`` settings, and
     :class:`~domain.embedding.base.ModelFileRejected` when a model's files fail their pins.
@@ -80,12 +88,16 @@ def embedder_from_env(env: Mapping[str, str] | None = None, background: bool = F
         return None
     if choice == "minilm":
         model: Embedder = (
-            WarmingModel(shared_minilm, MINILM_ID, MINILM_DIMENSIONS) if background else shared_minilm()
+            WarmingModel(shared_minilm, MINILM_ID, MINILM_DIMENSIONS, warm=background)
+            if background or lazy
+            else shared_minilm()
         )
         return CachingEmbedder(BatchingEmbedder(model))
     if choice == "bge":
         bge: Embedder = (
-            WarmingModel(shared_bge_small, BGE_ID, BGE_DIMENSIONS) if background else shared_bge_small()
+            WarmingModel(shared_bge_small, BGE_ID, BGE_DIMENSIONS, warm=background)
+            if background or lazy
+            else shared_bge_small()
         )
         return CachingEmbedder(BatchingEmbedder(bge))
     if choice == "hash":

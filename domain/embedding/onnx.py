@@ -151,6 +151,11 @@ class Shared(Generic[T]):
         self._value: T | None = None
         self._lock = threading.Lock()
 
+    @property
+    def made(self) -> bool:
+        """Whether the instance exists yet (nothing is made by asking)."""
+        return self._value is not None
+
     def __call__(self) -> T:
         if self._value is None:
             with self._lock:

@@ -83,34 +83,43 @@ log = logging.getLogger(__name__)
 
 
 class WarmingCrossEncoder:
-    """The process's cross-encoder, loaded in a background thread from the moment this is
-    made, so a process that starts (an API worker, ``memwarden mcp``) does not wait the
-    model's load before its first answer; ``score`` waits for it the first time (on the
-    shared instance's lock). A load that fails (a file failing its pin) is tried again by
+    """The process's cross-encoder. With ``warm`` (an API process) it loads in a background
+    thread from the moment this is made, so the process does not wait the model's load
+    before its first answer; without (the projector, a worker, a CLI command: processes
+    that seldom or never search) nothing loads until a search reranks, so a process that
+    never does carries no model. ``score`` waits for the load the first time (on the shared
+    instance's lock). A load that fails (a file failing its pin) is tried again by
     ``score``, which raises it where a search sees it."""
 
-    def __init__(self) -> None:
-        threading.Thread(target=self._warm, name="rerank-warm").start()  # joined at exit: a daemon killed mid-load aborts onnxruntime
+    def __init__(self, *, warm: bool = True, shared: Shared[CrossEncoder] | None = None) -> None:
+        self._shared = shared_cross_encoder if shared is None else shared
+        if warm:  # joined at exit: a daemon killed mid-load aborts onnxruntime
+            threading.Thread(target=self._warm, name="rerank-warm").start()
 
-    @staticmethod
-    def _warm() -> None:
+    def _warm(self) -> None:
         try:
-            shared_cross_encoder()
+            self._shared()
         except Exception:
             log.exception("the cross-encoder did not load; the first search that reranks tries again")
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in this process's memory (made by a search or the warm-up)."""
+        return self._shared.made
+
     def score(self, query: str, passages: Sequence[str]) -> Matrix:
-        return shared_cross_encoder().score(query, passages)
+        return self._shared().score(query, passages)
 
 
 def reranker_from_env(
-    env: Mapping[str, str] | None = None, background: bool = False
+    env: Mapping[str, str] | None = None, background: bool = False, *, lazy: bool = False
 ) -> tuple[CrossEncoder | WarmingCrossEncoder | None, int | None]:
     """``MEMWARDEN_RERANK`` (``ms-marco``, the default, or ``none``) and
     ``MEMWARDEN_RERANK_DEPTH`` (how many of the hybrid driver's best it reorders; ``None``:
     the driver's default). ``ValueError`` for an unknown choice or a depth that is not a
     positive whole number; :class:`~domain.embedding.base.ModelFileRejected` when the files
-    fail their pins. ``background``: the model loads in a thread, checked at first use."""
+    fail their pins. ``background``: the model loads in a thread, checked at first use;
+    ``lazy``: it loads at first use only (a process that never reranks never loads it)."""
     values = os.environ if env is None else env
     choice = (values.get("MEMWARDEN_RERANK") or "ms-marco").strip().lower()
     if choice not in RERANK_CHOICES:
@@ -120,5 +129,6 @@ def reranker_from_env(
         raise ValueError(f"MEMWARDEN_RERANK_DEPTH must be at most {MAX_RERANK_DEPTH}, got {int(depth)}")
     reranker: CrossEncoder | WarmingCrossEncoder | None = None
     if choice == "ms-marco":
-        reranker = WarmingCrossEncoder() if background else shared_cross_encoder()
+        lazily = background or lazy
+        reranker = WarmingCrossEncoder(warm=background) if lazily else shared_cross_encoder()
     return reranker, int(depth) if depth is not None else None

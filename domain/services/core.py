@@ -29,13 +29,18 @@ class Core:
         embedder: Embedder | str | None = "from-env",
         *,
         prepare: PrepareDatabase | None = None,
+        warm_models: bool = True,
     ) -> None:
         """``embedder``: by default the one ``MEMWARDEN_EMBEDDER`` names (offline MiniLM).
         ``prepare``: run on the database before the ledger opens (None: the schema is
-        taken as it is, e.g. a test database migrated by its fixture)."""
+        taken as it is, e.g. a test database migrated by its fixture). ``warm_models``: a
+        bundled model loads in a background thread from now (a process that serves
+        searches), else at its first use (a process that may never embed)."""
         self.settings = settings
         self.embedder: Embedder | None = (
-            embedder_from_env(background=True) if isinstance(embedder, str) else embedder
+            embedder_from_env(background=warm_models, lazy=not warm_models)
+            if isinstance(embedder, str)
+            else embedder
         )
         self.params, self.server = resolve_database(settings)
         try:

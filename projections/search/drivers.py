@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from memwarden.projections.search.stages import stage
 from memwarden.projections.search.view import Hit, ScopedView
 
 MIN_CANDIDATES = 40
@@ -184,17 +185,22 @@ class HybridDriver:
 
     def search(self, view: ScopedView, request: SearchRequest) -> list[Hit]:
         n = candidates_for(request.k)
-        lexical = view.lexical_lane(n)
-        vector = view.vector_lane(n) if view.has_vectors else []
-        merged = merge([(self.vector_weight, vector), (1.0 - self.vector_weight, lexical)])
-        if self.context_weight > 0 and merged:
-            nearby = view.neighbours([h.ref for h in merged], self.context_span)
-            merged = with_context(merged, nearby, self.context_weight)
+        with stage("lexical lane"):
+            lexical = view.lexical_lane(n)
+        with stage("vector lane (with the query's embedding wait)"):
+            vector = view.vector_lane(n) if view.has_vectors else []
+        with stage("fusion and context"):
+            merged = merge([(self.vector_weight, vector), (1.0 - self.vector_weight, lexical)])
+            if self.context_weight > 0 and merged:
+                nearby = view.neighbours([h.ref for h in merged], self.context_span)
+                merged = with_context(merged, nearby, self.context_weight)
         if self.reranker is not None and merged:
-            merged = reranked(
-                view, merged, request.query, self.reranker, self.rerank_depth, self.rerank_weight
-            )
-        return finish(view, merged, request)
+            with stage("rerank"):
+                merged = reranked(
+                    view, merged, request.query, self.reranker, self.rerank_depth, self.rerank_weight
+                )
+        with stage("finish (budget, visibility)"):
+            return finish(view, merged, request)
 
 
 class LexicalDriver:

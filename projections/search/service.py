@@ -46,6 +46,7 @@ from memwarden.projections.search.drivers import (
     policy_drivers,
 )
 from memwarden.projections.search.projection import serving_of
+from memwarden.projections.search.stages import stage
 from memwarden.projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView, ScopeSizes
 from memwarden.projections.timeline.views import position_at
 
@@ -247,7 +248,8 @@ class SearchService:
     ) -> SearchAnswer:
         with self.view(identity, q, vector, serving) as (view, conn, scope, shared):
             hits = driver.search(view, request)
-            results = hydrate(conn, self.ledger.schema, scope, shared, hits[: request.k])
+            with stage("hydrate"):
+                results = hydrate(conn, self.ledger.schema, scope, shared, hits[: request.k])
         return SearchAnswer(results=results, driver=label, degraded=degraded)
 
     # -- views ----------------------------------------------------------------------------------

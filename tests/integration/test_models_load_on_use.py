@@ -1,0 +1,64 @@
+"""A process loads a model only when it runs it: the projector, a worker and a CLI command
+build a runtime whose models wait for their first use; an API process warms them."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.embedding import embedder_from_env
+from memwarden.domain.embedding.base import CachingEmbedder
+from memwarden.domain.embedding.batching import BatchingEmbedder
+from memwarden.domain.embedding.factory import WarmingModel
+from memwarden.domain.embedding.minilm import MiniLMEmbedder
+from memwarden.domain.embedding.onnx import Shared
+from memwarden.domain.embedding.rerank import CrossEncoder, WarmingCrossEncoder, reranker_from_env
+from memwarden.domain.settings import Settings
+
+WARMING = ("rerank-warm", "warm-")
+
+
+def _warming_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(WARMING)}
+
+
+def test_a_lazy_cross_encoder_loads_at_its_first_score_only() -> None:
+    shared: Shared[CrossEncoder] = Shared(CrossEncoder)
+    reranker = WarmingCrossEncoder(warm=False, shared=shared)
+    assert not reranker.loaded
+    assert not shared.made
+    scores = reranker.score("who adopted a dog?", ["Dana adopted a beagle.", "The rent is due."])
+    assert reranker.loaded
+    assert shared.made
+    assert scores[0] > scores[1]
+
+
+def test_the_lazy_setting_starts_no_load() -> None:
+    before = _warming_threads()
+    reranker, _depth = reranker_from_env({"MEMWARDEN_RERANK": "ms-marco"}, lazy=True)
+    embedder = embedder_from_env({"MEMWARDEN_EMBEDDER": "minilm"}, lazy=True)
+    assert isinstance(reranker, WarmingCrossEncoder)
+    assert isinstance(embedder, CachingEmbedder)
+    assert isinstance(embedder.inner, BatchingEmbedder)
+    assert isinstance(embedder.inner.inner, WarmingModel)
+    assert _warming_threads() - before == set()
+
+
+@pytest.mark.minilm
+def test_a_lazy_embedder_answers_as_the_model() -> None:
+    embedder = embedder_from_env({"MEMWARDEN_EMBEDDER": "minilm"}, lazy=True)
+    assert embedder is not None
+    np.testing.assert_allclose(embedder.embed(["Dana"]), MiniLMEmbedder().embed(["Dana"]), atol=1e-6)
+
+
+@pytest.mark.minilm
+def test_a_cli_runtime_starts_no_model_load(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``memwarden keys list``, the projector and a worker build: no warming thread,
+    so a command that neither embeds nor reranks neither loads nor waits for a model."""
+    monkeypatch.setenv("MEMWARDEN_RERANK", "ms-marco")
+    before = _warming_threads()
+    with Runtime(settings, follow=False):
+        assert _warming_threads() - before == set()
