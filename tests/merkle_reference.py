@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
-from uuid import UUID
 
-from memwarden.domain.ledger.chain import canonical
+from memwarden.projections.merkle.records import record_of
 from memwarden_client.proofs import leaf_hash
 
 
@@ -20,11 +19,4 @@ def naive_root(leaves: list[bytes]) -> bytes:
 
 def row_leaf(row: dict[str, Any]) -> bytes:
     """The leaf of one events-table row: its canonical record, hashed as RFC 6962 does."""
-    record = canonical(
-        row["notification_id"],
-        UUID(str(row["originator_id"])),
-        row["originator_version"],
-        row["topic"],
-        bytes(row["state"]),
-    )
-    return leaf_hash(record)
+    return leaf_hash(record_of(row))

@@ -6,15 +6,14 @@ nodes they complete; the left siblings it needs are the stored frontier of the s
 from __future__ import annotations
 
 from typing import Any, NamedTuple
-from uuid import UUID
 
 from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
-from memwarden.domain.ledger.chain import canonical
 from memwarden.domain.ledger.mapper import Recorded
 from memwarden.domain.model.merkle import NodeKey, appended, frontier, leaf_hash
 from memwarden.domain.settings import SCHEMA
+from memwarden.projections.merkle.records import RECORD_COLUMNS, record_of
 
 
 class MerkleProjection:
@@ -53,7 +52,7 @@ class MerkleProjection:
     def _records(self, curs: Cursor[Any], first: int, last: int) -> list[LedgerRecord]:
         curs.execute(
             SQL(
-                "SELECT notification_id, originator_id, originator_version, topic, state, tenant, tenant_position"
+                "SELECT " + RECORD_COLUMNS + ", tenant, tenant_position"
                 " FROM {s}.events WHERE notification_id BETWEEN %s AND %s ORDER BY notification_id"
             ).format(s=Identifier(self.ledger_schema)),
             (first, last),
@@ -61,13 +60,7 @@ class MerkleProjection:
         return [
             LedgerRecord(
                 position=int(row["notification_id"]),
-                record=canonical(
-                    int(row["notification_id"]),
-                    UUID(str(row["originator_id"])),
-                    int(row["originator_version"]),
-                    str(row["topic"]),
-                    bytes(row["state"]),
-                ),
+                record=record_of(row),
                 tenant=row["tenant"],
                 tenant_position=row["tenant_position"],
             )

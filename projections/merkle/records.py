@@ -4,6 +4,8 @@ and bind the proven leaf to the document an auditor holds (memwarden_client/reco
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.postgres import PostgresDatastore
@@ -12,21 +14,12 @@ from psycopg.sql import SQL, Identifier
 from memwarden.domain.ledger.chain import canonical
 
 CERTIFIED_TOPIC = "ErasureCertified"
+RECORD_COLUMNS = "notification_id, originator_id, originator_version, topic, state"
+"""The columns of an events row that its canonical record is made of."""
 
 
-def canonical_record(datastore: PostgresDatastore, schema: str, position: int) -> bytes | None:
-    """The chain's canonical form of the event at ``position`` (ciphertext included); None
-    when there is no such position."""
-    with datastore.get_connection() as conn:
-        row = conn.execute(
-            SQL(
-                "SELECT notification_id, originator_id, originator_version, topic, state"
-                " FROM {s}.events WHERE notification_id = %s"
-            ).format(s=Identifier(schema)),
-            (position,),
-        ).fetchone()
-    if row is None:
-        return None
+def record_of(row: Mapping[str, Any]) -> bytes:
+    """The chain's canonical form of an events row (``RECORD_COLUMNS``; ciphertext included)."""
     return canonical(
         int(row["notification_id"]),
         UUID(str(row["originator_id"])),
@@ -34,6 +27,19 @@ def canonical_record(datastore: PostgresDatastore, schema: str, position: int) -
         str(row["topic"]),
         bytes(row["state"]),
     )
+
+
+def canonical_record(datastore: PostgresDatastore, schema: str, position: int) -> bytes | None:
+    """The chain's canonical form of the event at ``position`` (ciphertext included); None
+    when there is no such position."""
+    with datastore.get_connection() as conn:
+        row = conn.execute(
+            SQL("SELECT " + RECORD_COLUMNS + " FROM {s}.events WHERE notification_id = %s").format(
+                s=Identifier(schema)
+            ),
+            (position,),
+        ).fetchone()
+    return None if row is None else record_of(row)
 
 
 def certificate_position(datastore: PostgresDatastore, schema: str, certificate_id: UUID) -> int | None:
