@@ -27,10 +27,7 @@ def _b64(value: bytes) -> str:
 def _note_of(runtime: Runtime, size: int | None) -> tuple[int, str]:
     """(size, note) of the newest signed checkpoint (of ``size``, when given); one is made
     when none of that size exists yet."""
-    kept = runtime.ledger.checkpoint_log.with_size(size) if size is not None else None
-    if kept is None and size is None:
-        newest = [k for k in runtime.ledger.checkpoint_log.newest(50) if k.checkpoint.note]
-        kept = newest[0] if newest else None
+    kept = runtime.ledger.checkpoint_log.with_size(size)
     if kept is None or kept.checkpoint.note is None or kept.checkpoint.size is None:
         made = runtime.ledger.checkpoint(runtime.reads.tree.root)
         assert made.note is not None

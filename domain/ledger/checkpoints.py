@@ -154,12 +154,13 @@ class CheckpointLog:
             {"before": before, "limit": limit, "tree": tree},
         )
 
-    def with_size(self, size: int, tree: str | None = None) -> KeptCheckpoint | None:
-        """The newest signed-note checkpoint of a tree of ``size`` leaves, if any."""
+    def with_size(self, size: int | None, tree: str | None = None) -> KeptCheckpoint | None:
+        """The newest signed-note checkpoint of a tree of ``size`` leaves (None: of any size),
+        if any."""
         found = self._select(
             SQL(
-                "WHERE c.size = %(size)s AND c.note IS NOT NULL AND c.tree IS NOT DISTINCT FROM %(tree)s"
-                " ORDER BY c.id DESC LIMIT 1"
+                "WHERE (%(size)s::bigint IS NULL OR c.size = %(size)s) AND c.note IS NOT NULL"
+                " AND c.tree IS NOT DISTINCT FROM %(tree)s ORDER BY c.id DESC LIMIT 1"
             ),
             {"size": size, "tree": tree},
         )

@@ -201,11 +201,7 @@ class ProveController(Controller):
 
         def run(c: Call) -> ProveResponse:
             own = tree_of(state, c.identity)
-            kept = ledger.checkpoint_log.with_size(data.size, own) if data.size is not None else None
-            if kept is None and data.size is None:
-                kept = next(
-                    (k for k in ledger.checkpoint_log.newest(50, tree=own) if k.checkpoint.note), None
-                )
+            kept = ledger.checkpoint_log.with_size(data.size, own)
             if kept is None or kept.checkpoint.size is None or kept.checkpoint.note is None:
                 raise NotFound(
                     "no signed checkpoint of that size (POST /v1/compliance/ledger/checkpoint makes one)"
