@@ -69,6 +69,14 @@ def _poisoned_calls() -> list[tuple[str, str, str, dict[str, Any], str]]:
             {"decision": "edit", "content": NUL},
             "content",
         ),
+        (
+            "admin",
+            "POST",
+            "/v1/admin/keys",
+            {"target": "acme/eng", "actor": "x", "role": "agent", "max_provenance": NUL},
+            "max_provenance",
+        ),
+        ("auditor", "POST", "/v1/compliance/checkpoints/1/cosignatures", {"cosignature": NUL}, "cosignature"),
         ("auditor", "POST", "/v1/compliance/asof", {"as_of": "2026-03-01", "query": NUL}, "query"),
         ("auditor", "POST", "/v1/compliance/asof", {"as_of": "2026-03-01", "target": NUL}, "target"),
     ]
