@@ -15,7 +15,7 @@ import msgspec
 
 from memwarden.api.cli.erasure import read_certificate
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.projections.merkle.records import canonical_record, certificate_position
+from memwarden.projections.merkle.records import certificate_position
 from memwarden_client.proofs import ProofError, VerifierKey
 from memwarden_client.records import verify_bound_proof_file
 
@@ -43,7 +43,6 @@ def _inclusion_document(runtime: Runtime, position: int, size: int | None) -> di
     position's canonical record), so the leaf proven can be read, not only hashed."""
     size_, note = _note_of(runtime, size)
     found = runtime.reads.tree.inclusion(position, size_)
-    record = canonical_record(runtime.reads.tree.datastore, runtime.reads.tree.schema, position)
     return {
         "kind": "inclusion",
         "position": found.position,
@@ -51,7 +50,7 @@ def _inclusion_document(runtime: Runtime, position: int, size: int | None) -> di
         "size": found.size,
         "leaf_hash": _b64(found.leaf_hash),
         "proof": [_b64(p) for p in found.proof],
-        "record": _b64(record) if record is not None else None,
+        "record": _b64(found.record),
         "checkpoint": note,
         "log_key": runtime.ledger.vkey,
     }

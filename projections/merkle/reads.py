@@ -3,7 +3,8 @@ query, after the tree has reached the size asked for."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 from eventsourcing.postgres import PostgresDatastore
@@ -20,6 +21,7 @@ from memwarden.domain.model.merkle import (
     root,
 )
 from memwarden.projections.merkle.projection import load_nodes, tenant_size
+from memwarden.projections.merkle.records import RECORD_COLUMNS, record_of
 
 
 class InclusionProof(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +33,8 @@ class InclusionProof(msgspec.Struct, frozen=True, kw_only=True):
     leaf_hash: bytes
     root: bytes
     proof: list[bytes]
+    record: bytes
+    """The leaf's preimage: the position's canonical record (``records.record_of``)."""
 
 
 class ConsistencyProof(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,22 +82,6 @@ class TreeReads:
         if not 1 <= size <= held:
             raise InvalidRequest(f"size must be between 1 and the tenant tree's {held} events")
 
-    def leaf_of(self, position: int, tree: str | None) -> int | None:
-        """The leaf index of ledger ``position`` in ``tree``; None when the event is another
-        tenant's (denied and missing look the same)."""
-        if tree is None:
-            return position - 1
-        with self.datastore.get_connection() as conn:
-            row = conn.execute(
-                SQL("SELECT tenant, tenant_position FROM {s}.events WHERE notification_id = %s").format(
-                    s=Identifier(self.schema)
-                ),
-                (position,),
-            ).fetchone()
-        if row is None or row["tenant"] != tree or row["tenant_position"] is None:
-            return None
-        return int(row["tenant_position"]) - 1
-
     def _nodes(self, keys: set[NodeKey], tree: str | None) -> dict[NodeKey, bytes]:
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             return load_nodes(curs, self.schema, keys, tree)
@@ -106,12 +94,22 @@ class TreeReads:
         if position < 1:
             raise InvalidRequest("position must be at least 1")
         self._reached(size, tree)
-        index = self.leaf_of(position, tree)
-        if index is None:
-            raise NotFound("no such record in this tree")
-        if index >= size:
-            raise InvalidRequest(f"position {position} is after the tree of {size} events")
-        nodes = self._nodes(nodes_for_inclusion(index, size) | nodes_for_root(size) | {(0, index)}, tree)
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(
+                SQL(
+                    "SELECT " + RECORD_COLUMNS + ", tenant, tenant_position FROM {s}.events"
+                    " WHERE notification_id = %s"
+                ).format(s=Identifier(self.schema)),
+                (position,),
+            )
+            row = curs.fetchone()
+            index = _leaf_index(row, position, tree)
+            if index is None:
+                raise NotFound("no such record in this tree")
+            if index >= size:
+                raise InvalidRequest(f"position {position} is after the tree of {size} events")
+            keys = nodes_for_inclusion(index, size) | nodes_for_root(size) | {(0, index)}
+            nodes = load_nodes(curs, self.schema, keys, tree)
         return InclusionProof(
             position=position,
             leaf_index=index,
@@ -119,6 +117,7 @@ class TreeReads:
             leaf_hash=nodes[(0, index)],
             root=root(size, nodes),
             proof=inclusion_proof(index, size, nodes),
+            record=record_of(row) if row is not None else b"",
         )
 
     def consistency(self, first: int, second: int, tree: str | None = None) -> ConsistencyProof:
@@ -133,3 +132,14 @@ class TreeReads:
             second_root=root(second, nodes),
             proof=consistency_proof(first, second, nodes),
         )
+
+
+def _leaf_index(row: Mapping[str, Any] | None, position: int, tree: str | None) -> int | None:
+    """The leaf of ledger ``position`` (its events ``row``) in ``tree``: position - 1 in the
+    ledger's tree; in a tenant's, its tenant position - 1, or None when the event is another
+    tenant's (denied and missing look the same)."""
+    if tree is None:
+        return position - 1
+    if row is None or row["tenant"] != tree or row["tenant_position"] is None:
+        return None
+    return int(row["tenant_position"]) - 1

@@ -29,19 +29,6 @@ def record_of(row: Mapping[str, Any]) -> bytes:
     )
 
 
-def canonical_record(datastore: PostgresDatastore, schema: str, position: int) -> bytes | None:
-    """The chain's canonical form of the event at ``position`` (ciphertext included); None
-    when there is no such position."""
-    with datastore.get_connection() as conn:
-        row = conn.execute(
-            SQL("SELECT " + RECORD_COLUMNS + " FROM {s}.events WHERE notification_id = %s").format(
-                s=Identifier(schema)
-            ),
-            (position,),
-        ).fetchone()
-    return None if row is None else record_of(row)
-
-
 def certificate_position(datastore: PostgresDatastore, schema: str, certificate_id: UUID) -> int | None:
     """The ledger position of certificate ``certificate_id``'s ErasureCertified event."""
     with datastore.get_connection() as conn:

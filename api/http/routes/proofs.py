@@ -19,8 +19,7 @@ from memwarden.api.http.schemas import Body
 from memwarden.api.http.trees import tree_of
 from memwarden.domain.model.errors import Forbidden, InvalidRequest, NotFound
 from memwarden.domain.model.text import quote_text
-from memwarden.projections.merkle.reads import InclusionProof, TreeReads
-from memwarden.projections.merkle.records import canonical_record
+from memwarden.projections.merkle.reads import InclusionProof
 from memwarden_client.proofs import Checkpoint, Note, ProofError, VerifierKey, cosignature_time
 
 Req = Request[Any, Any, Any]
@@ -50,8 +49,7 @@ class InclusionResponse(msgspec.Struct, frozen=True, kw_only=True):
     be read and matched to a certificate, audit record or receipt (memwarden_client.records)."""
 
 
-def _inclusion(tree: TreeReads, found: InclusionProof) -> InclusionResponse:
-    record = canonical_record(tree.datastore, tree.schema, found.position)
+def _inclusion(found: InclusionProof) -> InclusionResponse:
     return InclusionResponse(
         position=found.position,
         leaf_index=found.leaf_index,
@@ -59,7 +57,7 @@ def _inclusion(tree: TreeReads, found: InclusionProof) -> InclusionResponse:
         leaf_hash=_b64(found.leaf_hash),
         root=_b64(found.root),
         proof=[_b64(p) for p in found.proof],
-        record=_b64(record) if record is not None else "",
+        record=_b64(found.record),
     )
 
 
@@ -87,7 +85,7 @@ class ProofsController(Controller):
         tree = api_state(request).reads.tree
 
         def run(c: Call) -> InclusionResponse:
-            return _inclusion(tree, tree.inclusion(position, size, tree_of(api_state(request), c.identity)))
+            return _inclusion(tree.inclusion(position, size, tree_of(api_state(request), c.identity)))
 
         return query(request, run, lambda r: f"position {r.position} in {r.size}")
 
@@ -212,7 +210,7 @@ class ProveController(Controller):
                 )
             found = tree.inclusion(data.position, kept.checkpoint.size, own)
             return ProveResponse(
-                inclusion=_inclusion(tree, found),
+                inclusion=_inclusion(found),
                 checkpoint=kept.checkpoint.note,
                 log_key=ledger.vkey_of(own),
             )
