@@ -100,6 +100,7 @@ def register(bench: Any) -> None:
     register_time_bench(bench, lazy("benchmarks.time", "run_time_bench"))
     _register_erase_bench(bench)
     _register_proofs_bench(bench)
+    _register_review_bench(bench)
     _register_service_benches(bench)
 
 
@@ -119,6 +120,17 @@ def _register_proofs_bench(bench: Any) -> None:
     proofs.add_argument("--queries", type=int, default=300, help="inclusion and consistency proofs timed")
     proofs.add_argument("--json", action="store_true")
     proofs.set_defaults(handler=lazy("benchmarks.proofs", "run_proofs_bench"))
+
+
+def _register_review_bench(bench: Any) -> None:
+    review = bench.add_parser(
+        "review", help="a realistic import's findings for people, and a reviewer's queue page over HTTP"
+    )
+    review.add_argument("--statements", type=int, default=2000, help="statements imported")
+    review.add_argument("--open", type=int, default=10_000, help="open findings when the queue is timed")
+    review.add_argument("--requests", type=int, default=200, help="requests timed per page shape")
+    review.add_argument("--json", action="store_true")
+    review.set_defaults(handler=lazy("benchmarks.review", "run_review_bench"))
 
 
 def _register_service_benches(bench: Any) -> None:

@@ -261,6 +261,12 @@ class Disputes(PagedRequest[r.Page[r.Dispute], r.Dispute], frozen=True, kw_only=
     status: Literal["open", "resolved", "all"] | None = None
     limit: int | None = None
     order: Order | None = None
+    namespace: str | None = None
+    """Only this namespace and its descendants (within the caller's subtree)."""
+    writer: str | None = None
+    """Only items about a statement this actor wrote."""
+    since: Time | None = None
+    until: Time | None = None
 
 
 class Findings(PagedRequest[r.Page[r.Finding], r.Finding], frozen=True, kw_only=True, omit_defaults=True):
@@ -272,6 +278,13 @@ class Findings(PagedRequest[r.Page[r.Finding], r.Finding], frozen=True, kw_only=
     status: Literal["open", "resolved", "all"] | None = None
     limit: int | None = None
     order: Order | None = None
+    namespace: str | None = None
+    """Only this namespace and its descendants (within the caller's subtree)."""
+    writer: str | None = None
+    """Only items about a statement this actor wrote."""
+    since: Time | None = None
+    until: Time | None = None
+    rule: str | None = None
 
 
 class ResolveFinding(Request[r.FindingState], frozen=True, kw_only=True, omit_defaults=True):
@@ -292,6 +305,13 @@ class Decisions(PagedRequest[r.Page[r.Decision], r.Decision], frozen=True, kw_on
     status: Literal["settled", "overturned", "all"] | None = None
     limit: int | None = None
     order: Order | None = None
+    namespace: str | None = None
+    """Only this namespace and its descendants (within the caller's subtree)."""
+    writer: str | None = None
+    """Only items about a statement this actor wrote."""
+    since: Time | None = None
+    until: Time | None = None
+    rule: str | None = None
 
 
 class OverturnDecision(Request[r.DecisionState], frozen=True, kw_only=True, omit_defaults=True):
@@ -311,6 +331,13 @@ class Proposals(PagedRequest[r.Page[r.Proposal], r.Proposal], frozen=True, kw_on
     status: Literal["pending_review", "approved", "rejected", "all"] | None = None
     limit: int | None = None
     order: Order | None = None
+    namespace: str | None = None
+    """Only this namespace and its descendants (within the caller's subtree)."""
+    writer: str | None = None
+    """Only items about a statement this actor wrote."""
+    since: Time | None = None
+    until: Time | None = None
+    rule: str | None = None
 
 
 class ApproveProposal(Request[r.ProposalOutcome], frozen=True, kw_only=True, omit_defaults=True):

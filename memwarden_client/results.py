@@ -22,6 +22,23 @@ class Page(Result, Generic[I], frozen=True, kw_only=True):
 
     items: list[I]
     cursor: str | None = None
+    count: int | None = None
+    """Items matching the filters in all, where the list counts them (the review queues, keys)."""
+    statements: dict[UUID, Statement] = msgspec.field(default_factory=dict)
+    """A review queue's: the memories its items name, as the caller may see them."""
+
+
+class Statement(Result, frozen=True, kw_only=True):
+    """A memory beside a review item: what it says, who wrote it, on what authority, when."""
+
+    id: UUID
+    namespace: str
+    content: str | None
+    actor: str
+    trust_tier: str
+    provenance: list[Provenance]
+    recorded_at: datetime
+    status: str
 
 
 class Classification(Result, frozen=True, kw_only=True):

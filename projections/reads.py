@@ -4,9 +4,13 @@ for the caller's last write (read-your-writes)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
+from typing import TypeVar
 from uuid import UUID
+
+import msgspec
 
 from memwarden.domain.embedding import Embedder, EmbedderUnavailable
 from memwarden.domain.ledger import locks
@@ -15,15 +19,15 @@ from memwarden.domain.model.identity import COMPLIANCE_ROLES, REVIEWER_ROLES, Id
 from memwarden.domain.model.namespaces import ancestors
 from memwarden.projections.autopilot.projection import AutopilotProjection
 from memwarden.projections.autopilot.views import (
+    DECISIONS,
+    FINDINGS,
+    PROPOSALS,
     AutopilotCounts,
     DecisionView,
     FindingView,
     ProposalView,
     WorkerGauges,
     autopilot_counts,
-    list_decisions,
-    list_findings,
-    list_proposals,
     namespace_faults,
     namespace_memories,
     pending_memories,
@@ -32,18 +36,20 @@ from memwarden.projections.autopilot.views import (
 )
 from memwarden.projections.base import DeferredIndexes, Projection
 from memwarden.projections.disputes.projection import DisputesProjection
-from memwarden.projections.disputes.views import DisputeView, list_disputes
+from memwarden.projections.disputes.views import DISPUTES, DisputeView
 from memwarden.projections.governance.projection import AuditProjection, KeysProjection, SharesProjection
 from memwarden.projections.governance.views import (
+    KEYS,
     AuditFilter,
     AuditView,
     KeyView,
     ScopeCounts,
+    key_view,
     list_audit,
-    list_keys,
     scope_counts,
     shared_into,
 )
+from memwarden.projections.listing import Listed, ListedTable, ListQuery, page
 from memwarden.projections.memory_objects.projection import MemoryObjectsProjection
 from memwarden.projections.memory_objects.views import (
     HistoryScope,
@@ -51,6 +57,7 @@ from memwarden.projections.memory_objects.views import (
     MemoryView,
     history,
     read_memory,
+    statements,
 )
 from memwarden.projections.merkle.projection import MerkleProjection
 from memwarden.projections.merkle.reads import TreeReads
@@ -91,6 +98,12 @@ def default_projections(embedder: Embedder | None = None) -> list[Projection]:
         AutopilotProjection(),
         MerkleProjection(),
     ]
+
+
+V = TypeVar("V", bound=msgspec.Struct)
+OPEN = ListQuery(status="open")
+PENDING_REVIEW = ListQuery(status="pending_review")
+ANY_STATUS = ListQuery()
 
 
 class ReadModels:
@@ -159,32 +172,49 @@ class ReadModels:
             return history(conn, self.ledger.schema, seen, memory_id)
 
     def disputes(
-        self, identity: Identity, status: str | None = "open", after: int | None = None
-    ) -> list[DisputeView]:
-        self.wait_for(after)
-        with self.ledger.datastore.get_connection() as conn:
-            return list_disputes(conn, self.ledger.schema, identity.namespace, status)
+        self, identity: Identity, query: ListQuery = OPEN, after: int | None = None
+    ) -> Listed[DisputeView]:
+        return self._queue(
+            DISPUTES, identity, query, after, DisputeView, lambda d: [d.memory_id, d.incumbent_id]
+        )
 
     def findings(
-        self, identity: Identity, status: str | None = "open", after: int | None = None
-    ) -> list[FindingView]:
-        self.wait_for(after)
-        with self.ledger.datastore.get_connection() as conn:
-            return list_findings(conn, self.ledger.schema, identity.namespace, status)
+        self, identity: Identity, query: ListQuery = OPEN, after: int | None = None
+    ) -> Listed[FindingView]:
+        return self._queue(FINDINGS, identity, query, after, FindingView, lambda f: [f.memory_a, f.memory_b])
 
     def decisions(
-        self, identity: Identity, status: str | None = None, after: int | None = None
-    ) -> list[DecisionView]:
-        self.wait_for(after)
-        with self.ledger.datastore.get_connection() as conn:
-            return list_decisions(conn, self.ledger.schema, identity.namespace, status)
+        self, identity: Identity, query: ListQuery = ANY_STATUS, after: int | None = None
+    ) -> Listed[DecisionView]:
+        return self._queue(DECISIONS, identity, query, after, DecisionView, lambda d: [d.winner, d.loser])
 
     def proposals(
-        self, identity: Identity, status: str | None = "pending_review", after: int | None = None
-    ) -> list[ProposalView]:
+        self, identity: Identity, query: ListQuery = PENDING_REVIEW, after: int | None = None
+    ) -> Listed[ProposalView]:
+        return self._queue(
+            PROPOSALS, identity, query, after, ProposalView, lambda p: [*p.sources, p.canonical]
+        )
+
+    def _queue(
+        self,
+        table: ListedTable,
+        identity: Identity,
+        query: ListQuery,
+        after: int | None,
+        shape: type[V],
+        about: Callable[[V], list[UUID]],
+    ) -> Listed[V]:
+        """A page of a reviewer's queue and, beside it, the statements its rows are about
+        that the reviewer may see (the subtree and its ancestors), read in one connection."""
         self.wait_for(after)
+        root = identity.namespace
         with self.ledger.datastore.get_connection() as conn:
-            return list_proposals(conn, self.ledger.schema, identity.namespace, status)
+            found = page(
+                conn, self.ledger.schema, table, root, query, lambda row: msgspec.convert(row, shape)
+            )
+            ids = list(dict.fromkeys(memory for item in found.items for memory in about(item)))
+            seen = statements(conn, self.ledger.schema, ids, root, ancestors(root))
+        return replace(found, statements=seen)
 
     def namespace_memories(self, namespace: str, limit: int, after: int | None = None) -> list[UUID]:
         self.wait_for(after)
@@ -220,9 +250,9 @@ class ReadModels:
         with self.ledger.datastore.get_connection() as conn:
             return scope_counts(conn, self.ledger.schema, self.scope(identity), identity.namespace)
 
-    def keys(self, root: str) -> list[KeyView]:
+    def keys(self, root: str, query: ListQuery = ANY_STATUS) -> Listed[KeyView]:
         with self.ledger.datastore.get_connection() as conn:
-            return list_keys(conn, self.ledger.schema, root)
+            return page(conn, self.ledger.schema, KEYS, root, query, key_view)
 
     def audit(self, root: str, where: AuditFilter) -> list[AuditView]:
         """Audit records of ``root``'s subtree; waits for the ledger head so nothing is missed."""

@@ -123,7 +123,7 @@ def run_demo(runtime: Runtime, say: Say = print) -> dict[str, Any]:
     hidden = reads.read(agent, contra.id or uuid.UUID(int=0), after=contra.position)
     say(f"   reading it as the agent: {'not found (quarantined)' if hidden is None else 'VISIBLE'}")
     open_disputes = reads.disputes(reviewer, after=contra.position)
-    say(f"   open disputes for the reviewer: {len(open_disputes)}")
+    say(f"   open disputes for the reviewer: {open_disputes.count}")
 
     _step(say, 5, "A reviewer resolves the dispute: keep the HR address.")
     assert contra.dispute_id is not None
@@ -158,7 +158,7 @@ def _autopilot(
     second = runtime.memory.write(agents[1], WriteMemory(content="The all-hands standup is at 10:00"))
     assert second.id is not None
     result = runtime.autopilot.judge_memory(second.id, second.position, "demo")
-    found = runtime.reads.findings(reviewer, after=result.position)
+    found = runtime.reads.findings(reviewer, after=result.position).items
     for f in found:
         say(f"   -> finding for a reviewer (another namespace's fact): rule {f.rule}, {f.explanation}")
     return found[0].rule if found else None

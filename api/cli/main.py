@@ -35,6 +35,7 @@ from memwarden.domain.model.text import storable_text_problem
 from memwarden.domain.model.trust import SOURCE_RANKS
 from memwarden.domain.settings import Settings
 from memwarden.projections.governance.views import KeyView
+from memwarden.projections.listing import every
 from memwarden.workers.cli import register_worker_command
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
     with Runtime(follow=False) as runtime:
         runtime.reads.runner.catch_up()
-        keys = list(runtime.reads.keys(args.namespace)) if args.namespace else _all_keys(runtime)
+        keys = _keys_of(runtime, args.namespace) if args.namespace else _all_keys(runtime)
     lines = [
         f"{k.key_id}  {k.role:8} {k.actor:24} {k.namespace}" + ("  REVOKED" if k.revoked else "")
         for k in keys
@@ -200,7 +201,11 @@ def _all_keys(runtime: Runtime) -> list[KeyView]:
                 Identifier(runtime.ledger.schema)
             )
         ).fetchall()
-    return [k for row in rows for k in runtime.reads.keys(row["tenant"])]
+    return [k for row in rows for k in _keys_of(runtime, row["tenant"])]
+
+
+def _keys_of(runtime: Runtime, root: str) -> list[KeyView]:
+    return list(every(lambda asked: runtime.reads.keys(root, asked)))
 
 
 def _say(line: str) -> None:

@@ -143,9 +143,7 @@ def _log_line(note: str) -> list[str]:
 def _newest_note(client: httpx.Client) -> str | None:
     answer = client.get("/v1/compliance/checkpoints", params={"limit": 20})
     answer.raise_for_status()
-    body = answer.json()
-    items = body.get("items", body.get("checkpoints", []))
-    notes = [item["note"] for item in items if item.get("note")]
+    notes = [item["note"] for item in answer.json()["items"] if item.get("note")]
     return notes[0] if notes else None
 
 

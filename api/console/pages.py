@@ -19,7 +19,7 @@ from litestar.response import Redirect, Template
 
 from memwarden.api.console.bridge import ApiRefused, call_api
 from memwarden.api.console.diff import diff_memories
-from memwarden.api.console.queues import MEMORY_COLUMNS, QUEUES, ReviewQueue
+from memwarden.api.console.queues import MEMORY_COLUMNS, QUEUES, Action, ReviewQueue
 from memwarden.api.console.session import (
     CONSOLE_ROLES,
     CsrfRefused,
@@ -94,6 +94,10 @@ def page(name: str, key: str | None, http_status: int = 200, **context: Any) -> 
     return Template(template_name=name, context=context, status_code=http_status, headers=SECURITY_HEADERS)
 
 
+QUEUE_FILTERS = ("order", "cursor", "namespace", "writer", "rule", "since", "until")
+"""What a review queue page passes on to its list route."""
+
+
 def filled(form: Any, names: tuple[str, ...]) -> dict[str, str]:
     """The named form (or query) fields that are not blank."""
     return {name: str(form.get(name)).strip() for name in names if str(form.get(name) or "").strip()}
@@ -146,6 +150,41 @@ async def posted(request: Req) -> tuple[str, Any]:
     form = await read_form(request)
     check_csrf(key, form.get("csrf"))
     return key, form
+
+
+MAX_SELECTED = 500
+"""A bulk decision's items at most: one queue page."""
+
+
+def _action(found: ReviewQueue, form: Any) -> Action:
+    action = found.action(str(form.get("decision") or ""))
+    if action is None:
+        raise ApiRefused(400, "invalid_request", f"the {found.name} queue has no such action")
+    return action
+
+
+def _body(found: ReviewQueue, action: Action, form: Any) -> dict[str, str] | None:
+    """The admin route's body: what the reviewer typed, and the optional reason."""
+    typed = str(form.get(action.text) or "") if action.text else ""
+    if action.text_required and not typed.strip():
+        raise ApiRefused(400, "invalid_request", f"{action.name} needs the {action.text} field")
+    body = action.body(typed)
+    reason = str(form.get("reason") or "").strip()
+    if found.takes_reason and reason and body is not None and action.text != "reason":
+        body["reason"] = reason
+    return body
+
+
+def _selected(form: Any) -> list[UUID]:
+    ticked = [str(v) for v in form.getall("ids", [])] if hasattr(form, "getall") else []
+    if not ticked:
+        raise ApiRefused(400, "invalid_request", "no item is selected")
+    if len(ticked) > MAX_SELECTED:
+        raise ApiRefused(400, "invalid_request", f"more than {MAX_SELECTED} items selected")
+    try:
+        return list(dict.fromkeys(UUID(t) for t in ticked))
+    except ValueError:
+        raise ApiRefused(400, "invalid_request", "a selected item is not an id") from None
 
 
 # -- failures, as pages ---------------------------------------------------------------------
@@ -293,9 +332,7 @@ class ConsoleController(Controller):
         key = await _signed_in(request)
         filters = {"order": "newest", **filled(request.query_params, AUDIT_FILTERS)}  # newest first
         answer = await call_api(request, key, "GET", "/v1/compliance/audit", params=filters)
-        return page(
-            "audit.html", key, filters=filters, records=answer["records"], next_cursor=answer["next_cursor"]
-        )
+        return page("audit.html", key, filters=filters, records=answer["items"], next_cursor=answer["cursor"])
 
     # -- as of --------------------------------------------------------------------------------
 
@@ -334,28 +371,49 @@ class ConsoleController(Controller):
         key = await _signed_in(request)
         found = _queue(queue)
         status = str(request.query_params.get("status") or found.actionable)
-        items = await call_api(request, key, "GET", found.list_path, params={"status": status})
+        asked = {"status": status, **filled(request.query_params, QUEUE_FILTERS)}
+        answer = await call_api(request, key, "GET", found.list_path, params=asked)
         return page(
-            "review.html", key, queue=found, items=items, status=status, memory_columns=MEMORY_COLUMNS
+            "review.html",
+            key,
+            queue=found,
+            items=answer["items"],
+            count=answer["count"],
+            next_cursor=answer["cursor"],
+            asked=asked,
+            statements=answer["statements"],
+            status=status,
+            memory_columns=MEMORY_COLUMNS,
         )
+
+    @post("/review/{queue:str}/bulk")
+    async def decide_selected(self, request: Req, queue: FromPath[str]) -> Response[Any]:
+        """One decision over the ticked items, each through its own admin route (so each is
+        gated, decided and audited on its own); the first refusal stops the rest and says
+        how many were done."""
+        key, form = await posted(request)
+        found = _queue(queue)
+        action = _action(found, form)
+        if action.text_required:
+            raise ApiRefused(400, "invalid_request", f"{action.name} needs text for each item: one at a time")
+        selected = _selected(form)
+        for done, item_id in enumerate(selected):
+            try:
+                await call_api(
+                    request, key, "POST", action.path.format(id=item_id), body=_body(found, action, form)
+                )
+            except ApiRefused as refused:
+                detail = f"{done} of {len(selected)} done; then {refused.detail}"
+                raise ApiRefused(refused.status, refused.code, detail) from None
+        return Redirect(path=f"/console/review/{found.name}", status_code=303)
 
     @post("/review/{queue:str}/{item_id:uuid}")
     async def decide(self, request: Req, queue: FromPath[str], item_id: FromPath[UUID]) -> Response[Any]:
         """One click on a queue item: its action's admin route, called with the session's key."""
         key, form = await posted(request)
         found = _queue(queue)
-        action = found.action(str(form.get("decision") or ""))
-        if action is None:
-            raise ApiRefused(400, "invalid_request", f"the {found.name} queue has no such action")
-        typed = str(form.get(action.text) or "") if action.text else ""
-        if action.text_required and not typed.strip():
-            raise ApiRefused(400, "invalid_request", f"{action.name} needs the {action.text} field")
-        path = action.path.format(id=item_id)
-        body = action.body(typed)
-        reason = str(form.get("reason") or "").strip()
-        if found.takes_reason and reason and body is not None and action.text != "reason":
-            body["reason"] = reason
-        await call_api(request, key, "POST", path, body=body)
+        action = _action(found, form)
+        await call_api(request, key, "POST", action.path.format(id=item_id), body=_body(found, action, form))
         return Redirect(path=f"/console/review/{found.name}", status_code=303)
 
     # -- keys and policies ---------------------------------------------------------------------
@@ -363,16 +421,16 @@ class ConsoleController(Controller):
     @get("/keys")
     async def keys(self, request: Req) -> Template:
         key = await _signed_in(request)
-        listed = await call_api(request, key, "GET", "/v1/admin/keys")
-        return page("keys.html", key, keys=listed, issued=None)
+        listed = await call_api(request, key, "GET", "/v1/admin/keys", params={"limit": "500"})
+        return page("keys.html", key, keys=listed["items"], issued=None)
 
     @post("/keys")
     async def create_key(self, request: Req) -> Template:
         key, form = await posted(request)
         body = {name: str(form.get(name) or "") for name in ("target", "actor", "role")}
         issued = await call_api(request, key, "POST", "/v1/admin/keys", body=body)
-        listed = await call_api(request, key, "GET", "/v1/admin/keys")
-        return page("keys.html", key, keys=listed, issued=issued)
+        listed = await call_api(request, key, "GET", "/v1/admin/keys", params={"limit": "500"})
+        return page("keys.html", key, keys=listed["items"], issued=issued)
 
     @post("/keys/revoke")
     async def revoke_key(self, request: Req) -> Response[Any]:
@@ -441,9 +499,7 @@ class ConsoleController(Controller):
         key = await _signed_in(request)
         asked = filled(request.query_params, ("cursor",))
         answer = await call_api(request, key, "GET", "/v1/compliance/checkpoints", params=asked)
-        return page(
-            "checkpoints.html", key, checkpoints=answer["checkpoints"], next_cursor=answer["next_cursor"]
-        )
+        return page("checkpoints.html", key, checkpoints=answer["items"], next_cursor=answer["cursor"])
 
     @get("/prove")
     async def prove(self, request: Req) -> Template:

@@ -41,6 +41,8 @@ class ReviewQueue(msgspec.Struct, frozen=True, kw_only=True):
     """The column that says how a closed item ended."""
     actions: tuple[Action, ...]
     takes_reason: bool = False
+    ruled: bool = False
+    """Whether the list filters by ``rule`` (the judge's, or a proposal's kind)."""
     """Whether every action also sends the reviewer's optional ``reason`` (kept with the
     decision in the audit and the item's history)."""
 
@@ -86,6 +88,7 @@ QUEUES: dict[str, ReviewQueue] = {
         ),
     ),
     "findings": ReviewQueue(
+        ruled=True,
         name="findings",
         title="Findings",
         list_path="/v1/admin/findings",
@@ -106,6 +109,7 @@ QUEUES: dict[str, ReviewQueue] = {
         actions=_decisions("/v1/admin/findings/{id}/resolve", ("keep_a", "keep_b", "both_valid", "dismiss")),
     ),
     "proposals": ReviewQueue(
+        ruled=True,
         name="proposals",
         title="Proposals",
         list_path="/v1/admin/proposals",
@@ -135,6 +139,7 @@ QUEUES: dict[str, ReviewQueue] = {
         ),
     ),
     "decisions": ReviewQueue(
+        ruled=True,
         name="decisions",
         title="Decisions",
         list_path="/v1/admin/decisions",

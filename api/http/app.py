@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import anyio.to_thread
 from litestar import Litestar
-from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.datastructures import State
 from litestar.middleware import DefineMiddleware
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 
 from memwarden.api.console.pages import TEMPLATES, ConsoleController

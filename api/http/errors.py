@@ -142,7 +142,10 @@ def _validation_detail(error: ValidationException) -> str:
     if isinstance(extra, list) and extra:
         first = extra[0]
         if isinstance(first, dict) and first.get("message"):
-            return escape_unprintable(str(first["message"])[:300])
+            message = str(first["message"])[:300]
+            where = first.get("source") if first.get("source") in {"query", "path", "header"} else None
+            named = f"{where} parameter {str(first.get('key'))[:64]}: " if where and first.get("key") else ""
+            return escape_unprintable(named + message)
     return escape_unprintable(str(error.detail)[:300])
 
 

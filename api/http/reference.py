@@ -80,9 +80,15 @@ def _operation(method: str, path: str, op: dict[str, Any], components: dict[str,
         ]
     parameters = [p for p in op.get("parameters", []) if p.get("in") in {"path", "query"}]
     if parameters:
-        out += ["Parameters:", "", "| name | in | type | required |", "| --- | --- | --- | --- |"]
         out += [
-            f"| `{p['name']}` | {p['in']} | {_type_of(p.get('schema', {}))} | {'yes' if p.get('required') else ''} |"
+            "Parameters:",
+            "",
+            "| name | in | type | required | notes |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        out += [
+            f"| `{p['name']}` | {p['in']} | {_type_of(p.get('schema', {}))} | {'yes' if p.get('required') else ''}"
+            f" | {_parameter_notes(p)} |"
             for p in parameters
         ]
         out.append("")
@@ -103,6 +109,24 @@ def _operation(method: str, path: str, op: dict[str, Any], components: dict[str,
         out += [f"- **{status}** {response.get('description', '')}" for status, response in errors]
         out.append("")
     return out
+
+
+def _parameter_notes(parameter: dict[str, Any]) -> str:
+    """The parameter's description and bounds, as one table cell."""
+    schema = parameter.get("schema", {})
+    notes = [str(parameter.get("description") or schema.get("description") or "")]
+    bounds = [f"{name} {_number(schema[key])}" for key, name in _BOUNDS if key in schema]
+    if "default" in schema:
+        bounds.append(f"default `{schema['default']}`")
+    notes += [", ".join(bounds)] if bounds else []
+    return "; ".join(n for n in notes if n).replace("|", "\\|")
+
+
+def _number(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+_BOUNDS = (("minimum", "≥"), ("maximum", "≤"), ("minLength", "length ≥"), ("maxLength", "length ≤"))
 
 
 def render() -> str:

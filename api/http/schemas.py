@@ -34,7 +34,6 @@ from memwarden.domain.services.memory import (
     ProvenanceCapped,
     WriteResult,
 )
-from memwarden.projections.governance.views import AuditView
 from memwarden.projections.search.service import SearchQuery
 
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -413,11 +412,6 @@ class VerifyLedgerResponse(msgspec.Struct, frozen=True, kw_only=True):
     head: Head
     first_bad_position: int | None
     problem: str | None = None
-
-
-class AuditResponse(msgspec.Struct, frozen=True, kw_only=True):
-    records: list[AuditView]
-    next_cursor: str | None
 
 
 class SearchBody(Body, frozen=True, kw_only=True):

@@ -146,12 +146,20 @@ class CheckpointLog:
         """Up to ``limit`` checkpoints of the ledger's tree (or of tenant ``tree``'s), newest
         first; with ``before``, those kept before that seq. A note carries the witnesses'
         cosignatures kept beside it."""
+        return self.listed(limit, before, tree, newest=True)
+
+    def listed(
+        self, limit: int, past: int | None, tree: str | None, *, newest: bool
+    ) -> list[KeptCheckpoint]:
+        """Up to ``limit`` checkpoints of a tree, newest or oldest first, past seq ``past``
+        (before it newest first, after it oldest first)."""
+        order, beyond = ("DESC", "<") if newest else ("ASC", ">")
         return self._select(
             SQL(
-                "WHERE (%(before)s::bigint IS NULL OR c.id < %(before)s) AND c.tree IS NOT DISTINCT FROM %(tree)s"
-                " ORDER BY c.id DESC LIMIT %(limit)s"
+                "WHERE (%(past)s::bigint IS NULL OR c.id " + beyond + " %(past)s)"
+                " AND c.tree IS NOT DISTINCT FROM %(tree)s ORDER BY c.id " + order + " LIMIT %(limit)s"
             ),
-            {"before": before, "limit": limit, "tree": tree},
+            {"past": past, "limit": limit, "tree": tree},
         )
 
     def with_size(self, size: int | None, tree: str | None = None) -> KeptCheckpoint | None:

@@ -9,9 +9,10 @@ from uuid import UUID
 
 import msgspec
 from psycopg import Connection
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Identifier
 
 from memwarden.domain.model.namespaces import subtree_like_pattern
+from memwarden.projections.listing import ListedTable
 from memwarden.projections.visibility import current
 
 
@@ -96,55 +97,28 @@ _UNJUDGED = (
 
 _IN_SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
 
-
-def _listed(
-    conn: Connection[Any],
-    schema: str,
-    table: str,
-    columns: Sequence[str],
-    root: str,
-    status: str | None,
-    order: str,
-) -> list[dict[str, Any]]:
-    condition: Composed | SQL = SQL("") if status is None else SQL(" AND status = %(status)s")
-    query = SQL(
-        "SELECT {cols} FROM {s}.{t} WHERE {subtree}{condition} ORDER BY {order}, id LIMIT 100"
-    ).format(
-        cols=SQL(", ").join(Identifier(c) for c in columns),
-        s=Identifier(schema),
-        t=Identifier(table),
-        subtree=SQL(_IN_SUBTREE),
-        condition=condition,
-        order=Identifier(order),
-    )
-    params = {"root": root, "pattern": subtree_like_pattern(root), "status": status}
-    return conn.execute(query, params).fetchall()
-
-
-def list_findings(
-    conn: Connection[Any], schema: str, root: str, status: str | None = "open"
-) -> list[FindingView]:
-    """Findings in ``root``'s subtree, oldest first."""
-    rows = _listed(conn, schema, "findings", FindingView.__struct_fields__, root, status, "opened_at")
-    return [msgspec.convert(row, FindingView) for row in rows]
-
-
-def list_decisions(
-    conn: Connection[Any], schema: str, root: str, status: str | None = None
-) -> list[DecisionView]:
-    """Automatic settlements in ``root``'s subtree, oldest first."""
-    rows = _listed(
-        conn, schema, "autopilot_decisions", DecisionView.__struct_fields__, root, status, "settled_at"
-    )
-    return [msgspec.convert(row, DecisionView) for row in rows]
-
-
-def list_proposals(
-    conn: Connection[Any], schema: str, root: str, status: str | None = "pending_review"
-) -> list[ProposalView]:
-    """Proposals in ``root``'s subtree, oldest first."""
-    rows = _listed(conn, schema, "proposals", ProposalView.__struct_fields__, root, status, "drafted_at")
-    return [msgspec.convert(row, ProposalView) for row in rows]
+FINDINGS = ListedTable(
+    table="findings",
+    columns=FindingView.__struct_fields__,
+    time="opened_at",
+    rule="rule",
+    memories="ARRAY[t.memory_a, t.memory_b]",
+)
+DECISIONS = ListedTable(
+    table="autopilot_decisions",
+    columns=DecisionView.__struct_fields__,
+    time="settled_at",
+    rule="rule",
+    memories="ARRAY[t.winner, t.loser]",
+)
+PROPOSALS = ListedTable(
+    table="proposals",
+    columns=ProposalView.__struct_fields__,
+    time="drafted_at",
+    rule="kind",
+    memories="t.sources",
+)
+"""The reviewers' queues; a proposal's ``rule`` is its kind (merge, summary ...)."""
 
 
 def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], root: str) -> AutopilotCounts:

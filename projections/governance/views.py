@@ -19,6 +19,7 @@ from psycopg.sql import SQL, Composable, Identifier
 from memwarden.domain.model.identity import HUMAN_ROLES
 from memwarden.domain.model.namespaces import subtree_like_pattern
 from memwarden.domain.model.trust import default_provenance_cap
+from memwarden.projections.listing import ListedTable
 from memwarden.projections.visibility import current
 
 
@@ -78,18 +79,16 @@ class ScopeCounts(msgspec.Struct, frozen=True, kw_only=True):
 _SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
 
 
-def list_keys(conn: Connection[Any], schema: str, root: str, limit: int = 1000) -> list[KeyView]:
-    rows = conn.execute(
-        SQL(
-            "SELECT key_id, namespace, actor, role, issued_by, issued_at, revoked, revoked_at, max_provenance"
-            " FROM {s}.api_keys WHERE " + _SUBTREE + " ORDER BY issued_at, key_id LIMIT %(limit)s"
-        ).format(s=Identifier(schema)),
-        {"root": root, "pattern": subtree_like_pattern(root), "limit": limit},
-    ).fetchall()
-    return [_key_view(row) for row in rows]
+KEYS = ListedTable(
+    table="api_keys",
+    columns=KeyView.__struct_fields__,
+    time="issued_at",
+    key="key_id",
+    key_is_uuid=False,
+)
 
 
-def _key_view(row: dict[str, Any]) -> KeyView:
+def key_view(row: dict[str, Any]) -> KeyView:
     cap = row["max_provenance"] or default_provenance_cap(row["role"] in HUMAN_ROLES)
     return msgspec.convert({**row, "max_provenance": cap}, KeyView)
 

@@ -159,3 +159,35 @@ def history(
     ).fetchall()
     steps = [msgspec.convert(row, HistoryStep) for row in rows]
     return steps if any(step.id == memory_id for step in steps) else None
+
+
+class StatementView(msgspec.Struct, frozen=True, kw_only=True):
+    """A memory as a reviewer sees it beside a queue item: what it says, who wrote it, on
+    what authority and when."""
+
+    id: UUID
+    namespace: str
+    content: str | None
+    """None once erased."""
+    actor: str
+    trust_tier: str
+    provenance: list[ProvenanceView]
+    recorded_at: datetime
+    status: str
+
+
+def statements(
+    conn: Connection[Any], schema: str, ids: Sequence[UUID], root: str, ancestors: Sequence[str]
+) -> dict[UUID, StatementView]:
+    """The memories among ``ids`` that a reviewer of ``root``'s subtree may see: those in the
+    subtree, and those of ``ancestors`` (which the subtree's agents read as their own)."""
+    below, params = in_subtree("m.namespace", root)
+    rows = conn.execute(
+        SQL(
+            "SELECT m.id, m.namespace, m.content, m.actor, m.trust_tier, m.provenance, m.recorded_at,"
+            " m.status FROM {s}.memory_objects m WHERE m.id = ANY(%(ids)s)"
+            " AND (m.namespace = ANY(%(ancestors)s) OR {below})"
+        ).format(s=Identifier(schema), below=below),
+        {**params, "ids": list(ids), "ancestors": list(ancestors)},
+    ).fetchall()
+    return {row["id"]: msgspec.convert(row, StatementView) for row in rows}

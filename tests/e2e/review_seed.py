@@ -13,6 +13,7 @@ from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.policies import PolicyBody
+from memwarden.projections.listing import ListQuery
 
 TEAM = Identity(namespace="acme/eng", actor="bot", role="agent")
 OPS = Identity(namespace="acme/ops", actor="opsbot", role="agent")
@@ -59,8 +60,8 @@ def seed_review_queues(rt: Runtime) -> Seeded:
     duplicates = [_write(rt, TEAM, text) for text in (DUPLICATE, REORDERED)]
     drafted = rt.consolidation.consolidate(TEAM.namespace, duplicates[-1][1], HOLDER).drafted
     rt.reads.wait_for(rt.ledger.head_position())
-    findings = rt.reads.findings(OPERATOR, "open")
-    decisions = rt.reads.decisions(OPERATOR, "settled")
+    findings = rt.reads.findings(OPERATOR, ListQuery(status="open")).items
+    decisions = rt.reads.decisions(OPERATOR, ListQuery(status="settled")).items
     assert [(f.memory_a, f.memory_b) for f in findings] == [tuple(team)], findings
     assert [(d.winner, d.loser) for d in decisions] == [(ops[1], ops[0])], decisions
     assert drafted, "no proposal drafted"

@@ -97,7 +97,7 @@ def test_key_minting_rules(api: Api) -> None:
         api.call(owner, "/v1/admin/keys", {"target": "acme", "actor": "o2", "role": "owner"}).status_code
         == 200
     )
-    listed = api.call(admin, "/v1/admin/keys", method="GET").json()
+    listed = api.call(admin, "/v1/admin/keys", method="GET").json()["items"]
     assert {k["namespace"] for k in listed} == {"acme/eng", "acme/eng/platform"}
     assert all("key_hash" not in k and "key" not in k for k in listed)
     # an admin cannot revoke an owner's key, nor a key outside its subtree

@@ -136,7 +136,7 @@ def test_disputes_listed_and_resolved_by_reviewers(api: Api) -> None:
     assert contra["outcome"] == "disputed"
     assert api.mem(agent, "read", {"id": contra["id"]}).status_code == 404  # quarantined
     api.settle()
-    listed = api.call(admin, "/v1/admin/disputes", method="GET").json()
+    listed = api.call(admin, "/v1/admin/disputes", method="GET").json()["items"]
     assert [d["id"] for d in listed] == [contra["dispute_id"]]
     assert api.call(agent, "/v1/admin/disputes", method="GET").status_code == 403
     assert api.call(admin, "/v1/admin/disputes?status=bogus", method="GET").status_code == 400
@@ -184,18 +184,18 @@ def test_compliance_routes(api: Api) -> None:
     api.mem(agent, "read", {"id": "00000000-0000-4000-8000-000000000000"})
     assert api.call(agent, "/v1/compliance/audit", method="GET").status_code == 403
     page = api.call(auditor, "/v1/compliance/audit?op=write&limit=3", method="GET").json()
-    assert len(page["records"]) == 3
-    assert page["next_cursor"] is not None
+    assert len(page["items"]) == 3
+    assert page["cursor"] is not None
     rest = api.call(
-        auditor, f"/v1/compliance/audit?op=write&limit=3&cursor={page['next_cursor']}", method="GET"
+        auditor, f"/v1/compliance/audit?op=write&limit=3&cursor={page['cursor']}", method="GET"
     ).json()
-    assert len(rest["records"]) == 2
-    positions = [r["position"] for r in page["records"] + rest["records"]]
+    assert len(rest["items"]) == 2
+    positions = [r["position"] for r in page["items"] + rest["items"]]
     assert positions == sorted(positions)
-    misses = api.call(auditor, "/v1/compliance/audit?outcome=miss&actor=bot", method="GET").json()["records"]
+    misses = api.call(auditor, "/v1/compliance/audit?outcome=miss&actor=bot", method="GET").json()["items"]
     assert [r["op"] for r in misses] == ["read"]
     future = api.call(auditor, "/v1/compliance/audit?since=2999-01-01T00:00:00Z", method="GET").json()
-    assert future["records"] == []
+    assert future["items"] == []
     checkpoint = api.call(auditor, "/v1/compliance/ledger/checkpoint")
     assert checkpoint.status_code == 200
     verified = api.call(auditor, "/v1/compliance/ledger/verify", {"checkpoint": checkpoint.json()}).json()
@@ -280,16 +280,16 @@ def test_an_audit_walk_reads_one_snapshot_and_ends(api: Api) -> None:
     cursor = ""
     for _ in range(100):
         page = api.call(auditor, f"/v1/compliance/audit?limit=1{cursor}", method="GET").json()
-        seen += [r["position"] for r in page["records"]]
-        if page["next_cursor"] is None:
+        seen += [r["position"] for r in page["items"]]
+        if page["cursor"] is None:
             break
-        cursor = f"&cursor={page['next_cursor']}"
+        cursor = f"&cursor={page['cursor']}"
     else:
         raise AssertionError("the walk never ended: its own audit records kept extending it")
     assert seen == sorted(set(seen))
     assert seen[-1] <= head  # nothing the walk itself appended
     assert len(seen) >= 5  # three writes, the keys it issued
-    after = api.call(auditor, "/v1/compliance/audit?limit=1000", method="GET").json()["records"]
+    after = api.call(auditor, "/v1/compliance/audit?limit=500", method="GET").json()["items"]
     assert [r["op"] for r in after if r["position"] > head].count("compliance.audit") >= len(seen)
     for bad in ("x", "1:y", "-1", "1:2:3", "²", "1:²", "9" * 19):
         response = api.call(auditor, f"/v1/compliance/audit?cursor={bad}", method="GET")

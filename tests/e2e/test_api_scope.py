@@ -75,12 +75,12 @@ def test_stats_and_audit_are_scoped(api: Api) -> None:
     stats = api.mem(planted["acme/eng"][0], "stats").json()
     assert stats["current"] == 1  # not acme/engineering, not the descendant
     auditor = api.key("acme/a_b", "audrey", "auditor")
-    records = api.call(auditor, "/v1/compliance/audit", method="GET").json()["records"]
+    records = api.call(auditor, "/v1/compliance/audit", method="GET").json()["items"]
     assert records, "control: the auditor sees its own subtree's records"
     assert {r["namespace"] for r in records} == {"acme/a_b"}  # never acme/axb: `_` is escaped
     eng_auditor = api.key("acme/eng", "audrey", "auditor")
     namespaces = {
-        r["namespace"] for r in api.call(eng_auditor, "/v1/compliance/audit", method="GET").json()["records"]
+        r["namespace"] for r in api.call(eng_auditor, "/v1/compliance/audit", method="GET").json()["items"]
     }
     assert namespaces == {"acme/eng", "acme/eng/platform"}
 

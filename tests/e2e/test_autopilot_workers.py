@@ -45,7 +45,7 @@ def write(api: Api, key: str, content: str) -> str:
 def get(api: Api, key: str, path: str) -> Any:
     response = api.call(key, path, method="GET")
     assert response.status_code == 200, response.text
-    return response.json()
+    return response.json()["items"]
 
 
 def test_a_finding_under_lower_trust_is_found_by_the_worker_and_resolved(

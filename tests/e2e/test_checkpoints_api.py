@@ -26,22 +26,22 @@ def cli_checkpoint(settings: Settings) -> dict[str, object]:
 
 
 def walk(api: Api, key: str, limit: int) -> list[list[dict[str, object]]]:
-    """Every page of the listing, following ``next_cursor`` to the end."""
+    """Every page of the listing, following ``cursor`` to the end."""
     pages, cursor = [], ""
     while True:
         answer = api.call(key, f"{ROUTE}?limit={limit}{cursor}", method="GET")
         assert answer.status_code == 200, answer.text
         body = answer.json()
-        assert set(body) == {"checkpoints", "next_cursor"}
-        pages.append(body["checkpoints"])
-        if body["next_cursor"] is None:
+        assert set(body) == {"items", "cursor"}
+        pages.append(body["items"])
+        if body["cursor"] is None:
             return pages
-        cursor = f"&cursor={body['next_cursor']}"
+        cursor = f"&cursor={body['cursor']}"
 
 
 def test_checkpoints_are_listed_newest_first_and_verify(api: Api, settings: Settings) -> None:
     auditor = api.key("acme", "audrey", "auditor")
-    assert api.call(auditor, ROUTE, method="GET").json() == {"checkpoints": [], "next_cursor": None}
+    assert api.call(auditor, ROUTE, method="GET").json() == {"items": [], "cursor": None}
     made = []
     for content in ("one", "two", "three"):
         api.mem(api.key("acme/eng", f"bot-{content}", "agent"), "write", {"content": f"Fact {content}"})
@@ -61,7 +61,7 @@ def test_checkpoints_are_listed_newest_first_and_verify(api: Api, settings: Sett
         assert verified["ok"], verified
 
     owner = api.key("other", "olga", "owner")  # the ledger is one chain: any tenant sees its heads
-    assert api.call(owner, f"{ROUTE}?limit=1", method="GET").json()["checkpoints"] == listed[:1]
+    assert api.call(owner, f"{ROUTE}?limit=1", method="GET").json()["items"] == listed[:1]
     audited = [r for r in api.audit_records() if r.op == "compliance.checkpoints"]
     assert audited
     assert audited[-1].outcome == "ok"

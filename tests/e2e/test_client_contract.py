@@ -118,3 +118,12 @@ def test_every_result_struct_reads_the_documented_answer() -> None:
         assert required <= always, (operation_id, sorted(required - always))
         checked += 1
     assert checked > 30
+
+
+def test_every_request_struct_takes_the_query_parameters_its_operation_declares() -> None:
+    """A typed query parameter the server takes (a filter, paging) is a field of the request."""
+    for operation_id, _method, _path, op in _operations():
+        declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "query"}
+        request = getattr(q, _pascal(operation_id))
+        fields = {request.__struct_encode_fields__[i] for i, _ in enumerate(request.__struct_fields__)}
+        assert declared <= fields, (operation_id, declared - fields)

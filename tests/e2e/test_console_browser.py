@@ -17,11 +17,12 @@ from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.ledger.database import ConnectionParams
 from memwarden.domain.settings import Settings
 from tests.conftest import url_of
-from tests.e2e.review_seed import seed_review_queues
+from tests.e2e.review_seed import TEAM_CONTRADICTION, seed_review_queues
 from tests.processes import TIMED, cli_key, cli_last_line, serving
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
@@ -153,7 +154,7 @@ def test_console_pages_in_headless_chromium(served: Served, browser: WebDriver) 
     browser.get(f"{base}/console/review/disputes")
     assert dispute in browser.page_source
     _shot(browser, "review")
-    browser.find_element(By.XPATH, "//button[text()='keep_old']").click()
+    browser.find_element(By.XPATH, "//table[@id='queue']//button[text()='keep_old']").click()
     _wait_for(browser, "Nothing to review")
 
     browser.get(f"{base}/console/keys")
@@ -201,12 +202,22 @@ def test_review_queues_and_checkpoints_in_headless_chromium(served: Served, brow
     WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/audit"))
 
     browser.get(f"{base}/console/review/findings")
-    assert str(seeded.finding) in browser.find_element(By.ID, "queue").text
+    queue = browser.find_element(By.ID, "queue").text
+    assert str(seeded.finding) in queue
+    for said in (*TEAM_CONTRADICTION, "by bot"):  # both statements side by side, with their writer
+        assert said in queue, said
+    assert "1 in all" in browser.find_element(By.ID, "count").text
     _shot(browser, "review-findings")
-    _click(browser, seeded.finding, "keep_b")
+    tick = browser.find_element(By.CSS_SELECTOR, f"input[name='ids'][value='{seeded.finding}']")
+    tick.send_keys(Keys.SPACE)  # keyboard: the row is ticked without a mouse
+    assert tick.is_selected()
+    browser.find_element(By.CSS_SELECTOR, "#bulk input[name='reason']").send_keys("noon is the new rule")
+    browser.find_element(By.CSS_SELECTOR, "#bulk button[value='keep_b']").click()
     _wait_for(browser, "Nothing to review")
     browser.get(f"{base}/console/review/findings?status=resolved")
     assert "keep_b" in browser.find_element(By.ID, "queue").text
+    browser.get(f"{base}/console/review/findings?status=all&writer=nobody")
+    assert "0 in all" in browser.find_element(By.ID, "count").text
 
     browser.get(f"{base}/console/review/proposals")
     row = browser.find_element(By.XPATH, f"//tr[td[normalize-space()='{seeded.proposal}']]")

@@ -99,7 +99,7 @@ def audit_route_details(api: Api) -> list[str]:
     auditor = api.key("acme", "audrey", "auditor")
     page = api.call(auditor, "/v1/compliance/audit?op=write&limit=100", method="GET")
     assert page.status_code == 200
-    return [r["detail"] for r in page.json()["records"]]
+    return [r["detail"] for r in page.json()["items"]]
 
 
 def test_a_write_is_split_into_facts_each_decided_in_one_append(api: Api, model: Model) -> None:

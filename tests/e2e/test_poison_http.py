@@ -142,7 +142,7 @@ def test_a_refused_unknown_field_named_with_a_nul_never_reaches_the_audit_raw(ap
     _assert_still_healthy(api)
     audit = api.call(keys["auditor"], "/v1/compliance/audit", method="GET", params={"op": "read"})
     assert audit.status_code == 200, audit.text
-    details = [r["detail"] for r in audit.json()["records"]]
+    details = [r["detail"] for r in audit.json()["items"]]
     assert any("\\x01" in d for d in details), details
 
 
@@ -252,9 +252,9 @@ def test_compliance_times_take_a_bare_date_as_midnight_utc(api: Api) -> None:
     for params in ({"since": "2000-01-01"}, {"since": "2000-01-01T00:00:00Z", "until": "2999-01-01"}):
         audit = api.call(keys["auditor"], "/v1/compliance/audit", method="GET", params=params)
         assert audit.status_code == 200, audit.text
-        assert audit.json()["records"]
+        assert audit.json()["items"]
     late = api.call(keys["auditor"], "/v1/compliance/audit", method="GET", params={"since": "2999-01-01"})
-    assert late.json()["records"] == []
+    assert late.json()["items"] == []
     bad = api.call(keys["auditor"], "/v1/compliance/audit", method="GET", params={"until": "yesterday"})
     assert bad.status_code == 400
     assert bad.json()["detail"].startswith("until is not a time")

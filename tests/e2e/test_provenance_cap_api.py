@@ -68,7 +68,7 @@ def test_keys_are_made_and_listed_with_their_cap(api: Api) -> None:
         admin, "/v1/admin/keys", {"target": NS, "actor": "x", "role": "agent", "max_provenance": "rumour"}
     )
     assert unknown.status_code == 400
-    keys = api.call(admin, "/v1/admin/keys", method="GET").json()
+    keys = api.call(admin, "/v1/admin/keys", method="GET").json()["items"]
     items = keys["items"] if isinstance(keys, dict) else keys
     caps = {k["actor"]: k["max_provenance"] for k in items}
     assert caps["fetcher"] == "live-fetch"

@@ -39,7 +39,7 @@ def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_p
             f"{base}/v1/admin/findings", headers={"Authorization": f"Bearer {admin}"}, timeout=10
         )
         assert response.status_code == 200, response.text
-        found: list[dict[str, str]] = response.json()
+        found: list[dict[str, str]] = response.json()["items"]
         return found
 
     try:

@@ -64,10 +64,13 @@ def test_the_consolidation_actor_drafts_once_and_retries_a_leased_namespace(
         actor = declare_consolidation(broker, lambda: runtime.consolidation, "worker-1")
         actor.fn(AGENT.namespace, last.position)
         head = runtime.ledger.head_position()
-        assert runtime.reads.proposals(Identity(namespace="acme", actor="r", role="admin"), after=head)
+        assert runtime.reads.proposals(Identity(namespace="acme", actor="r", role="admin"), after=head).items
         actor.fn(AGENT.namespace, last.position)  # a redelivery drafts nothing
         assert (
-            len(runtime.reads.proposals(Identity(namespace="acme", actor="r", role="admin"), after=head)) == 1
+            len(
+                runtime.reads.proposals(Identity(namespace="acme", actor="r", role="admin"), after=head).items
+            )
+            == 1
         )
         runtime.consolidation.leases.acquire("consolidation", AGENT.namespace, "worker-2")
         with pytest.raises(dramatiq.Retry):

@@ -68,7 +68,7 @@ def test_an_equal_rank_contradiction_is_a_finding_under_lower_trust_and_is_resol
     assert again.outcome is None
     assert runtime.ledger.head_position() == head
 
-    findings = runtime.reads.findings(REVIEWER, after=head)
+    findings = runtime.reads.findings(REVIEWER, after=head).items
     assert len(findings) == 1
     finding = findings[0]
     assert (finding.memory_a, finding.memory_b, finding.rule) == (old, new, "frame")
@@ -114,7 +114,7 @@ def test_under_auto_the_newer_equal_rank_memory_wins_and_a_reviewer_overturns_it
     steps = runtime.reads.history(REVIEWER, new, after=result.position)
     assert steps is not None
     assert any(s.reason == "autopilot" for s in steps)
-    decisions = runtime.reads.decisions(REVIEWER, after=result.position)
+    decisions = runtime.reads.decisions(REVIEWER, after=result.position).items
     assert [(d.winner, d.loser, d.status, d.dial) for d in decisions] == [(new, old, "settled", "auto")]
 
     overturned = runtime.autopilot.overturn(
@@ -130,7 +130,7 @@ def test_under_auto_the_newer_equal_rank_memory_wins_and_a_reviewer_overturns_it
     assert copy.content == "The staging cluster has 12 nodes"
     with pytest.raises(InvalidState):
         runtime.autopilot.overturn(REVIEWER, OverturnDecision(decision_id=decisions[0].id))
-    listed = runtime.reads.decisions(REVIEWER, after=overturned.position)
+    listed = runtime.reads.decisions(REVIEWER, after=overturned.position).items
     assert [d.status for d in listed] == ["overturned"]
     # the restored fact is findable again, and an identical write dedupes against it
     again = runtime.memory.write(AGENT, WriteMemory(content="The staging cluster has 12 nodes"))
@@ -168,7 +168,7 @@ def test_an_ancestor_memory_is_never_settled_from_below(runtime: Runtime) -> Non
     result = runtime.autopilot.judge_memory(new, position, "w")
     assert (result.findings, result.settled) == (1, 0)
     assert runtime.memory.memory(org).status == "active"  # type: ignore[union-attr]
-    finding = runtime.reads.findings(ROOT, after=result.position)[0]
+    finding = runtime.reads.findings(ROOT, after=result.position).items[0]
     with pytest.raises(Forbidden):  # the platform reviewer cannot retire the org's fact
         runtime.autopilot.resolve_finding(
             Identity(namespace="acme/eng/platform", actor="r", role="admin"),

@@ -33,7 +33,7 @@ __all__ = ["runtime"]  # the fixture of tests/integration/test_autopilot.py: the
 
 def settlements(rt: Runtime, after: int) -> list[tuple[UUID, UUID]]:
     rt.reads.wait_for(rt.ledger.head_position())
-    return sorted((d.winner, d.loser) for d in rt.reads.decisions(REVIEWER, after=after))
+    return sorted((d.winner, d.loser) for d in rt.reads.decisions(REVIEWER, after=after).items)
 
 
 def test_a_batch_judges_each_memory_as_if_the_one_before_had_been_appended(runtime: Runtime) -> None:

@@ -85,10 +85,10 @@ def test_a_post_without_the_sessions_csrf_token_is_refused_and_changes_nothing(a
         answer = api.client.post("/console/keys", data=data)
         assert answer.status_code == 403
         assert "CSRF" in answer.text
-    assert all(k["actor"] != "evil" for k in api.call(admin, "/v1/admin/keys", method="GET").json())
+    assert all(k["actor"] != "evil" for k in api.call(admin, "/v1/admin/keys", method="GET").json()["items"])
     made = api.client.post("/console/keys", data={**body, "csrf": csrf})
     assert made.status_code == 200
-    assert any(k["actor"] == "evil" for k in api.call(admin, "/v1/admin/keys", method="GET").json())
+    assert any(k["actor"] == "evil" for k in api.call(admin, "/v1/admin/keys", method="GET").json()["items"])
 
 
 def test_keys_page_creates_a_key_shown_once_and_revokes_through_the_audited_gate(api: Api) -> None:
@@ -105,7 +105,9 @@ def test_keys_page_creates_a_key_shown_once_and_revokes_through_the_audited_gate
     assert "newbot" in listing.text
     assert new_key not in listing.text  # shown once
     key_id = next(
-        k["key_id"] for k in api.call(admin, "/v1/admin/keys", method="GET").json() if k["actor"] == "newbot"
+        k["key_id"]
+        for k in api.call(admin, "/v1/admin/keys", method="GET").json()["items"]
+        if k["actor"] == "newbot"
     )
     revoked = api.client.post(
         "/console/keys/revoke", data={"key_id": key_id, "csrf": csrf}, follow_redirects=False
@@ -165,7 +167,7 @@ def test_audit_browser_follows_the_cursor(api: Api) -> None:
     records = api.call(
         owner, "/v1/compliance/audit", method="GET", params={"op": "stats", "limit": "2"}
     ).json()
-    cursor = records["next_cursor"]
+    cursor = records["cursor"]
     assert cursor is not None
     page = api.client.get("/console/audit", params={"op": "stats", "order": "oldest", "cursor": cursor})
     assert page.status_code == 200
@@ -190,8 +192,8 @@ def test_audit_browser_shows_newest_first_and_walks_back(api: Api) -> None:
     while True:
         params = {"op": "stats", "limit": "2", "order": "newest", **({"cursor": cursor} if cursor else {})}
         page = api.call(owner, "/v1/compliance/audit", method="GET", params=params).json()
-        walked += [r["position"] for r in page["records"]]
-        cursor = page["next_cursor"]
+        walked += [r["position"] for r in page["items"]]
+        cursor = page["cursor"]
         if cursor is None:
             break
         api.mem(member, "stats")  # appended above the walk's snapshot: never in it
@@ -283,7 +285,7 @@ def test_review_queue_decides_a_dispute_in_one_click(api: Api, decision: str) ->
         f"/console/review/disputes/{contra['dispute_id']}", data=form, follow_redirects=False
     )
     assert done.status_code == 303, done.text
-    resolved = api.call(admin, "/v1/admin/disputes?status=resolved", method="GET").json()
+    resolved = api.call(admin, "/v1/admin/disputes?status=resolved", method="GET").json()["items"]
     assert [(d["id"], d["decision"]) for d in resolved] == [(contra["dispute_id"], decision)]
     assert ("resolve_dispute", "ok") in ops_of(api, "boss")
     assert contra["dispute_id"] not in api.client.get("/console/review/disputes").text
@@ -299,7 +301,7 @@ def test_review_queue_refuses_bad_decisions_and_unknown_queues(api: Api) -> None
         api.client.post(path, data={"decision": "edit", "content": "a\x00b", "csrf": csrf}).status_code == 400
     )
     assert api.client.get("/console/review/nothing").status_code == 404
-    assert api.call(admin, "/v1/admin/disputes", method="GET").json()[0]["status"] == "open"
+    assert api.call(admin, "/v1/admin/disputes", method="GET").json()["items"][0]["status"] == "open"
 
 
 def _decide(api: Api, csrf: str, queue: str, item: object, **form: str) -> Any:
@@ -322,7 +324,7 @@ def test_findings_queue_resolves_in_one_click(api: Api) -> None:
     ] == []
     assert _decide(api, csrf, "findings", seeded.finding, decision="keep_old").status_code == 400
     assert _decide(api, csrf, "findings", seeded.finding, decision="keep_b").status_code == 303
-    resolved = api.call(admin, "/v1/admin/findings?status=resolved", method="GET").json()
+    resolved = api.call(admin, "/v1/admin/findings?status=resolved", method="GET").json()["items"]
     assert [(f["id"], f["decision"], f["reviewer"]) for f in resolved] == [
         (str(seeded.finding), "keep_b", "boss")
     ]
@@ -336,10 +338,11 @@ def test_a_finding_is_decided_with_the_reviewers_reason(api: Api) -> None:
     admin = api.key("acme", "boss", "admin")
     csrf = login(api, admin)
     page = api.client.get("/console/review/findings").text
-    assert page.count('name="reason"') == page.count('name="decision" value="keep_a"') == 1
+    row = page.split('<table id="queue">', 1)[1]  # the item's own form (the bulk form is above)
+    assert row.count('name="reason"') == row.count('name="decision" value="keep_a"') == 1
     form = {"decision": "both_valid", "reason": "two different clusters"}
     assert _decide(api, csrf, "findings", seeded.finding, **form).status_code == 303
-    resolved = api.call(admin, "/v1/admin/findings?status=resolved", method="GET").json()
+    resolved = api.call(admin, "/v1/admin/findings?status=resolved", method="GET").json()["items"]
     assert [(f["decision"], f["resolution_reason"]) for f in resolved] == [
         ("both_valid", "two different clusters")
     ]
@@ -363,13 +366,13 @@ def test_proposals_queue_edits_then_approves_or_rejects(api: Api, action: str) -
     assert 'name="content" placeholder="the text to publish (for edit)"' in page.text
     edited = _decide(api, csrf, "proposals", seeded.proposal, decision="edit", content="Staging: Sundays")
     assert edited.status_code == 303, edited.text
-    listed = api.call(admin, "/v1/admin/proposals", method="GET").json()
+    listed = api.call(admin, "/v1/admin/proposals", method="GET").json()["items"]
     assert [(p["id"], p["edited"]) for p in listed if p["id"] == str(seeded.proposal)] == [
         (str(seeded.proposal), True)
     ]
     assert _decide(api, csrf, "proposals", seeded.proposal, decision=action).status_code == 303
     status = {"approve": "approved", "reject": "rejected"}[action]
-    closed = api.call(admin, f"/v1/admin/proposals?status={status}", method="GET").json()
+    closed = api.call(admin, f"/v1/admin/proposals?status={status}", method="GET").json()["items"]
     assert [p["id"] for p in closed] == [str(seeded.proposal)]
     assert str(seeded.proposal) not in api.client.get("/console/review/proposals").text
     ops = ops_of(api, "boss")
@@ -385,7 +388,7 @@ def test_decisions_queue_overturns_with_a_reason(api: Api) -> None:
     assert str(seeded.decision) in page.text
     done = _decide(api, csrf, "decisions", seeded.decision, decision="overturn", reason="midnight is right")
     assert done.status_code == 303, done.text
-    overturned = api.call(admin, "/v1/admin/decisions?status=overturned", method="GET").json()
+    overturned = api.call(admin, "/v1/admin/decisions?status=overturned", method="GET").json()["items"]
     assert [(d["id"], d["overturn_reason"]) for d in overturned] == [
         (str(seeded.decision), "midnight is right")
     ]
@@ -405,14 +408,14 @@ def test_queue_actions_need_the_csrf_token_and_an_admin(api: Api) -> None:
         for token in ({}, {"csrf": "0" * 64}):
             answer = api.client.post(f"/console/review/{queue}/{item}", data={"decision": action, **token})
             assert answer.status_code == 403, (queue, token)
-    assert len(api.call(admin, "/v1/admin/findings", method="GET").json()) == 1
-    assert len(api.call(admin, "/v1/admin/decisions?status=settled", method="GET").json()) == 1
+    assert len(api.call(admin, "/v1/admin/findings", method="GET").json()["items"]) == 1
+    assert len(api.call(admin, "/v1/admin/decisions?status=settled", method="GET").json()["items"]) == 1
     assert str(seeded.proposal) in api.client.get("/console/review/proposals").text
     csrf = login(api, auditor)
     for queue in ("findings", "proposals", "decisions"):
         assert api.client.get(f"/console/review/{queue}").status_code == 403
     assert _decide(api, csrf, "findings", seeded.finding, decision="dismiss").status_code == 403
-    assert len(api.call(admin, "/v1/admin/findings", method="GET").json()) == 1
+    assert len(api.call(admin, "/v1/admin/findings", method="GET").json()["items"]) == 1
 
 
 def test_checkpoints_page_lists_what_the_ledger_signed_and_verifies_against_one(api: Api) -> None:
@@ -513,7 +516,9 @@ def test_a_revoked_key_ends_the_session_at_its_next_page(api: Api) -> None:
     auditor = api.key("acme", "ann", "auditor")
     login(api, auditor)
     key_id = next(
-        k["key_id"] for k in api.call(owner, "/v1/admin/keys", method="GET").json() if k["actor"] == "ann"
+        k["key_id"]
+        for k in api.call(owner, "/v1/admin/keys", method="GET").json()["items"]
+        if k["actor"] == "ann"
     )
     assert api.call(owner, "/v1/admin/keys/revoke", {"key_id": key_id}).status_code == 200
     page = api.client.get("/console/audit")
@@ -547,4 +552,4 @@ def test_poison_form_bytes_get_an_error_page_never_a_500(api: Api) -> None:
         answer = api.client.post("/console/keys", content=body.encode(), headers=form)
         assert 400 <= answer.status_code < 500, (actor, answer.status_code)
         assert "Refused" in answer.text
-    assert [k["actor"] for k in api.call(admin, "/v1/admin/keys", method="GET").json()] == ["boss"]
+    assert [k["actor"] for k in api.call(admin, "/v1/admin/keys", method="GET").json()["items"]] == ["boss"]

@@ -154,8 +154,8 @@ def test_the_proposal_routes_list_edit_reject_and_approve_within_the_subtree(set
         api.settle()
         listed = api.call(admin, "/v1/admin/proposals", method="GET")
         assert listed.status_code == 200, listed.text
-        assert [p["id"] for p in listed.json()] == [str(proposal_id)]
-        assert api.call(outsider, "/v1/admin/proposals", method="GET").json() == []
+        assert [p["id"] for p in listed.json()["items"]] == [str(proposal_id)]
+        assert api.call(outsider, "/v1/admin/proposals", method="GET").json()["items"] == []
         assert api.mem(agent, "stats").json()["open_proposals"] == 1
         assert api.call(agent, f"/v1/admin/proposals/{proposal_id}/approve").status_code == 403
 

@@ -38,7 +38,7 @@ def write(rt: Runtime, identity: Identity, content: str) -> int:
 
 
 def proposals(rt: Runtime, kind: str | None = None) -> list[ProposalView]:
-    found = rt.reads.proposals(REVIEWER, after=rt.ledger.head_position())
+    found = rt.reads.proposals(REVIEWER, after=rt.ledger.head_position()).items
     return [p for p in found if kind is None or p.kind == kind]
 
 

@@ -24,6 +24,7 @@ from memwarden.domain.model.erasure import Forget
 from memwarden.domain.model.errors import InvalidState
 from memwarden.domain.model.events import ProposalDrafted, ProposalTextDrafted
 from memwarden.domain.settings import Settings
+from memwarden.projections.listing import ListQuery
 from memwarden.projections.rebuild import Rebuilder
 from tests.integration.test_consolidation_erasure import (
     AGENT,
@@ -105,7 +106,7 @@ def test_the_models_statement_is_the_proposal_and_approval_publishes_it(
     assert stored_anywhere(database, "golden image on Sunday nights") == []  # sealed on the ledger
 
     runtime.reads.runner.catch_up()
-    (listed,) = runtime.reads.proposals(REVIEWER, "pending_review")
+    (listed,) = runtime.reads.proposals(REVIEWER, ListQuery(status="pending_review")).items
     assert (listed.drafter, listed.fallback) == ("openai", None)
     assert proposals_metric(runtime) == {("openai", ""): 1.0}
 

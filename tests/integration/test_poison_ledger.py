@@ -254,7 +254,7 @@ def test_a_ledger_holding_what_an_older_version_accepted_projects_and_answers(
         field, expected = SHOWN[case]
         assert shown(read, field) == expected
     if case == "nul-in-audit-detail":
-        records = api.call(auditor, "/v1/compliance/audit", method="GET").json()["records"]
+        records = api.call(auditor, "/v1/compliance/audit", method="GET").json()["items"]
         assert f"stored; note {REPLACEMENT}" in [r["detail"] for r in records]
 
     # the next write to the same slot supersedes the memory, and projects
@@ -337,7 +337,7 @@ def test_a_dispute_settled_with_text_an_older_version_accepted_projects(settings
         at_head(api)
         listed = api.call(reviewer, "/v1/admin/disputes?status=resolved", method="GET")
         assert listed.status_code == 200, listed.text
-        (dispute,) = listed.json()
+        (dispute,) = listed.json()["items"]
         assert (dispute["reason"], dispute["resolution_reason"]) == (f"wiki{REPLACEMENT}",) * 2
         history = api.mem(reviewer, "history", {"id": str(kept.id)})
         assert history.status_code == 200, history.text

@@ -15,6 +15,7 @@ from memwarden.domain.model.events import MemoryVerified
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.settings import Settings
 from memwarden.projections.disputes.projection import DisputesProjection
+from memwarden.projections.listing import ListQuery
 from memwarden.projections.memory_objects.projection import MemoryObjectsProjection
 from memwarden.projections.reads import ReadModels
 
@@ -100,9 +101,9 @@ def test_disputed_memory_is_invisible_until_upheld(runtime: Runtime) -> None:
     assert contra.outcome == "disputed"
     assert contra.id is not None
     assert runtime.reads.read(AGENT, contra.id, after=contra.position) is None
-    disputes = runtime.reads.disputes(ADMIN)
+    disputes = runtime.reads.disputes(ADMIN).items
     assert [d.id for d in disputes] == [contra.dispute_id]
-    assert runtime.reads.disputes(Identity("other", "x", "admin")) == []
+    assert runtime.reads.disputes(Identity("other", "x", "admin")).items == []
     assert contra.dispute_id is not None
     resolved = runtime.memory.resolve_dispute(
         ADMIN, ResolveDispute(dispute_id=contra.dispute_id, decision="uphold_new")
@@ -110,8 +111,8 @@ def test_disputed_memory_is_invisible_until_upheld(runtime: Runtime) -> None:
     view = runtime.reads.read(AGENT, contra.id, after=resolved.position)
     assert view is not None
     assert view.status == "active"
-    assert runtime.reads.disputes(ADMIN) == []
-    assert runtime.reads.disputes(ADMIN, status="resolved")[0].decision == "uphold_new"
+    assert runtime.reads.disputes(ADMIN).items == []
+    assert runtime.reads.disputes(ADMIN, ListQuery(status="resolved")).items[0].decision == "uphold_new"
 
 
 def test_verification_projects_tier_and_verifier(runtime: Runtime) -> None:

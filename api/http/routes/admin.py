@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from litestar import Controller, Request
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from memwarden.api.http.gate import Call, api_state, command, current_call, query
+from memwarden.api.http.lists import (
+    LIST_DEPENDENCIES,
+    PAGE_PARAMETERS,
+    REVIEW_PARAMETERS,
+    CountedPage,
+    DecisionsPage,
+    DisputesPage,
+    FiltersAsked,
+    FindingsPage,
+    KeysPage,
+    PagingAsked,
+    ProposalsPage,
+    Rule,
+)
 from memwarden.api.http.routes.mem import policy_view
 from memwarden.api.http.routing import Syscall, syscall_get, syscall_post, syscall_put
 from memwarden.api.http.schemas import (
@@ -26,20 +41,26 @@ from memwarden.api.http.schemas import (
 )
 from memwarden.domain.model.autopilot import DecisionState, FindingState, OverturnDecision, ResolveFinding
 from memwarden.domain.model.commands import ResolveDispute
-from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.identity import REVIEWER_ROLES
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.memory import DisputeState
 from memwarden.domain.model.policies import check_policy_admin, effective_policy
-from memwarden.projections.autopilot.views import DecisionView, FindingView, ProposalView
-from memwarden.projections.disputes.views import DisputeView
-from memwarden.projections.governance.views import KeyView
+from memwarden.projections.listing import ListQuery
 
 Req = Request[Any, Any, Any]
 
 
-STATUS_QUERY = frozenset({"status"})
-"""The one query parameter a listing takes."""
+RULED = REVIEW_PARAMETERS | {"rule"}
+WITHIN = frozenset({"namespace"})
+"""A queue's ``namespace`` filter names a subtree to look at, never who the caller is."""
+DisputeStatus = Annotated[Literal["open", "resolved", "all"], QueryParameter(description="`all`: any status")]
+FindingStatus = Annotated[Literal["open", "resolved", "all"], QueryParameter(description="`all`: any status")]
+DecisionStatus = Annotated[
+    Literal["settled", "overturned", "all"], QueryParameter(description="`all`: any status")
+]
+ProposalStatus = Annotated[
+    Literal["pending_review", "approved", "rejected", "all"], QueryParameter(description="`all`: any status")
+]
 
 
 def admin(op: str, **options: Any) -> Syscall:
@@ -53,6 +74,7 @@ def _target(namespace: str) -> str:
 
 class AdminController(Controller):
     path = "/v1/admin"
+    dependencies = LIST_DEPENDENCIES
 
     @syscall_post("/keys", admin("admin.keys.create", allow=frozenset({"actor", "role"})))
     def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
@@ -69,16 +91,16 @@ class AdminController(Controller):
         command(request, lambda c: state.governance.revoke_key(c.identity, data.key_id))
         return RevokeResponse(revoked=True)
 
-    @syscall_get("/keys", admin("admin.keys.list"))
-    def list_keys(self, request: Req) -> list[KeyView]:
+    @syscall_get("/keys", admin("admin.keys.list", query=PAGE_PARAMETERS))
+    def list_keys(self, request: Req, page: PagingAsked) -> KeysPage:
         state = api_state(request)
 
-        def run(c: Call) -> list[KeyView]:
+        def run(c: Call) -> KeysPage:
             state.reads.wait_for(c.last_write)
-            keys: list[KeyView] = state.reads.keys(c.identity.namespace)
-            return keys
+            asked = ListQuery(limit=page.limit, newest=page.newest, cursor=page.cursor)
+            return KeysPage.of(state.reads.keys(c.identity.namespace, asked))
 
-        return query(request, run, lambda keys: f"{len(keys)} keys")
+        return query(request, run, _counted("keys"))
 
     @syscall_get("/policies/{namespace:path}", admin("admin.policies.get", tenant_gate=False))
     def get_policy(self, request: Req, namespace: FromPath[str]) -> OwnPolicyResponse:
@@ -99,20 +121,17 @@ class AdminController(Controller):
         command(request, lambda c: state.governance.set_policy(c.identity, target, data.policy(), expected))
         return _own_policy(state, current_call(request), target)
 
-    @syscall_get("/disputes", admin("admin.disputes.list", query=STATUS_QUERY))
-    def list_disputes(self, request: Req) -> list[DisputeView]:
+    @syscall_get("/disputes", admin("admin.disputes.list", query=REVIEW_PARAMETERS, allow=WITHIN))
+    def list_disputes(
+        self, request: Req, filters: FiltersAsked, status: DisputeStatus = "open"
+    ) -> DisputesPage:
         state = api_state(request)
-        status = request.query_params.get("status", "open")
 
-        def run(c: Call) -> list[DisputeView]:
-            if status not in {"open", "resolved", "all"}:
-                raise InvalidRequest("status must be open, resolved or all")
-            found: list[DisputeView] = state.reads.disputes(
-                c.identity, None if status == "all" else status, after=c.last_write
-            )
-            return found
+        def run(c: Call) -> DisputesPage:
+            asked = filters.query(c.identity, status)
+            return DisputesPage.of(state.reads.disputes(c.identity, asked, after=c.last_write))
 
-        return query(request, run, lambda found: f"{len(found)} disputes")
+        return query(request, run, _counted("disputes"))
 
     @syscall_post("/disputes/{dispute_id:uuid}/resolve", admin("resolve_dispute"))
     def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
@@ -130,16 +149,17 @@ class AdminController(Controller):
 
     # -- the conflict autopilot: findings for people, automatic decisions to overturn -------
 
-    @syscall_get("/findings", admin("admin.findings.list", query=STATUS_QUERY))
-    def list_findings(self, request: Req) -> list[FindingView]:
+    @syscall_get("/findings", admin("admin.findings.list", query=RULED, allow=WITHIN))
+    def list_findings(
+        self, request: Req, filters: FiltersAsked, status: FindingStatus = "open", rule: Rule = None
+    ) -> FindingsPage:
         state = api_state(request)
 
-        def run(c: Call) -> list[FindingView]:
-            status = _status(request, {"open", "resolved"}, "open")
-            found: list[FindingView] = state.reads.findings(c.identity, status, after=c.last_write)
-            return found
+        def run(c: Call) -> FindingsPage:
+            asked = filters.query(c.identity, status, rule)
+            return FindingsPage.of(state.reads.findings(c.identity, asked, after=c.last_write))
 
-        return query(request, run, lambda found: f"{len(found)} findings")
+        return query(request, run, _counted("findings"))
 
     @syscall_post("/findings/{finding_id:uuid}/resolve", admin("resolve_finding"))
     def resolve_finding(
@@ -151,16 +171,17 @@ class AdminController(Controller):
         finding: FindingState = result.finding
         return finding
 
-    @syscall_get("/decisions", admin("admin.decisions.list", query=STATUS_QUERY))
-    def list_decisions(self, request: Req) -> list[DecisionView]:
+    @syscall_get("/decisions", admin("admin.decisions.list", query=RULED, allow=WITHIN))
+    def list_decisions(
+        self, request: Req, filters: FiltersAsked, status: DecisionStatus = "all", rule: Rule = None
+    ) -> DecisionsPage:
         state = api_state(request)
 
-        def run(c: Call) -> list[DecisionView]:
-            status = _status(request, {"settled", "overturned"}, "all")
-            found: list[DecisionView] = state.reads.decisions(c.identity, status, after=c.last_write)
-            return found
+        def run(c: Call) -> DecisionsPage:
+            asked = filters.query(c.identity, status, rule)
+            return DecisionsPage.of(state.reads.decisions(c.identity, asked, after=c.last_write))
 
-        return query(request, run, lambda found: f"{len(found)} decisions")
+        return query(request, run, _counted("decisions"))
 
     @syscall_post("/decisions/{decision_id:uuid}/overturn", admin("overturn_decision"))
     def overturn(
@@ -174,16 +195,21 @@ class AdminController(Controller):
 
     # -- consolidation: proposals for people ------------------------------------------------
 
-    @syscall_get("/proposals", admin("admin.proposals.list", query=STATUS_QUERY))
-    def list_proposals(self, request: Req) -> list[ProposalView]:
+    @syscall_get("/proposals", admin("admin.proposals.list", query=RULED, allow=WITHIN))
+    def list_proposals(
+        self,
+        request: Req,
+        filters: FiltersAsked,
+        status: ProposalStatus = "pending_review",
+        rule: Rule = None,
+    ) -> ProposalsPage:
         state = api_state(request)
 
-        def run(c: Call) -> list[ProposalView]:
-            status = _status(request, {"pending_review", "approved", "rejected"}, "pending_review")
-            found: list[ProposalView] = state.reads.proposals(c.identity, status, after=c.last_write)
-            return found
+        def run(c: Call) -> ProposalsPage:
+            asked = filters.query(c.identity, status, rule)
+            return ProposalsPage.of(state.reads.proposals(c.identity, asked, after=c.last_write))
 
-        return query(request, run, lambda found: f"{len(found)} proposals")
+        return query(request, run, _counted("proposals"))
 
     @syscall_post("/proposals/{proposal_id:uuid}/approve", admin("approve_proposal"))
     def approve_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
@@ -220,12 +246,8 @@ def _expected_version(request: Req, data: PolicyPutBody) -> int | None:
         return -1
 
 
-def _status(request: Req, statuses: set[str], default: str) -> str | None:
-    """The ``status`` query parameter: one of ``statuses`` or ``all`` (None: no filter)."""
-    status = request.query_params.get("status", default)
-    if status != "all" and status not in statuses:
-        raise InvalidRequest(f"status must be {', '.join(sorted(statuses))} or all")
-    return None if status == "all" else status
+def _counted(what: str) -> Callable[[CountedPage], str]:
+    return lambda found: f"{len(found.items)} of {found.count} {what}"
 
 
 def _own_policy(state: Any, call: Call, target: str) -> OwnPolicyResponse:

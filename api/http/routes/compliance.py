@@ -4,17 +4,26 @@ trail."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any
 
-import msgspec
 from litestar import Controller, Request
-from litestar.params import JSONBody
+from litestar.params import JSONBody, QueryParameter
 
 from memwarden.api.http.gate import Call, api_state, query
+from memwarden.api.http.lists import (
+    LIST_DEPENDENCIES,
+    PAGE_PARAMETERS,
+    Cursor,
+    Limit,
+    Order,
+    Page,
+    PagingAsked,
+    Since,
+    Until,
+    paging,
+)
 from memwarden.api.http.routing import Syscall, syscall_get, syscall_post
 from memwarden.api.http.schemas import (
-    AuditResponse,
-    ComplianceTime,
     Head,
     VerifyLedgerBody,
     VerifyLedgerResponse,
@@ -26,10 +35,10 @@ from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.identity import COMPLIANCE_ROLES
 from memwarden.domain.model.text import quote_text
-from memwarden.projections.governance.views import AuditFilter
+from memwarden.projections.governance.views import AuditFilter, AuditView
+from memwarden.projections.listing import DEFAULT_LIMIT
 
 Req = Request[Any, Any, Any]
-MAX_PAGE_LIMIT = 1000
 
 
 def compliance(op: str, **options: Any) -> Syscall:
@@ -37,40 +46,15 @@ def compliance(op: str, **options: Any) -> Syscall:
     return Syscall(name=op, roles=COMPLIANCE_ROLES, tenant_gate=False, **options)
 
 
-class AuditQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    since: ComplianceTime | None = None
-    until: ComplianceTime | None = None
-    actor: str | None = None
-    op: str | None = None
-    outcome: str | None = None
-    limit: int = 100
-    cursor: str | None = None
-    order: Literal["oldest", "newest"] = "oldest"
+class CheckpointsPage(Page, frozen=True, kw_only=True):
+    items: list[Checkpoint]
 
 
-class CheckpointsQuery(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    limit: int = 100
-    cursor: str | None = None
+class AuditPage(Page, frozen=True, kw_only=True):
+    items: list[AuditView]
 
 
-Paged = TypeVar("Paged", AuditQuery, CheckpointsQuery)
-
-
-def paged_query(params: dict[str, str], shape: type[Paged]) -> Paged:
-    """The query string of a paged route, its ``limit`` within bounds, or InvalidRequest."""
-    try:
-        asked = msgspec.convert(params, shape, strict=False)
-    except msgspec.ValidationError as error:
-        raise InvalidRequest(str(error)) from error
-    if not 1 <= asked.limit <= MAX_PAGE_LIMIT:
-        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE_LIMIT}")
-    return asked
-
-
-class CheckpointsResponse(msgspec.Struct, frozen=True, kw_only=True):
-    checkpoints: list[Checkpoint]
-    """Newest first."""
-    next_cursor: str | None
+AUDIT_PARAMETERS = PAGE_PARAMETERS | {"since", "until", "actor", "op", "outcome"}
 
 
 def audit_cursor(cursor: str | None, head: Callable[[], int]) -> tuple[int, int]:
@@ -92,6 +76,7 @@ def _position(text: str) -> bool:
 
 class ComplianceController(Controller):
     path = "/v1/compliance"
+    dependencies = LIST_DEPENDENCIES
 
     @syscall_post("/ledger/verify", compliance("compliance.ledger.verify"))
     def verify(self, request: Req, data: JSONBody[VerifyLedgerBody | None] = None) -> VerifyLedgerResponse:
@@ -122,58 +107,64 @@ class ComplianceController(Controller):
             lambda c: f"position {c.position}",
         )
 
-    @syscall_get(
-        "/checkpoints",
-        compliance("compliance.checkpoints", query=frozenset(CheckpointsQuery.__struct_fields__)),
-    )
-    def checkpoints(self, request: Req) -> CheckpointsResponse:
+    @syscall_get("/checkpoints", compliance("compliance.checkpoints", query=PAGE_PARAMETERS))
+    def checkpoints(
+        self, request: Req, cursor: Cursor = None, limit: Limit = DEFAULT_LIMIT, order: Order = "newest"
+    ) -> CheckpointsPage:
+        """Newest first unless asked otherwise: the checkpoint a verifier wants is the latest."""
         state = api_state(request)
-        params = dict(request.query_params.items())
+        page = paging(cursor, limit, order)
 
-        def run(c: Call) -> CheckpointsResponse:
-            asked = paged_query(params, CheckpointsQuery)
-            if asked.cursor is not None and not _position(asked.cursor):
+        def run(c: Call) -> CheckpointsPage:
+            if page.cursor is not None and not _position(page.cursor):
                 raise InvalidRequest("malformed cursor")
-            before = int(asked.cursor) if asked.cursor is not None else None
-            kept = state.runtime.ledger.checkpoint_log.newest(asked.limit, before, tree_of(state, c.identity))
-            cursor = str(kept[-1].seq) if len(kept) == asked.limit else None
-            return CheckpointsResponse(checkpoints=[k.checkpoint for k in kept], next_cursor=cursor)
+            past = int(page.cursor) if page.cursor is not None else None
+            kept = state.runtime.ledger.checkpoint_log.listed(
+                page.limit, past, tree_of(state, c.identity), newest=page.newest
+            )
+            cursor = str(kept[-1].seq) if len(kept) == page.limit else None
+            return CheckpointsPage(items=[k.checkpoint for k in kept], cursor=cursor)
 
-        return query(request, run, lambda r: f"{len(r.checkpoints)} checkpoints")
+        return query(request, run, lambda r: f"{len(r.items)} checkpoints")
 
-    @syscall_get(
-        "/audit",
-        compliance(
-            "compliance.audit", query=frozenset(AuditQuery.__struct_fields__), allow=frozenset({"actor"})
-        ),
-    )
-    def audit(self, request: Req) -> AuditResponse:
+    @syscall_get("/audit", compliance("compliance.audit", query=AUDIT_PARAMETERS, allow=frozenset({"actor"})))
+    def audit(
+        self,
+        request: Req,
+        page: PagingAsked,
+        since: Since = None,
+        until: Until = None,
+        actor: Annotated[
+            str | None, QueryParameter(description="only what this actor did", max_length=128)
+        ] = None,
+        op: Annotated[
+            str | None, QueryParameter(description="only this operation (`mem.read` ...)", max_length=64)
+        ] = None,
+        outcome: Annotated[
+            str | None, QueryParameter(description="only this outcome (`ok`, `forbidden` ...)", max_length=64)
+        ] = None,
+    ) -> AuditPage:
         state = api_state(request)
-        params = dict(request.query_params.items())
 
-        def run(c: Call) -> AuditResponse:
-            asked = paged_query(params, AuditQuery)
-            bound, upto = audit_cursor(asked.cursor, state.runtime.ledger.head_position)
-            newest = asked.order == "newest"
+        def run(c: Call) -> AuditPage:
+            bound, upto = audit_cursor(page.cursor, state.runtime.ledger.head_position)
             where = AuditFilter(
-                since=compliance_time("since", asked.since),
-                until=compliance_time("until", asked.until),
-                actor=asked.actor,
-                op=asked.op,
-                outcome=asked.outcome,
-                after=0 if newest else bound,
-                before=bound if newest and asked.cursor is not None else None,
+                since=compliance_time("since", since),
+                until=compliance_time("until", until),
+                actor=actor,
+                op=op,
+                outcome=outcome,
+                after=0 if page.newest else bound,
+                before=bound if page.newest and page.cursor is not None else None,
                 upto=upto,
-                limit=asked.limit,
-                newest=newest,
+                limit=page.limit,
+                newest=page.newest,
             )
             records = state.reads.audit(c.identity.namespace, where)
-            cursor = f"{records[-1].position}:{upto}" if len(records) == asked.limit else None
-            return AuditResponse(records=list(records), next_cursor=cursor)
+            cursor = f"{records[-1].position}:{upto}" if len(records) == page.limit else None
+            return AuditPage(items=list(records), cursor=cursor)
 
-        return query(
-            request, run, lambda r: f"{len(r.records)} records; {quote_text(request.url.query, 150)}"
-        )
+        return query(request, run, lambda r: f"{len(r.items)} records; {quote_text(request.url.query, 150)}")
 
 
 def public_problem(report: ChainReport) -> str | None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request
-from litestar.params import JSONBody, Parameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from memwarden.api.http.gate import Call, api_state, query
 from memwarden.api.http.routes.compliance import compliance
@@ -24,7 +24,7 @@ from memwarden_client.proofs import Checkpoint, Note, ProofError, VerifierKey, c
 
 Req = Request[Any, Any, Any]
 Size = Annotated[
-    int, Parameter(ge=1, le=2**62, description="a tree size: the number of ledger events it covers")
+    int, QueryParameter(ge=1, le=2**62, description="a tree size: the number of ledger events it covers")
 ]
 
 
@@ -79,7 +79,7 @@ class ProofsController(Controller):
     def inclusion(
         self,
         request: Req,
-        position: Annotated[int, Parameter(ge=1, le=2**62, description="the ledger position to prove")],
+        position: Annotated[int, QueryParameter(ge=1, le=2**62, description="the ledger position to prove")],
         size: Size,
     ) -> InclusionResponse:
         tree = api_state(request).reads.tree
@@ -93,8 +93,10 @@ class ProofsController(Controller):
     def consistency(
         self,
         request: Req,
-        first: Annotated[int, Parameter(query="from", ge=1, le=2**62, description="the earlier tree size")],
-        second: Annotated[int, Parameter(query="to", ge=1, le=2**62, description="the later tree size")],
+        first: Annotated[
+            int, QueryParameter(name="from", ge=1, le=2**62, description="the earlier tree size")
+        ],
+        second: Annotated[int, QueryParameter(name="to", ge=1, le=2**62, description="the later tree size")],
     ) -> ConsistencyResponse:
         tree = api_state(request).reads.tree
 
@@ -146,7 +148,9 @@ class CosignaturesController(Controller):
     path = "/v1/compliance/checkpoints"
 
     @syscall_post("/{size:int}/cosignatures", compliance("compliance.checkpoints.cosign"))
-    def cosign(self, request: Req, size: int, data: JSONBody[CosignatureBody]) -> CosignatureResponse:
+    def cosign(
+        self, request: Req, size: FromPath[int], data: JSONBody[CosignatureBody]
+    ) -> CosignatureResponse:
         state = api_state(request)
         body = data
 
