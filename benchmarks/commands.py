@@ -156,9 +156,13 @@ def _register_service_benches(bench: Any) -> None:
     judge = bench.add_parser(
         "judge", help="the rules judge's precision and recall per rule on the labelled table of pairs"
     )
-    judge.add_argument("--table", default="", help="a JSONL table of pairs (default: benchmarks/data/judge_pairs.jsonl)")
     judge.add_argument(
-        "--wrong", action="store_true", help="also list the tuning part's mistakes (never the held-out part's)"
+        "--table", default="", help="a JSONL table of pairs (default: benchmarks/data/judge_pairs.jsonl)"
+    )
+    judge.add_argument(
+        "--wrong",
+        action="store_true",
+        help="also list the tuning part's mistakes (never the held-out part's)",
     )
     judge.add_argument("--json", action="store_true")
     judge.set_defaults(handler=lazy("benchmarks.judge", "run_judge_bench"))

@@ -95,7 +95,9 @@ def measure(judge: Judge, pairs: Iterable[Pair], part: Part) -> Report:
         if judgement.contradicts != (pair.label == "contradiction"):
             wrong.append((pair, judgement.rule))
     rules = sorted(set(true) | set(false))
-    by_rule = {r: Score(true=true.get(r, 0), false=false.get(r, 0), contradictions=contradictions) for r in rules}
+    by_rule = {
+        r: Score(true=true.get(r, 0), false=false.get(r, 0), contradictions=contradictions) for r in rules
+    }
     overall = Score(true=sum(true.values()), false=sum(false.values()), contradictions=contradictions)
     return Report(part=part, pairs=len(pairs), overall=overall, by_rule=by_rule, wrong=wrong)
 
