@@ -123,10 +123,12 @@ _TOKEN = re.compile(
     r"|\d+[^\W\d_]+"  # 3rd, 10th, 5pm
 )
 _WORD = re.compile(r"[^\W_]+")
+_JOINED = re.compile(r"[-_./]")
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})\s?([ap])?")
 MIN_SHARED_TOKENS = 3
 MIN_SHARED_SHARE = 0.5
 MAX_CHANGED_TOKENS = 4
+MAX_FRAME_TOKENS = 120
 
 
 class _Token(msgspec.Struct, frozen=True):
@@ -166,7 +168,7 @@ def _pieces(text: str) -> list[tuple[str, int, int]]:
     pieces: list[tuple[str, int, int]] = []
     for match in _TOKEN.finditer(text):
         raw = match.group(0)
-        if raw[0].isalpha() and any(c in "-_./" for c in raw) and not _is_code(raw):
+        if raw[0].isalpha() and not raw.isalpha() and _JOINED.search(raw) and not _is_code(raw):
             offset = match.start()
             pieces.extend((w.group(0), offset + w.start(), offset + w.end()) for w in _WORD.finditer(raw))
         else:
@@ -196,7 +198,7 @@ def _tokens(text: str) -> list[_Token]:
                 code=not raw[0].isdigit() and not raw.isalpha() and _is_code(raw),
                 keyed=starts_value,
                 initial=raw[0].isupper(),
-                value=_value(raw, word),
+                value=_value(raw, word) if word[0].isdigit() else None,
             )
         )
     return found
@@ -353,10 +355,13 @@ class RulesJudge:
     name = "rules"
 
     def judge(self, a: Statement, b: Statement) -> Judgement:
+        slot = _slot(a, b)
+        if slot is not None:
+            return slot
+        plain_a, plain_b = _denegated(_tokens(a.content)), _denegated(_tokens(b.content))
         return (
-            _slot(a, b)
-            or _negation(a.content, b.content)
-            or _frame(a.content, b.content)
+            _negation(plain_a, plain_b)
+            or _frame(plain_a, plain_b)
             or Judgement(verdict="compatible", rule="none", explanation="no rule finds a contradiction")
         )
 
@@ -398,9 +403,8 @@ def _prefix_negated(a: list[_Token], b: list[_Token]) -> tuple[int, int] | None:
     return None
 
 
-def _negation(a: str, b: str) -> Judgement | None:
-    plain_a, negations_a = _denegated(_tokens(a))
-    plain_b, negations_b = _denegated(_tokens(b))
+def _negation(a: tuple[list[_Token], int], b: tuple[list[_Token], int]) -> Judgement | None:
+    (plain_a, negations_a), (plain_b, negations_b) = a, b
     if len(plain_a) < 2:
         return None
     if not _same(plain_a, plain_b):
@@ -428,6 +432,8 @@ def _changes(tokens_a: list[_Token], tokens_b: list[_Token]) -> list[_Change] | 
     """Where the two sentences differ, when they share a frame: enough words in common, only
     words replaced (added or dropped words are a paraphrase or a detail: None), few words
     changed. The two ends of a range ("from 9:00 to 17:00") count as one change."""
+    if max(len(tokens_a), len(tokens_b)) > MAX_FRAME_TOKENS:
+        return None  # a frame is a sentence; comparing long texts word by word is quadratic
     texts_a, texts_b = [t.text for t in tokens_a], [t.text for t in tokens_b]
     matcher = difflib.SequenceMatcher(a=texts_a, b=texts_b, autojunk=False)
     shared = sum(block.size for block in matcher.get_matching_blocks())
@@ -456,9 +462,8 @@ def _contradiction(rule: str, explanation: str) -> Judgement:
     return Judgement(verdict="contradiction", rule=rule, explanation=explanation)
 
 
-def _frame(a: str, b: str) -> Judgement | None:
-    tokens_a, negations_a = _denegated(_tokens(a))
-    tokens_b, negations_b = _denegated(_tokens(b))
+def _frame(a: tuple[list[_Token], int], b: tuple[list[_Token], int]) -> Judgement | None:
+    (tokens_a, negations_a), (tokens_b, negations_b) = a, b
     if negations_a % 2 != negations_b % 2:
         return None  # a negated statement with another value: no sure rule
     changes = _changes(tokens_a, tokens_b)

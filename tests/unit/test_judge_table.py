@@ -115,3 +115,12 @@ def test_the_counting_behind_the_figures() -> None:
 
 def _mistakes(report: Report) -> str:
     return "\n".join(f"[{p.label} {p.kind} {rule}] {p.a} | {p.b}" for p, rule in report.wrong)
+
+
+def test_a_long_text_is_no_sentence_frame() -> None:
+    """Comparing word by word is quadratic: texts longer than a sentence are not framed
+    (the negation rule, linear, still looks at them)."""
+    long_a, long_b = "word " * 3000 + "is 5", "word " * 3000 + "is 6"
+    assert JUDGE.judge(Statement(content=long_a), Statement(content=long_b)).rule == "none"
+    negated = JUDGE.judge(Statement(content=long_a), Statement(content="word " * 3000 + "is not 5"))
+    assert (negated.verdict, negated.rule) == ("contradiction", "negation")
