@@ -165,3 +165,16 @@ def _register_service_benches(bench: Any) -> None:
     load.add_argument("--seed", type=int, default=7)
     load.add_argument("--json", action="store_true")
     load.set_defaults(handler=lazy("benchmarks.load", "run_load_bench"))
+    judge = bench.add_parser(
+        "judge", help="the rules judge's precision and recall per rule on the labelled table of pairs"
+    )
+    judge.add_argument(
+        "--table", default="", help="a JSONL table of pairs (default: benchmarks/data/judge_pairs.jsonl)"
+    )
+    judge.add_argument(
+        "--wrong",
+        action="store_true",
+        help="also list the tuning part's mistakes (never the held-out part's)",
+    )
+    judge.add_argument("--json", action="store_true")
+    judge.set_defaults(handler=lazy("benchmarks.judge", "run_judge_bench"))

@@ -492,6 +492,8 @@ class Finding(Result, frozen=True, kw_only=True):
     rule: str
     explanation: str
     cosine: float
+    group_id: UUID | None = None
+    """The newer statement's id, shared by the findings about it (None from older servers)."""
     status: str
     decision: str | None = None
     reviewer: str | None = None
@@ -505,6 +507,7 @@ class FindingState(Result, frozen=True, kw_only=True):
     namespace: str
     memory_a: UUID
     memory_b: UUID
+    group_id: UUID | None = None
     status: str
     decision: str | None = None
     reviewer: str | None = None

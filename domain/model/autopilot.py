@@ -155,6 +155,13 @@ def _finding(memory: MemoryState, pair: Pair, judge: str, now: datetime, finding
 FindingStatus = Literal["open", "resolved"]
 
 
+def finding_group(opened: FindingOpened) -> UUID:
+    """The group a finding is listed under: its newer statement (``memory_b``, whose pass
+    found the pair). A statement that contradicts many older ones, as one bad import line
+    does, is one group for a reviewer instead of one row per pair."""
+    return opened.memory_b
+
+
 class FindingState(msgspec.Struct, frozen=True, kw_only=True):
     id: UUID
     namespace: str
@@ -164,6 +171,8 @@ class FindingState(msgspec.Struct, frozen=True, kw_only=True):
     rule: str
     explanation: str
     cosine: float
+    group_id: UUID
+    """``finding_group``: the findings about one newer statement share it."""
     opened_at: datetime
     status: FindingStatus = "open"
     decision: FindingDecision | None = None
@@ -183,6 +192,7 @@ def evolve_finding(state: FindingState | None, event: Event) -> FindingState:
             rule=event.rule,
             explanation=event.explanation,
             cosine=event.cosine,
+            group_id=finding_group(event),
             opened_at=event.at,
             version=1,
         )

@@ -10,6 +10,7 @@ from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
 from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.model.autopilot import finding_group
 from memwarden.domain.model.events import (
     ConflictSettled,
     ConflictsJudged,
@@ -44,9 +45,11 @@ CREATE TABLE IF NOT EXISTS {s}.findings (
     resolution_reason text,
     opened_at timestamptz NOT NULL,
     resolved_at timestamptz,
-    position bigint NOT NULL
+    position bigint NOT NULL,
+    group_id uuid NOT NULL
 );
 CREATE INDEX IF NOT EXISTS findings_open ON {s}.findings (namespace) WHERE status = 'open';
+CREATE INDEX IF NOT EXISTS findings_group ON {s}.findings (group_id, opened_at);
 CREATE TABLE IF NOT EXISTS {s}.autopilot_decisions (
     id uuid PRIMARY KEY,
     namespace text NOT NULL,
@@ -185,8 +188,8 @@ def _finding_opened(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
     curs.execute(
         SQL(
             "INSERT INTO {s}.findings (id, namespace, memory_a, memory_b, judge, rule, explanation,"
-            " cosine, status, opened_at, position) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-            " 'open', %s, %s) ON CONFLICT (id) DO NOTHING"
+            " cosine, status, opened_at, position, group_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+            " 'open', %s, %s, %s) ON CONFLICT (id) DO NOTHING"
         ).format(s=s),
         (
             e.finding_id,
@@ -199,6 +202,7 @@ def _finding_opened(curs: Cursor[Any], s: Identifier, r: Recorded) -> None:
             e.cosine,
             e.at,
             r.position,
+            finding_group(e),
         ),
     )
 

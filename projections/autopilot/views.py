@@ -25,6 +25,9 @@ class FindingView(msgspec.Struct, frozen=True, kw_only=True):
     rule: str
     explanation: str
     cosine: float
+    group_id: UUID
+    """The newer statement's id: the findings about one statement share it, so a reviewer's
+    list can show one row per statement (domain/model/autopilot.py ``finding_group``)."""
     status: str
     decision: str | None
     reviewer: str | None

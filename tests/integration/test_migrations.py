@@ -54,6 +54,7 @@ LABELS = [
     "0009_key_provenance",
     "0010_merkle_tree",
     "0011_tenant_trees",
+    "0012_finding_groups",
 ]
 HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
 """A migration after the last one (gaps are refused)."""
@@ -104,9 +105,9 @@ def old_settings(tmp_path: Path, params: ConnectionParams) -> Settings:
     )
 
 
-ADDED_COLUMNS = ["tenant", "tenant_position", "max_provenance", "size", "note", "tree"]
+ADDED_COLUMNS = ["tenant", "tenant_position", "max_provenance", "size", "note", "tree", "group_id"]
 """Columns later migrations add to existing tables (0005: events; 0009: api_keys; 0010 and 0011:
-checkpoints); NULL on adopted rows."""
+checkpoints; 0012: findings); NULL on adopted rows, but a finding's group, which 0012 fills."""
 
 
 def rows_of(params: ConnectionParams) -> dict[str, tuple[int, str]]:

@@ -125,6 +125,7 @@ def _finding(a: object, b: object, status: str = "open") -> FindingState:
         rule="frame",
         explanation="x",
         cosine=0.9,
+        group_id=b.id,  # type: ignore[attr-defined]
         opened_at=at(-1),
         status=status,  # type: ignore[arg-type]
     )
