@@ -54,9 +54,7 @@ def module_source() -> str:
         f"{version}'s copy of confusables.txt;\n"
         'never edited by hand). ASCII characters keep themselves: see ``text.skeleton``."""\n\n'
         f'_TABLE = "{lines}"\n\n'
-        "PROTOTYPES: dict[str, str] = dict(\n"
-        '    line.split("\\t", 1) for line in _TABLE.split("\\n") if line\n'
-        ")\n"
+        'PROTOTYPES: dict[str, str] = dict(line.split("\\t", 1) for line in _TABLE.split("\\n") if line)\n'
         '"""A character and the prototype it is confusable with."""\n'
     )
 
