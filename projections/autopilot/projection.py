@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS {s}.findings (
 );
 CREATE INDEX IF NOT EXISTS findings_open ON {s}.findings (namespace) WHERE status = 'open';
 CREATE INDEX IF NOT EXISTS findings_group ON {s}.findings (group_id, opened_at);
+CREATE INDEX IF NOT EXISTS findings_order ON {s}.findings (opened_at, id);
 CREATE TABLE IF NOT EXISTS {s}.autopilot_decisions (
     id uuid PRIMARY KEY,
     namespace text NOT NULL,
@@ -68,6 +69,7 @@ CREATE TABLE IF NOT EXISTS {s}.autopilot_decisions (
     position bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS autopilot_decisions_namespace ON {s}.autopilot_decisions (namespace);
+CREATE INDEX IF NOT EXISTS autopilot_decisions_order ON {s}.autopilot_decisions (settled_at, id);
 CREATE TABLE IF NOT EXISTS {s}.autopilot_judged (
     memory_id uuid PRIMARY KEY,
     namespace text NOT NULL,
@@ -94,6 +96,7 @@ CREATE TABLE IF NOT EXISTS {s}.proposals (
     fallback text
 );
 CREATE INDEX IF NOT EXISTS proposals_pending ON {s}.proposals (namespace) WHERE status = 'pending_review';
+CREATE INDEX IF NOT EXISTS proposals_order ON {s}.proposals (drafted_at, id);
 CREATE TABLE IF NOT EXISTS {s}.autopilot_leases (
     id uuid PRIMARY KEY,
     pass_name text NOT NULL,

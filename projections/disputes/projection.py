@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS {s}.disputes (
                 "CREATE INDEX IF NOT EXISTS disputes_open ON {s}.disputes (namespace) WHERE status = 'open'"
             ).format(s=s)
         )
+        curs.execute(
+            SQL("CREATE INDEX IF NOT EXISTS disputes_order ON {s}.disputes (opened_at, id)").format(s=s)
+        )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
         events = sanitized(events, (DisputeOpened, DisputeResolved, MemoryErased))

@@ -40,6 +40,11 @@ CREATE TABLE IF NOT EXISTS {s}.api_keys (
                 s=Identifier(schema)
             )
         )
+        curs.execute(
+            SQL("CREATE INDEX IF NOT EXISTS api_keys_order ON {s}.api_keys (issued_at, key_id)").format(
+                s=Identifier(schema)
+            )
+        )
 
     def apply(self, curs: Cursor[Any], schema: str, events: list[Recorded]) -> None:
         events = sanitized(events, (KeyIssued, KeyRevoked))

@@ -136,6 +136,7 @@ def test_every_review_list_answers_a_counted_page(api: Api, route: str) -> None:
     owner = api.key("acme", "olga", "owner")
     for n in range(2):
         api.key("acme/eng", f"bot{n}", "agent")
+    api.settle()
     answer = api.call(owner, route, method="GET", params={"limit": 1, "order": "newest"})
     assert answer.status_code == 200, answer.text
     body = answer.json()

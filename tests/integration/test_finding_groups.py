@@ -43,7 +43,7 @@ def test_the_findings_about_one_statement_share_its_group(runtime: Runtime) -> N
     for limit in (10, 20, 30, 50):  # an import of four values for one limit
         memory_id, position = _write_and_judge(runtime, f"The upload limit for attachments is {limit} MB")
         ids.append(memory_id)
-    findings = runtime.reads.findings(REVIEWER, after=position)
+    findings = runtime.reads.findings(REVIEWER, after=position).items
     assert len(findings) == 6  # every pair once: 1 + 2 + 3
     assert all(f.group_id == f.memory_b for f in findings)
     groups = Counter(f.group_id for f in findings)
@@ -55,5 +55,5 @@ def test_the_findings_about_one_statement_share_its_group(runtime: Runtime) -> N
         REVIEWER, ResolveFinding(finding_id=newest[0].id, decision="both_valid")
     )
     assert resolved.finding.group_id == ids[3]
-    still_open = runtime.reads.findings(REVIEWER, after=resolved.position)
+    still_open = runtime.reads.findings(REVIEWER, after=resolved.position).items
     assert Counter(f.group_id for f in still_open)[ids[3]] == 2

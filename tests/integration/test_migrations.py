@@ -55,6 +55,7 @@ LABELS = [
     "0010_merkle_tree",
     "0011_tenant_trees",
     "0012_finding_groups",
+    "0013_list_order",
 ]
 HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
 """A migration after the last one (gaps are refused)."""
