@@ -33,6 +33,7 @@ from memwarden.api.console.session import (
     session_key,
 )
 from memwarden.api.http.gate import api_state
+from memwarden.api.http.routes.erasure import FORGET_ROLES
 from memwarden.domain.model.identity import COMPLIANCE_ROLES, OWNER_ROLES, REVIEWER_ROLES
 from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.text import escape_unprintable
@@ -73,6 +74,7 @@ SIGNED_IN_ROLE: ContextVar[str | None] = ContextVar("console_role", default=None
 """The role of the key this request's session signed in with (set by ``_signed_in``)."""
 NAV_ROLES: dict[str, frozenset[str]] = {
     "compliance": COMPLIANCE_ROLES,
+    "erase": FORGET_ROLES,
     "review": REVIEWER_ROLES,
     "owner": OWNER_ROLES,
 }
@@ -150,6 +152,20 @@ async def posted(request: Req) -> tuple[str, Any]:
     form = await read_form(request)
     check_csrf(key, form.get("csrf"))
     return key, form
+
+
+def forget_body(asked: dict[str, str]) -> dict[str, Any]:
+    """The ``forget`` body of the erasure form: the API validates every value."""
+    by, what = asked["by"], asked["what"]
+    if by == "ids":
+        try:
+            ids = [str(UUID(line.strip())) for line in what.splitlines() if line.strip()]
+        except ValueError:
+            raise ApiRefused(400, "invalid_request", "each line must be a memory id") from None
+        return {"ids": ids, "reason": asked["reason"]}
+    if by in {"subject", "subtree"}:
+        return {by: what, "reason": asked["reason"]}
+    raise ApiRefused(400, "invalid_request", "erase by ids, subject or subtree")
 
 
 MAX_SELECTED = 500
@@ -514,6 +530,32 @@ class ConsoleController(Controller):
         answer = await call_api(request, key, "POST", "/v1/mem/prove", body=body)
         return page(
             "prove.html", key, position=body["position"], size=body.get("size"), result=checked_proof(answer)
+        )
+
+    @get("/erase")
+    async def erase_form(self, request: Req) -> Template:
+        key = await _signed_in(request)
+        return page("erase.html", key, asked={"by": "ids"}, erased=None)
+
+    @post("/erase")
+    async def erase(self, request: Req) -> Template:
+        """Erase by ids, subject or subtree through the ``forget`` syscall, then show the
+        certificate with the ledger's own verdict on it and a link to prove its record."""
+        key, form = await posted(request)
+        asked = {name: str(form.get(name) or "").strip() for name in ("by", "what", "reason")}
+        forgotten = await call_api(request, key, "POST", "/v1/mem/forget", body=forget_body(asked))
+        certificate = json.dumps(forgotten["certificate"], indent=2, ensure_ascii=False)
+        check = await call_api(
+            request, key, "POST", "/v1/compliance/certificates/verify", body=forgotten["certificate"]
+        )
+        return page(
+            "erase.html",
+            key,
+            asked=asked,
+            erased=forgotten["erased"],
+            certificate=certificate,
+            check=check,
+            position=forgotten["position"],
         )
 
     @get("/certificates")

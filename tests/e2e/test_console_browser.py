@@ -279,3 +279,48 @@ def test_navigation_offers_each_role_only_what_it_may_use(served: Served, browse
         assert ("Projections" in shown) is (role == "owner")
         assert (review <= shown) is (role in {"owner", "admin"})
         assert any(text.startswith("Review:") for text in shown) is (role in {"owner", "admin"})
+        assert ("Erase" in shown) is (role in {"owner", "admin"})
+
+
+@pytest.mark.slow
+def test_erasure_page_erases_by_id_and_shows_a_verified_certificate(served: Served, browser: WebDriver) -> None:
+    base, keys, _env = served
+    written = httpx.post(
+        f"{base}/v1/mem/write",
+        json={"content": "Quinn's home address is 12 Elm Street"},
+        headers={"Authorization": f"Bearer {keys['member']}"},
+        timeout=30,
+    )
+    assert written.status_code == 200, written.text
+    memory_id = written.json()["id"]
+    browser.get(f"{base}/console/login")
+    _sign_in(browser, keys["owner"])
+    WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/console/audit"))
+    browser.find_element(By.LINK_TEXT, "Erase").click()
+    form = browser.find_element(By.ID, "erase")
+    form.find_element(By.CSS_SELECTOR, "input[value='ids']").click()
+    form.find_element(By.NAME, "what").send_keys(memory_id)
+    form.find_element(By.NAME, "reason").send_keys("the subject asked to be forgotten")
+    form.find_element(By.XPATH, ".//button[text()='Erase']").click()
+    _wait_for(browser, "1 erased")
+    assert "verifies against this ledger" in browser.find_element(By.ID, "verdict").text
+    certificate = browser.find_element(By.ID, "certificate").text
+    assert memory_id in certificate
+    assert "12 Elm Street" not in browser.page_source
+    _shot(browser, "erase")
+    prove = browser.find_element(By.ID, "prove-link").get_attribute("href")
+    browser.get(f"{base}/console/ledger")  # a checkpoint that covers the erasure's record
+    browser.find_element(By.XPATH, "//button[text()='Make a checkpoint']").click()
+    assert browser.find_element(By.ID, "checkpoint").text
+    browser.get(str(prove))
+    assert browser.find_element(By.ID, "verdict").text == "Verified"
+    reread = httpx.post(
+        f"{base}/v1/mem/read",
+        json={"id": memory_id},
+        headers={"Authorization": f"Bearer {keys['member']}"},
+        timeout=30,
+    )
+    assert reread.status_code in {200, 404}, reread.text
+    assert "Elm Street" not in reread.text
+    if reread.status_code == 200:
+        assert reread.json()["status"] == "erased"
