@@ -285,6 +285,8 @@ class Findings(PagedRequest[r.Page[r.Finding], r.Finding], frozen=True, kw_only=
     since: Time | None = None
     until: Time | None = None
     rule: str | None = None
+    group: UUID | None = None
+    """Only the findings about one statement (a finding's ``group_id``)."""
 
 
 class ResolveFinding(Request[r.FindingState], frozen=True, kw_only=True, omit_defaults=True):

@@ -42,6 +42,8 @@ class ListQuery:
     """The actor who wrote either statement the row is about."""
     since: datetime | None = None
     until: datetime | None = None
+    group: UUID | None = None
+    """Only the rows of one group (the findings about one statement)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,8 @@ class ListedTable:
     """The column ``rule`` filters on (None: the list takes no rule)."""
     memories: str | None = None
     """An SQL array of the memories a row is about (``writer`` filters on their actors)."""
+    group: str | None = None
+    """The column ``group`` filters on (None: the list has no groups)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,11 @@ def _filters(
             ).format(s=Identifier(schema))
         )
         params["writer"] = query.writer
+    if query.group is not None:
+        if table.group is None:
+            raise InvalidRequest(f"{table.table} have no groups")
+        conditions.append(SQL("t.") + Identifier(table.group) + SQL(" = %(group)s"))
+        params["group"] = query.group
     for name, operator in (("since", ">="), ("until", "<")):
         value = getattr(query, name)
         if value is not None:

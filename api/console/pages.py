@@ -19,7 +19,7 @@ from litestar.response import Redirect, Template
 
 from memwarden.api.console.bridge import ApiRefused, call_api
 from memwarden.api.console.diff import diff_memories
-from memwarden.api.console.queues import MEMORY_COLUMNS, QUEUES, Action, ReviewQueue
+from memwarden.api.console.queues import MEMORY_COLUMNS, QUEUES, Action, ReviewQueue, grouped
 from memwarden.api.console.session import (
     CONSOLE_ROLES,
     CsrfRefused,
@@ -96,7 +96,7 @@ def page(name: str, key: str | None, http_status: int = 200, **context: Any) -> 
     return Template(template_name=name, context=context, status_code=http_status, headers=SECURITY_HEADERS)
 
 
-QUEUE_FILTERS = ("order", "cursor", "namespace", "writer", "rule", "since", "until")
+QUEUE_FILTERS = ("order", "cursor", "namespace", "writer", "rule", "since", "until", "group")
 """What a review queue page passes on to its list route."""
 
 
@@ -394,6 +394,7 @@ class ConsoleController(Controller):
             key,
             queue=found,
             items=answer["items"],
+            groups=grouped(found, answer["items"]),
             count=answer["count"],
             next_cursor=answer["cursor"],
             asked=asked,

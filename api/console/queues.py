@@ -43,6 +43,8 @@ class ReviewQueue(msgspec.Struct, frozen=True, kw_only=True):
     takes_reason: bool = False
     ruled: bool = False
     """Whether the list filters by ``rule`` (the judge's, or a proposal's kind)."""
+    grouped_by: str | None = None
+    """The statement a queue's items are grouped under (one row per statement), if any."""
     """Whether every action also sends the reviewer's optional ``reason`` (kept with the
     decision in the audit and the item's history)."""
 
@@ -89,6 +91,7 @@ QUEUES: dict[str, ReviewQueue] = {
     ),
     "findings": ReviewQueue(
         ruled=True,
+        grouped_by="memory_b",
         name="findings",
         title="Findings",
         list_path="/v1/admin/findings",
@@ -166,3 +169,17 @@ QUEUES: dict[str, ReviewQueue] = {
         ),
     ),
 }
+
+
+def grouped(
+    queue: ReviewQueue, items: list[dict[str, object]]
+) -> list[tuple[object, list[dict[str, object]]]]:
+    """The page's items under the statement each is about (first appearance first), so an
+    import that contradicts many older statements is one row per new statement; a queue
+    without groups has one item a group."""
+    if queue.grouped_by is None:
+        return [(item.get("id"), [item]) for item in items]
+    groups: dict[object, list[dict[str, object]]] = {}
+    for item in items:
+        groups.setdefault(item.get(queue.grouped_by), []).append(item)
+    return list(groups.items())

@@ -106,6 +106,7 @@ FINDINGS = ListedTable(
     time="opened_at",
     rule="rule",
     memories="ARRAY[t.memory_a, t.memory_b]",
+    group="group_id",
 )
 DECISIONS = ListedTable(
     table="autopilot_decisions",

@@ -164,3 +164,28 @@ def test_a_queue_page_shows_the_statements_its_items_name_as_the_reviewer_may_se
     lead = api.key("acme/team1", "lead", "admin")
     mine = listed(api, lead)
     assert {s["namespace"] for s in mine["statements"].values()} == {"acme/team1"}
+
+
+def test_a_statement_that_contradicts_several_is_one_group_listed_whole(api: Api) -> None:
+    """Four values of one limit: the last contradicts the three before it, one group."""
+    rt = api.runtime
+    rt.memory.band = None  # the autopilot's passes find every pair here
+    who = Identity(namespace="acme/eng", actor="importer", role="agent")
+    claim = ProvenanceClaim(source="conversation")
+    for limit in (10, 20, 30, 50):
+        result = rt.memory.write(
+            who, WriteMemory(content=f"The upload limit for attachments is {limit} MB", provenance=claim)
+        )
+        assert result.id is not None
+        rt.autopilot.judge_memory(result.id, result.position, HOLDER)
+    api.settle()
+    owner = api.key("acme", "olga", "owner")
+    every_finding = walk(api, owner)
+    last = result.id
+    group = walk(api, owner, group=str(last))
+    assert len(group) == 3
+    assert {f["group_id"] for f in group} == {str(last)}
+    assert {f["memory_b"] for f in group} == {str(last)}
+    assert len(every_finding) > len(group)
+    refused = api.call(owner, "/v1/admin/decisions", method="GET", params={"group": str(last)})
+    assert refused.status_code == 400  # decisions have no groups: an unknown parameter

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -149,14 +150,22 @@ class AdminController(Controller):
 
     # -- the conflict autopilot: findings for people, automatic decisions to overturn -------
 
-    @syscall_get("/findings", admin("admin.findings.list", query=RULED, allow=WITHIN))
+    @syscall_get("/findings", admin("admin.findings.list", query=RULED | {"group"}, allow=WITHIN))
     def list_findings(
-        self, request: Req, filters: FiltersAsked, status: FindingStatus = "open", rule: Rule = None
+        self,
+        request: Req,
+        filters: FiltersAsked,
+        status: FindingStatus = "open",
+        rule: Rule = None,
+        group: Annotated[
+            UUID | None,
+            QueryParameter(description="only the findings about one statement (a finding's `group_id`)"),
+        ] = None,
     ) -> FindingsPage:
         state = api_state(request)
 
         def run(c: Call) -> FindingsPage:
-            asked = filters.query(c.identity, status, rule)
+            asked = replace(filters.query(c.identity, status, rule), group=group)
             return FindingsPage.of(state.reads.findings(c.identity, asked, after=c.last_write))
 
         return query(request, run, _counted("findings"))
