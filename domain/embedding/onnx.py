@@ -174,10 +174,9 @@ class OnnxEncoder:
     ``model_path`` and ``tokenizer_path`` default to the spec's files; any other path must
     hold the same bytes (the digests are pinned, not the paths). ``threads`` (default
     min(2, CPUs)) is the number of inference sessions, each single-threaded: ``run`` takes a
-    free one, so that many batches run at once (``by_length`` hands them out). On two cores two
-    one-thread sessions embedded windows of 256 LoCoMo turns at 357-373/s where one two-thread
-    session reached 320-327/s (its threads wait for each other at every operator), and a short
-    query takes about as long on one thread. ``spin=True`` lets idle inference threads busy-wait.
+    free one, so that many batches run at once (``by_length`` hands them out). On two cores
+    one-thread sessions embed faster than one session of two threads, whose threads wait for
+    each other at every operator (docs/design-figures.md, Embedding). ``spin=True`` lets idle inference threads busy-wait.
     """
 
     def __init__(
@@ -290,8 +289,8 @@ def by_length(
     ``LENGTH_SPREAD`` longer than its shortest or would take it past ``TOKENS_PER_BATCH``.
     Every text of a batch is padded to its longest, and attention costs the square of that
     length, so on a mixed window (a write batch of 256 turns) fixed-size batches of the sorted
-    texts spent about a fifth of the model's CPU on padding in their long tail; a few more,
-    smaller calls cost far less (MiniLM: 7.8 -> 6.2 ms CPU a LoCoMo turn in windows of 256)."""
+    texts spent a large share of the model's CPU on padding in their long tail; a few more,
+    smaller calls cost far less (docs/design-figures.md, Embedding)."""
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
     chunks: list[list[int]] = []
     start = 0

@@ -148,9 +148,7 @@ class CheckpointLog:
         cosignatures kept beside it."""
         return self.listed(limit, before, tree, newest=True)
 
-    def listed(
-        self, limit: int, past: int | None, tree: str | None, *, newest: bool
-    ) -> list[KeptCheckpoint]:
+    def listed(self, limit: int, past: int | None, tree: str | None, *, newest: bool) -> list[KeptCheckpoint]:
         """Up to ``limit`` checkpoints of a tree, newest or oldest first, past seq ``past``
         (before it newest first, after it oldest first)."""
         order, beyond = ("DESC", "<") if newest else ("ASC", ">")

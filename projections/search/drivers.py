@@ -87,8 +87,8 @@ def with_context(
 
     Why: what is written in a row is read in a row. A question's answer is often the turn
     after the one that matches its words ("What did you take away from it?" -> the reply),
-    and a fact's subject is often named only in the memory before it. Measured on the
-    LoCoMo development conversations: recall@10 0.67 -> 0.75 with span 2 and weight 0.5."""
+    and a fact's subject is often named only in the memory before it (the recall it adds:
+    docs/design-figures.md, Search)."""
     score = {h.ref: h.score for h in hits}
     lent: dict[tuple[UUID, int], float] = {}
     for source, ref, distance in neighbours:
@@ -136,10 +136,9 @@ def reranked(
     after them, which keep their order. A hit whose content the view no longer shows keeps
     its place behind the reranked ones.
 
-    Why fused, not the reranker's order alone: on the LoCoMo development turns (MiniLM,
-    depth 30) the cross-encoder alone gives recall@5 / @10 0.706 / 0.768, fused with the
-    hybrid score 0.705 / 0.784 (hybrid alone 0.651 / 0.754): the lanes and the write-order
-    context know things the cross-encoder, reading one memory at a time, cannot."""
+    Why fused, not the reranker's order alone: the fused order recalls more at ten than
+    either alone (docs/design-figures.md, Search): the lanes and the write-order context know
+    things the cross-encoder, reading one memory at a time, cannot."""
     head, tail = hits[:depth], hits[depth:]
     rows = view.memory_rows([h.ref for h in head])
     scored = [h for h in head if h.ref in rows and rows[h.ref]["content"] is not None]

@@ -1,8 +1,8 @@
 """Vectors as bound parameters in pgvector's binary ``halfvec`` form.
 
-Formatting 384 floats as text costs about 0.25 ms of Python per vector; the binary form
-(dimensions, a reserved word, then big-endian float16 values, as pgvector's
-``halfvec_recv`` reads it) costs a few microseconds. A lone parameter leaves its type to
+Formatting 384 floats as text costs far more Python per vector than the binary form
+(docs/design-figures.md, Search): dimensions, a reserved word, then big-endian float16 values, as pgvector's
+``halfvec_recv`` reads it. A lone parameter leaves its type to
 the server, which takes it from the ``::halfvec(d)`` cast around the placeholder; inside a
 ``halfvec[]`` the type's OID must be sent, so a connection learns it once
 (``bind_halfvec_arrays``).

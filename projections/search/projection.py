@@ -148,9 +148,8 @@ class SearchIndexProjection:
 
     # -- the HNSW index: kept up row by row, or built once after a long catch-up ---------------
     #
-    # Measured (20k MiniLM memories, 2 cores): inserting into the graph costs ~1.4 ms a row,
-    # most of a catch-up; building it over the same rows ~0.3 ms a row (0.2 with the
-    # server's two parallel maintenance workers), when the graph fits maintenance_work_mem.
+    # Inserting into the graph costs several times more a row than building it over the same
+    # rows once, when the graph fits maintenance_work_mem (docs/design-figures.md, Search).
 
     def serving_model(self, curs: Cursor[Any], schema: str) -> tuple[str, int] | None:
         """The model whose HNSW index to keep: the one served, else the configured one."""

@@ -27,12 +27,12 @@ from memwarden.projections.search.lexical import K1, B, query_terms
 from memwarden.projections.search.projection import KNOWLEDGE, MEMORY
 from memwarden.projections.visibility import current, known_at
 
-EF_SEARCH = 100  # 5k scope, top-40 candidates: 199 of 200 top-10 lists as the exact scan's (64: 193)
+EF_SEARCH = 100  # near the exact scan's top-10 lists (docs/design-figures.md, Search)
 MAX_SCAN_TUPLES = 50_000
 EXACT_SCAN_MAX = 20_000  # measured: an exact scan of a scope beats a filtered HNSW walk up to here
 # ... unless the scope is most of what the index holds: the walk's filter then drops few
 # candidates and visits a few hundred documents where an exact scan computes every distance
-# (about 1 us each: a 5k scope's exact lane takes 6 ms, its walk 0.9 ms). Small scopes stay
+# (docs/design-figures.md, Search). Small scopes stay
 # exact: they are as fast that way, and exact.
 HNSW_MIN_SCOPE = 2_000
 HNSW_MIN_SHARE = 0.25
@@ -45,8 +45,8 @@ IN_MEMORY_DOCS_PER_QUERY = 300
 MAX_FETCH = 100_000
 # One round trip when a view opens: read-only; an HNSW scan that keeps walking the graph
 # while the scope filter drops candidates (pgvector >= 0.8 iterative scans); and generic
-# plans for the prepared lane queries (planning them for each search cost more than
-# running them: 0.4 ms of a 0.9 ms lexical lane on a small scope).
+# plans for the prepared lane queries (planning them for each search cost nearly as much as
+# running them on a small scope).
 OPEN_VIEW = (
     "SET TRANSACTION READ ONLY; SET LOCAL hnsw.iterative_scan = relaxed_order;"
     f" SET LOCAL hnsw.ef_search = {EF_SEARCH}; SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES};"
@@ -191,9 +191,9 @@ class ScopedView:
         ]
 
     def _in_memory(self, queries: int) -> bool:
-        """Whether ``queries`` lanes cost less computed here than in the database: reading a
-        visible vector costs about 5 us, a walk of the HNSW graph 1-2 ms a query, an exact
-        scan in the database about 1 us a pair."""
+        """Whether ``queries`` lanes cost less computed here than in the database: one read of
+        the scope's vectors against a graph walk or an exact scan per query
+        (docs/design-figures.md, Search)."""
         if queries < IN_MEMORY_MIN_QUERIES:
             return False
         scope = self.scope_size()
@@ -202,8 +202,7 @@ class ScopedView:
     def _vector_lanes_in_memory(self, vectors: Sequence[np.ndarray[Any, Any]], k: int) -> list[list[Hit]]:
         """``vector_lanes`` of an exactly scanned scope, computed here: the scope's visible
         vectors read once, every query's cosines one matrix product. The database would
-        compute each pair's distance in a function call of its own (about 1 us each: a batch
-        of 256 facts in a scope of 1,500 took 220 ms there, a few here)."""
+        compute each pair's distance in a function call of its own."""
         assert self._vector_model is not None
         model, dims = self._vector_model
         with self._conn.cursor(binary=True) as curs:
@@ -322,7 +321,7 @@ class ScopedView:
         are checked against ``memory_objects``; if too many of them are not visible (retired,
         filtered by tags), more are fetched. Each candidate is checked by its key (a lateral
         probe): joined as a set, the vector lane's candidates were hashed against a sequential
-        scan of every memory (4-6 ms of each search at a 5k scope)."""
+        scan of every memory."""
         fetch = max(k * OVERFETCH, MIN_FETCH)
         while True:
             # The limits are literals: plans are generic (OPEN_VIEW), and a generic plan that
