@@ -133,14 +133,6 @@ def answers(standing: Standing, scope: Container[str], valid_at: datetime) -> bo
     return standing.namespace in scope and believed(standing) and holds_at(standing, valid_at)
 
 
-def position_for(times: list[tuple[int, datetime]], as_of: datetime, head: int) -> int:
-    """``position(T)`` over ``(position, at)`` pairs in position order (see the module doc)."""
-    for position, at in times:
-        if at > as_of:
-            return position - 1
-    return head
-
-
 class AsOfMemory(msgspec.Struct, frozen=True, kw_only=True):
     """One memory in an as-of answer. ``content`` is null for an erased memory (a
     tombstone at every instant, never its content)."""

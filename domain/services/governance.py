@@ -155,9 +155,6 @@ class GovernanceService:
             state.key_hash, self.hash_secret(state.key_id, secret)
         )
 
-    def forget_cached_key(self, key_id: str) -> None:
-        self._keys.drop(key_id)
-
     # -- policies ---------------------------------------------------------------------------
 
     def own_policies(self, namespace: str) -> dict[str, NamespacePolicy]:
