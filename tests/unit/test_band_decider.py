@@ -23,8 +23,8 @@ from memwarden.domain.model.events import (
 from memwarden.domain.model.judging import Judgement
 from memwarden.domain.model.memory import MemoryState, evolve_memory
 from memwarden.domain.model.settling import Pair, settlement
-from memwarden.domain.model.write import WriteDecision, decide_write
 from memwarden.domain.model.trust import source_rank
+from memwarden.domain.model.write import WriteDecision, decide_write
 from tests.unit.builders import AGENT, DISPUTE_ID, NEW_ID, T0, at, cmd, memory, of_type, uid, write_state
 
 OLD = "The staging deploy window opens at 10:00"
@@ -41,7 +41,11 @@ def ids() -> Iterator[UUID]:
 
 
 def banded(
-    dial: ConflictReview, old: MemoryState, source: str = "conversation", *, judged: tuple[Pair, ...] | None = None
+    dial: ConflictReview,
+    old: MemoryState,
+    source: str = "conversation",
+    *,
+    judged: tuple[Pair, ...] | None = None,
 ) -> WriteDecision:
     state = replace(
         write_state(),
@@ -179,7 +183,9 @@ def test_the_written_memory_records_every_neighbour_the_band_judged() -> None:
     "fields",
     [{"namespace": "acme"}, {"retired_at": at(-1), "status": "retired"}],
 )
-def test_a_neighbour_outside_the_namespace_or_no_longer_current_is_left_alone(fields: dict[str, object]) -> None:
+def test_a_neighbour_outside_the_namespace_or_no_longer_current_is_left_alone(
+    fields: dict[str, object],
+) -> None:
     old = old_memory(**fields)
     decision = banded("auto", old)
     assert decision.outcome == "stored"
