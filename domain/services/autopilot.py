@@ -246,11 +246,11 @@ class AutopilotService:
         """The memory judged against each of its current neighbours in ``found``; None when
         the judge is unavailable."""
         assert self.judge is not None
-        older = [(states[n], c) for n, c in found if n in states]
+        neighbours = [(states[n], c) for n, c in found if n in states]
         try:
             return [
                 Pair(neighbour=n, cosine=c, judgement=self.judge.judge(_statement(n), _statement(memory)))
-                for n, c in older
+                for n, c in neighbours
                 if n.is_current(now)
             ]
         except JudgeUnavailable as error:
