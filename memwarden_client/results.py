@@ -70,6 +70,10 @@ class WriteResult(Result, frozen=True, kw_only=True):
     extracted: bool = False
     verbatim_reason: str | None = None
     provenance_capped: ProvenanceCapped | None = None
+    findings: tuple[UUID, ...] = ()
+    """Findings the write opened (its band judged a contradiction the dial leaves to a person)."""
+    decisions: tuple[UUID, ...] = ()
+    """Automatic settlements the write made, each overturnable (``OverturnDecision``)."""
 
 
 class Ticket(Result, frozen=True, kw_only=True):

@@ -54,6 +54,10 @@ def _result(say: Say, result: WriteResult) -> None:
         say(f"      supersedes {', '.join(str(i) for i in result.supersedes)}")
     if result.dispute_id:
         say(f"      dispute {result.dispute_id} opened for a reviewer")
+    for finding in result.findings:
+        say(f"      finding {finding} opened for a reviewer")
+    for decision in result.decisions:
+        say(f"      decision {decision}: settled automatically, a reviewer may overturn it")
 
 
 def _report(say: Say, report: ChainReport) -> None:

@@ -20,6 +20,10 @@ ROUTES: dict[str, tuple[str, str]] = {
         "classification, deduplication and deterministic supersedence on the slot "
         "(`subject`+`attribute`). The outcome is `stored`, `deduplicated`, `superseded`, `disputed` "
         "(it contradicts a more trusted memory: quarantined until a reviewer decides) or `rejected`. "
+        "An unslotted statement the judge finds contradicting a close current memory of the namespace "
+        "is settled by the namespace's `conflict_review` dial, as the autopilot would: an automatic "
+        "settlement is a decision (`decisions`, overturnable), a contradiction left to a person a "
+        "finding (`findings`), both in the write's own append. "
         "`async: true` queues it and answers 202 with a ticket for `write_status`.",
     ),
     "write_batch": (

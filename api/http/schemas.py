@@ -181,6 +181,14 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
     provenance_capped: ProvenanceCapped | None = None
     """Set when the claimed provenance was above the key's ``max_provenance`` and the
     namespace's policy lowered it: what was claimed and what the memory carries."""
+    findings: tuple[UUID, ...] = ()
+    """Findings the write opened in its own append: contradictions its synchronous band
+    judged that the namespace's ``conflict_review`` dial leaves to a reviewer (the new
+    memory is stored and stays current). Read them at ``GET /v1/admin/findings``."""
+    decisions: tuple[UUID, ...] = ()
+    """Automatic settlements the write made in its own append (a judged contradiction the
+    dial lets the new memory win): each a decision with its rule and explanation, listed at
+    ``GET /v1/admin/decisions`` and overturnable there."""
 
     @classmethod
     def of(cls, result: WriteResult) -> WriteResponse:
@@ -196,6 +204,8 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
             verbatim_reason=result.verbatim_reason,
             facts=result.facts,
             provenance_capped=result.provenance_capped,
+            findings=result.findings,
+            decisions=result.decisions,
         )
 
 

@@ -2,9 +2,12 @@
 automatic settlements, and a reviewer's answer to each. Pure: states, a judgement, the
 namespace's dial, ``now`` and ids in; events out.
 
-The pass over memory M judges each of its nearest older current neighbours once (the newer
-memory's pass judges the pair, so every pair is judged exactly once). A contradiction is
-settled by the ``conflict_review`` dial of M's namespace:
+The pass over memory M judges each of its nearest current neighbours that the ledger
+holds before M (an earlier position) once, except those its write's synchronous band
+judged already (``MemoryState.band_judged``). The pass waits until the index holds M, so it
+sees every one of them, whatever the moment each was written: every pair is judged exactly
+once, by the band or by the pass of the later memory. A contradiction is settled by the
+``conflict_review`` dial of M's namespace (domain/model/settling.py):
 
 - ``auto``: the higher rank wins, equal rank -> the newer (M);
 - ``lower_trust``: automatic only when M outranks the neighbour, else a finding;
@@ -40,9 +43,9 @@ from memwarden.domain.model.events import (
     SettlementOverturned,
 )
 from memwarden.domain.model.identity import REVIEWER_ROLES, Identity
-from memwarden.domain.model.judging import Judgement
 from memwarden.domain.model.memory import MemoryState
 from memwarden.domain.model.namespaces import is_within
+from memwarden.domain.model.settling import Pair, conflict_settled, finding_opened, settlement
 from memwarden.domain.model.storable import check_storable
 from memwarden.domain.model.write import supersede
 
@@ -58,12 +61,6 @@ similar are judged inside the write."""
 def judgement_stream(memory_id: UUID) -> UUID:
     """The stream of a memory's ``ConflictsJudged``: its version 1 is taken once."""
     return uuid5(NAMESPACE_URL, f"memwarden:judged:{memory_id}")
-
-
-class Pair(msgspec.Struct, frozen=True, kw_only=True):
-    neighbour: MemoryState
-    cosine: float
-    judgement: Judgement
 
 
 def judged_event(
@@ -102,52 +99,20 @@ def decide_pass(
         old = pair.neighbour
         if not current.is_current(now) or not old.is_current(now):
             continue
-        winner = _automatic_winner(current, old, dial)
-        if winner is None:
-            events.append(_finding(current, pair, judge, now, next(ids)))
+        settled = settlement(dial, current.rank, old, current.namespace == old.namespace)
+        if settled == "finding":
+            events.append(finding_opened(current.namespace, current.id, pair, judge, now, next(ids)))
             continue
-        loser = old if winner.id == current.id else current
+        winner, loser = (current, old) if settled == "newer" else (old, current)
         superseded = supersede(loser, winner.id, winner.valid_from, AUTOPILOT, now)
         events.append(superseded)
         events.append(
-            ConflictSettled(
-                decision_id=next(ids),
-                namespace=current.namespace,
-                winner=winner.id,
-                loser=loser.id,
-                judge=judge,
-                rule=pair.judgement.rule,
-                explanation=pair.judgement.explanation,
-                dial=dial,
-                at=now,
-            )
+            conflict_settled(current.namespace, winner.id, loser.id, pair, judge, dial, now, next(ids))
         )
         if loser.id == current.id and superseded.kind == "correction":
             current = replace(current, status="retired", retired_at=now)
     judged = judged_event(memory, "judged", now, token, judge)
     return [replace(judged, pairs=len(pairs), contradictions=contradictions), *events]
-
-
-def _automatic_winner(new: MemoryState, old: MemoryState, dial: ConflictReview) -> MemoryState | None:
-    if dial == "all" or new.namespace != old.namespace:
-        return None
-    if dial == "auto":
-        return new if new.rank >= old.rank else old
-    return new if new.rank > old.rank else None  # lower_trust
-
-
-def _finding(memory: MemoryState, pair: Pair, judge: str, now: datetime, finding_id: UUID) -> FindingOpened:
-    return FindingOpened(
-        finding_id=finding_id,
-        namespace=memory.namespace,
-        memory_a=pair.neighbour.id,
-        memory_b=memory.id,
-        judge=judge,
-        rule=pair.judgement.rule,
-        explanation=pair.judgement.explanation,
-        cosine=round(pair.cosine, 6),
-        at=now,
-    )
 
 
 # -- findings ------------------------------------------------------------------------------

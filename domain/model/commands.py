@@ -8,7 +8,7 @@ from uuid import UUID
 
 import msgspec
 
-from memwarden.domain.model.events import DisputeDecision, MemoryScope, MemoryType
+from memwarden.domain.model.events import ConflictReview, DisputeDecision, MemoryScope, MemoryType
 from memwarden.domain.model.trust import OverCap
 
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -55,3 +55,5 @@ class WritePolicy(msgspec.Struct, frozen=True, kw_only=True):
     max_content_bytes: int = 16_384
     provenance_over_cap: OverCap = "cap"
     """A claim above the key's ``max_provenance``: lowered to the cap, or refused."""
+    conflict_review: ConflictReview = "lower_trust"
+    """How a contradiction the synchronous band judges is settled (the autopilot's dial)."""

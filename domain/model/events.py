@@ -95,6 +95,9 @@ class MemoryWritten(MemoryEvent, frozen=True, kw_only=True):
     reason: str | None = None
     embedding: bytes | None = None
     embedding_model: str | None = None
+    band_judged: tuple[UUID, ...] = ()
+    """The neighbours the write's synchronous band judged this memory against, whatever
+    the verdict: the autopilot's pass leaves those pairs alone (each pair judged once)."""
 
 
 class MemorySuperseded(MemoryEvent, frozen=True, kw_only=True):

@@ -73,6 +73,8 @@ class MemoryState(msgspec.Struct, frozen=True, kw_only=True):
     embedding_models: tuple[str, ...] = ()
     """The models the ledger holds a vector of this memory's text by (its write's, then
     each re-embedding's), in the order they came."""
+    band_judged: tuple[UUID, ...] = ()
+    """The neighbours its write's synchronous band judged it against (``MemoryWritten``)."""
     version: int = 0
 
     @property
@@ -146,6 +148,7 @@ def evolve_memory(state: MemoryState | None, event: Event) -> MemoryState:
             embedding_models=(event.embedding_model,)
             if event.embedding is not None and event.embedding_model is not None
             else (),
+            band_judged=event.band_judged,
             version=1,
         )
     if state is None:

@@ -91,6 +91,7 @@ class EffectivePolicy(msgspec.Struct, frozen=True, kw_only=True):
             forbid_secrets=self.forbid_secrets,
             max_content_bytes=max_content_bytes,
             provenance_over_cap=self.provenance_over_cap,
+            conflict_review=self.conflict_review,
         )
 
 

@@ -1,7 +1,8 @@
-"""The write decider (docs/architecture.md section 4, steps 3-6): pure, no I/O, no clock."""
+"""The write decider (docs/architecture.md section 4, steps 3-7): pure, no I/O, no clock."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Literal
 from uuid import UUID
@@ -23,6 +24,7 @@ from memwarden.domain.model.events import (
 )
 from memwarden.domain.model.identity import WRITER_ROLES, Identity
 from memwarden.domain.model.memory import Claim, MemoryState, trust_tier_from
+from memwarden.domain.model.settling import Pair, conflict_settled, finding_opened, settlement
 from memwarden.domain.model.storable import unstorable_field
 from memwarden.domain.model.text import is_low_information, normalize, normalize_key
 from memwarden.domain.model.trust import HUMAN_ONLY_SOURCES, OverCap, source_rank
@@ -45,9 +47,14 @@ class WriteState(msgspec.Struct, frozen=True, kw_only=True):
     slot_claim: Claim | None = None
     source_ref_claim: Claim | None = None
     holders: dict[UUID, MemoryState] = msgspec.field(default_factory=dict)
-    judged: tuple[MemoryState, ...] = ()
+    judged: tuple[Pair, ...] = ()
     """Own-namespace neighbours the judge found the (unslotted) write contradicts, in the
-    synchronous band: settled as a slot's incumbents are."""
+    synchronous band: settled by the namespace's ``conflict_review`` dial, as the
+    autopilot settles them (domain/model/settling.py)."""
+    band_judged: tuple[UUID, ...] = ()
+    """Every neighbour the band judged the write against, whatever the verdict."""
+    judge: str = ""
+    """The judge that judged ``judged``."""
 
 
 class WriteDecision(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +67,10 @@ class WriteDecision(msgspec.Struct, frozen=True, kw_only=True):
     events: tuple[Event, ...] = ()
     provenance_capped: tuple[str, str] | None = None
     """(claimed, applied): the writer's claim was above its key's cap and lowered to it."""
+    findings: tuple[UUID, ...] = ()
+    """Findings the band opened in this append: contradictions the dial leaves to a person."""
+    decisions: tuple[UUID, ...] = ()
+    """The band's automatic settlements in this append, each a decision a reviewer may overturn."""
 
 
 def check_write_allowed(identity: Identity, source: str) -> None:
@@ -165,7 +176,10 @@ def decide_write(
     now: datetime,
     memory_id: UUID,
     dispute_id: UUID,
+    review_ids: Iterator[UUID] | None = None,
 ) -> WriteDecision:
+    """``review_ids``: the ids of the findings and decisions the band's contradictions
+    open (one each), needed only when ``state.judged`` holds any."""
     check_write_allowed(identity, command.provenance.source)
     unstorable = unstorable_field(command)
     if unstorable is not None:  # before anything reads the text: it may not even encode
@@ -185,6 +199,8 @@ def decide_write(
         now,
         memory_id,
         dispute_id,
+        policy,
+        review_ids or iter(()),
     )
     return msgspec.structs.replace(decision, provenance_capped=capped) if capped else decision
 
@@ -198,6 +214,8 @@ def _decide_provenanced(
     now: datetime,
     memory_id: UUID,
     dispute_id: UUID,
+    policy: WritePolicy,
+    review_ids: Iterator[UUID],
 ) -> WriteDecision:
     duplicates = [m for m in current_holders(state.text_claim, state, now) if _same_value(m, command)]
     if duplicates:
@@ -209,12 +227,10 @@ def _decide_provenanced(
     contradicted = {m.id: (m, "slot") for m in slot_holders if m.slot_value != new_value}
     for m in current_holders(state.source_ref_claim, state, now):
         contradicted.setdefault(m.id, (m, "source_ref"))
-    for m in state.judged:
-        if m.is_current(now) and m.namespace == identity.namespace:
-            contradicted.setdefault(m.id, (m, "judged"))
 
     new_rank = source_rank(provenance.source)
-    incumbents = [m for m, _ in contradicted.values()]
+    band = _band_settlements(state, identity.namespace, new_rank, policy, now, contradicted)
+    incumbents = [m for m, _ in contradicted.values()] + [p.neighbour for p in band["older"]]
     top = max(incumbents, key=lambda m: (m.rank, m.recorded_at), default=None)
     if top is not None and new_rank < top.rank:
         return _quarantine(
@@ -227,9 +243,12 @@ def _decide_provenanced(
             now,
             memory_id,
             dispute_id,
-            contradicted[top.id][1],
+            contradicted[top.id][1] if top.id in contradicted else "judged",
+            state.band_judged,
         )
 
+    for pair in band["newer"]:
+        contradicted[pair.neighbour.id] = (pair.neighbour, "judged")
     written = _memory_written(
         command,
         identity,
@@ -240,10 +259,23 @@ def _decide_provenanced(
         memory_id,
         status="active",
         supersedes=tuple(contradicted),
+        band_judged=state.band_judged,
     )
     supersessions = [supersede(m, memory_id, valid_from, reason, now) for m, reason in contradicted.values()]
     still_current = {s.memory_id for s in supersessions if stays_current(s, now)}
     events: list[Event] = [written, *supersessions]
+    dial, judge = policy.conflict_review, state.judge
+    settled = [
+        conflict_settled(
+            identity.namespace, memory_id, p.neighbour.id, p, judge, dial, now, _next(review_ids)
+        )
+        for p in band["newer"]
+    ]
+    findings = [
+        finding_opened(identity.namespace, memory_id, p, judge, now, _next(review_ids))
+        for p in band["finding"]
+    ]
+    events.extend([*settled, *findings])
     events.append(_claim(state.text_claim, (memory_id,), now))
     if state.slot_claim is not None:
         keep = tuple(m.id for m in slot_holders if m.id not in contradicted or m.id in still_current)
@@ -256,7 +288,36 @@ def _decide_provenanced(
         supersedes=tuple(contradicted),
         classification=classification,
         events=tuple(events),
+        findings=tuple(f.finding_id for f in findings),
+        decisions=tuple(d.decision_id for d in settled),
     )
+
+
+def _band_settlements(
+    state: WriteState,
+    namespace: str,
+    new_rank: int,
+    policy: WritePolicy,
+    now: datetime,
+    claimed: dict[UUID, tuple[MemoryState, str]],
+) -> dict[str, list[Pair]]:
+    """The band's contradictions by how the dial settles each: the new memory wins
+    (``newer``), the neighbour does (``older``, only under ``auto``: quarantined as step 6
+    quarantines a lower rank) or a person decides (``finding``). A neighbour a slot or a
+    source ref already contradicts is settled by that claim, the writer's own."""
+    band: dict[str, list[Pair]] = {"newer": [], "older": [], "finding": []}
+    for pair in sorted(state.judged, key=lambda p: (-p.cosine, str(p.neighbour.id))):
+        old = pair.neighbour
+        if old.is_current(now) and old.namespace == namespace and old.id not in claimed:
+            band[settlement(policy.conflict_review, new_rank, old, same_namespace=True)].append(pair)
+    return band
+
+
+def _next(ids: Iterator[UUID]) -> UUID:
+    found = next(ids, None)
+    if found is None:
+        raise ValueError("the band's contradictions need an id each (review_ids)")
+    return found
 
 
 def _same_value(existing: MemoryState, command: WriteMemory) -> bool:
@@ -294,6 +355,7 @@ def _quarantine(
     memory_id: UUID,
     dispute_id: UUID,
     reason: str,
+    band_judged: tuple[UUID, ...],
 ) -> WriteDecision:
     """A lower-trust contradiction: stored disputed (invisible) and a dispute opens."""
     written = _memory_written(
@@ -306,6 +368,7 @@ def _quarantine(
         memory_id,
         status="disputed",
         supersedes=(),
+        band_judged=band_judged,
     )
     opened = DisputeOpened(
         dispute_id=dispute_id,
@@ -335,6 +398,7 @@ def _memory_written(
     *,
     status: Literal["active", "disputed"],
     supersedes: tuple[UUID, ...],
+    band_judged: tuple[UUID, ...],
 ) -> MemoryWritten:
     return MemoryWritten(
         memory_id=memory_id,
@@ -355,6 +419,7 @@ def _memory_written(
         trust_tier="canonical" if status == "active" else "candidate",
         supersedes=supersedes,
         classification=classification,
+        band_judged=band_judged,
         at=now,
     )
 

@@ -26,7 +26,6 @@ from memwarden.domain.model.autopilot import (
     DecisionState,
     FindingState,
     OverturnDecision,
-    Pair,
     ResolveFinding,
     decide_overturn,
     decide_pass,
@@ -50,6 +49,7 @@ from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.judging import Judge, JudgeUnavailable, Statement
 from memwarden.domain.model.leases import Lease
 from memwarden.domain.model.memory import Claim, MemoryState, evolve_memory
+from memwarden.domain.model.settling import Pair
 from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.leases import Leases
 from memwarden.domain.services.memory import MemoryService, Vectors
@@ -205,15 +205,18 @@ class AutopilotService:
             return events, todo
         found = self.neighbours.nearest_many([m.id for m in current], NEIGHBOURS_K, MIN_COSINE, position)
         states = self.memory.streams.memories(n for hits in found.values() for n, _ in hits)
+        positions = self.neighbours.positions(list({*found, *states}))
         overlay = {**states, **{m.id: m for m in todo}}
         dials: dict[str, ConflictReview] = {}
-        for memory in (overlay[m.id] for m in current):  # as the passes before it left it
+        in_ledger_order = sorted(current, key=lambda m: (positions.get(m.id, 0), *_age(m)))
+        for memory in (overlay[m.id] for m in in_ledger_order):  # as the passes before it left it
             if memory.id not in found:
                 events[memory.id] = [judged_event(memory, "unembedded", now, lease.token)]
                 continue
             if memory.namespace not in dials:
                 dials[memory.namespace] = self.dial_for(memory.namespace)
-            pairs = self._pairs(memory, found[memory.id], overlay, now)
+            earlier = [(n, c) for n, c in found[memory.id] if _earlier(n, memory, positions)]
+            pairs = self._pairs(memory, earlier, overlay, now)
             events[memory.id] = (
                 decide_pass(
                     memory,
@@ -240,14 +243,14 @@ class AutopilotService:
         states: dict[UUID, MemoryState],
         now: datetime,
     ) -> list[Pair] | None:
-        """The memory judged against each of its older current neighbours; None when the
-        judge is unavailable."""
+        """The memory judged against each of its current neighbours in ``found``; None when
+        the judge is unavailable."""
         assert self.judge is not None
-        older = [(states[n], c) for n, c in found if n in states and _older(states[n], memory)]
+        neighbours = [(states[n], c) for n, c in found if n in states]
         try:
             return [
                 Pair(neighbour=n, cosine=c, judgement=self.judge.judge(_statement(n), _statement(memory)))
-                for n, c in older
+                for n, c in neighbours
                 if n.is_current(now)
             ]
         except JudgeUnavailable as error:
@@ -360,9 +363,14 @@ def _age(memory: MemoryState) -> tuple[datetime, str]:
     return (memory.recorded_at, str(memory.id))
 
 
-def _older(neighbour: MemoryState, memory: MemoryState) -> bool:
-    """The newer memory's pass judges a pair: ``neighbour`` came first."""
-    return _age(neighbour) < _age(memory)
+def _earlier(neighbour: UUID, memory: MemoryState, positions: dict[UUID, int]) -> bool:
+    """The pass of the memory the ledger holds second judges a pair, unless its write's band
+    judged it already. By position, not recorded time: two racing writes may be appended in
+    the other order than they were decided, and the pass of the one appended second is the
+    one that waits until the index holds the other (docs/architecture.md section 5)."""
+    if neighbour in memory.band_judged:
+        return False
+    return neighbour in positions and memory.id in positions and positions[neighbour] < positions[memory.id]
 
 
 def _statement(memory: MemoryState) -> Statement:

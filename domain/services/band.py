@@ -1,9 +1,12 @@
 """The synchronous band of a write (docs/architecture.md section 4, step 7): a fact written with no
 slot is judged, inside the write, against its own namespace's current neighbours at cosine
 ``SUPERSEDE_MIN_COSINE`` or more; the neighbours the judge finds contradicted are settled
-by the write decider exactly as a slot's incumbents are (supersede, or quarantine a lower
-rank). A judge that cannot answer leaves the pair to the autopilot, which judges every
-memory after commit: a write never fails, or waits long, for want of a judge.
+by the write decider under the namespace's ``conflict_review`` dial, exactly as the
+autopilot would settle them (domain/model/settling.py). The write records every neighbour
+the band judged (``MemoryWritten.band_judged``): the autopilot judges the rest, so each
+pair is judged once. A neighbour the index does not hold yet (written a moment before)
+is the autopilot's too: its pass waits for the index. A judge that cannot answer leaves the
+pair to the autopilot: a write never fails, or waits long, for want of a judge.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from memwarden.domain.model.autopilot import NEIGHBOURS_K, SUPERSEDE_MIN_COSINE
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.judging import Judge, JudgeUnavailable, Statement
 from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.model.settling import Pair
 from memwarden.domain.services.streams import Streams
 
 log = logging.getLogger(__name__)
@@ -35,21 +39,25 @@ class Similar(Protocol):
 
 
 class Banded:
-    """A fact's band: the vector it was judged by (the write seals it; no second embedding)
-    and the neighbours the judge found contradicted."""
+    """A fact's band: the vector it was judged by (the write seals it; no second embedding),
+    the neighbours the judge found contradicted and every neighbour it judged."""
 
-    __slots__ = ("contradicted", "model", "vector")
+    __slots__ = ("contradicted", "judge", "judged", "model", "vector")
 
     def __init__(
         self,
         vector: bytes | None = None,
-        contradicted: tuple[MemoryState, ...] = (),
+        contradicted: tuple[Pair, ...] = (),
         model: str | None = None,
+        judged: tuple[UUID, ...] = (),
+        judge: str = "",
     ) -> None:
         self.vector = vector
         self.contradicted = contradicted
         self.model = model
         """The model ``vector`` is of."""
+        self.judged = judged
+        self.judge = judge
 
 
 def banded(command: WriteMemory) -> bool:
@@ -81,18 +89,20 @@ class SynchronousBand:
         states = self.streams.memories(n for found in lanes for n, _ in found)
         bands = [Banded() for _ in facts]
         for (i, vector), found in zip(looked_up, lanes, strict=True):
-            neighbours = [states.get(n) for n, _ in found]
-            bands[i] = Banded(vector, self._judged(namespace, facts[i][0], neighbours), model)
+            neighbours = [(states.get(n), cosine) for n, cosine in found]
+            judged, contradicted = self._judged(namespace, facts[i][0], neighbours)
+            bands[i] = Banded(vector, contradicted, model, judged, self.judge.name)
         return bands
 
     def _judged(
-        self, namespace: str, command: WriteMemory, neighbours: Sequence[MemoryState | None]
-    ) -> tuple[MemoryState, ...]:
-        """The ``neighbours`` of ``namespace`` that the judge finds ``command`` contradicts;
-        a judge that cannot answer leaves the rest to the autopilot."""
+        self, namespace: str, command: WriteMemory, neighbours: Sequence[tuple[MemoryState | None, float]]
+    ) -> tuple[tuple[UUID, ...], tuple[Pair, ...]]:
+        """The ``neighbours`` of ``namespace`` the judge judged ``command`` against, and those
+        it finds contradicted; a judge that cannot answer leaves the rest to the autopilot."""
         new = Statement(content=command.content, value=command.value)
-        contradicted: list[MemoryState] = []
-        for neighbour in neighbours:
+        judged: list[UUID] = []
+        contradicted: list[Pair] = []
+        for neighbour, cosine in neighbours:
             if neighbour is None or neighbour.namespace != namespace or neighbour.content is None:
                 continue
             old = Statement(
@@ -108,6 +118,7 @@ class SynchronousBand:
                     "judge %s unavailable in a write; the autopilot will judge: %s", self.judge.name, error
                 )
                 break
+            judged.append(neighbour.id)
             if judgement.contradicts:
-                contradicted.append(neighbour)
-        return tuple(contradicted)
+                contradicted.append(Pair(neighbour=neighbour, cosine=cosine, judgement=judgement))
+        return tuple(judged), tuple(contradicted)

@@ -95,6 +95,8 @@ class FactResult(msgspec.Struct, frozen=True, kw_only=True):
     classification: Classification | None = None
     rejected: tuple[Rejection, ...] = ()
     provenance_capped: ProvenanceCapped | None = None
+    findings: tuple[UUID, ...] = ()
+    decisions: tuple[UUID, ...] = ()
 
 
 class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,6 +115,12 @@ class WriteResult(msgspec.Struct, frozen=True, kw_only=True):
     verbatim_reason: str | None = None
     facts: tuple[FactResult, ...] = ()
     provenance_capped: ProvenanceCapped | None = None
+    findings: tuple[UUID, ...] = ()
+    """Findings the synchronous band opened in the write's own append: contradictions the
+    namespace's ``conflict_review`` dial leaves to a person (the new memory is stored)."""
+    decisions: tuple[UUID, ...] = ()
+    """The band's automatic settlements in the same append: each a decision with its rule
+    and explanation, which a reviewer may overturn."""
 
 
 class Split(msgspec.Struct, frozen=True, kw_only=True):
@@ -406,10 +414,10 @@ class MemoryService:
         claims of the neighbours it contradicts, so each decision sees them as they are."""
         wanted = self._write_claims(namespace, fact, split)
         found = bands.get(_band_key(fact), Banded())
-        for neighbour in found.contradicted:
-            assert neighbour.content is not None
-            wanted.append((self.claim_ids.text(namespace, neighbour.content), "text", namespace))
-        return _Item(fact, self.new_id(), self.new_id(), wanted, found)
+        for pair in found.contradicted:
+            assert pair.neighbour.content is not None
+            wanted.append((self.claim_ids.text(namespace, pair.neighbour.content), "text", namespace))
+        return _Item(fact, self.new_id(), self.new_id(), wanted, found, self.new_id)
 
     def _split(self, command: WriteMemory, verbatim: bool) -> Split:
         """The write's facts, or the command itself with the reason it stays verbatim."""
@@ -723,12 +731,14 @@ class _Item:
         dispute_id: UUID,
         wanted: list[tuple[UUID, ClaimKind, str]],
         banded: Banded | None = None,
+        new_id: Callable[[], UUID] = new_uuid,
     ) -> None:
         self.command = command
         self.memory_id = memory_id
         self.dispute_id = dispute_id
         self.wanted = wanted
         self.banded = banded or Banded()
+        self.new_id = new_id
 
     @property
     def text_claim_id(self) -> UUID:
@@ -750,9 +760,18 @@ class _Item:
             slot_claim=claim("slot"),
             source_ref_claim=claim("source_ref"),
             holders=holders,
-            judged=tuple(holders[m.id] for m in self.banded.contradicted if m.id in holders),
+            judged=tuple(  # each neighbour as it is now (its text claim was read with the write's)
+                msgspec.structs.replace(p, neighbour=holders[p.neighbour.id])
+                for p in self.banded.contradicted
+                if p.neighbour.id in holders
+            ),
+            band_judged=self.banded.judged,
+            judge=self.banded.judge,
         )
-        return decide_write(self.command, identity, state, policy, now, self.memory_id, self.dispute_id)
+        review_ids = iter([self.new_id() for _ in state.judged])
+        return decide_write(
+            self.command, identity, state, policy, now, self.memory_id, self.dispute_id, review_ids
+        )
 
 
 def _writes_memory(decision: WriteDecision) -> bool:
@@ -767,6 +786,8 @@ def _outcome_detail(decision: WriteDecision) -> str:
         if capped is None
         else f"{decision.outcome} (provenance {capped.claimed} capped to {capped.applied})"
     )
+    if decision.findings or decision.decisions:  # the band's, by the namespace's dial
+        detail += f" (band: {len(decision.decisions)} settled, {len(decision.findings)} findings)"
     if not decision.rejected:
         return detail
     return detail + ": " + ", ".join(r.reason for r in decision.rejected)
@@ -789,6 +810,8 @@ def _write_result(decisions: Sequence[WriteDecision], split: Split, position: in
             classification=d.classification,
             rejected=d.rejected,
             provenance_capped=_capped(d),
+            findings=d.findings,
+            decisions=d.decisions,
         )
         for d in decisions
     )

@@ -33,6 +33,11 @@ class Neighbours(Protocol):
         one read transaction per writer's scope); a memory without a vector is left out."""
         ...
 
+    def positions(self, memory_ids: Sequence[UUID]) -> dict[UUID, int]:
+        """The ledger position each memory was written at, for those the index holds: which
+        of two memories the ledger holds first, whatever their recorded times say."""
+        ...
+
 
 class Pending(Protocol):
     """A namespace's current memories recorded since a time that no pass has judged for

@@ -70,6 +70,19 @@ class SearchNeighbours:
                 ][:k]
         return found
 
+    def positions(self, memory_ids: Sequence[UUID]) -> dict[UUID, int]:
+        if not memory_ids:
+            return {}
+        ledger = self.search.ledger
+        with ledger.datastore.get_connection() as conn:
+            rows = conn.execute(
+                SQL("SELECT ref, position FROM {s}.search_docs WHERE ref = ANY(%s)").format(
+                    s=Identifier(ledger.schema)
+                ),
+                (list(memory_ids),),
+            ).fetchall()
+        return {r["ref"]: int(r["position"]) for r in rows}
+
     def similar(
         self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float, model: str | None = None
     ) -> list[list[tuple[UUID, float]]]:

@@ -29,8 +29,11 @@ def test_write_read_history_verify_and_provenance(api: Api) -> None:
         "verbatim_reason",
         "facts",
         "provenance_capped",
+        "findings",
+        "decisions",
     }
     assert body["outcome"] == "stored"
+    assert (body["findings"], body["decisions"]) == ([], [])
     assert (body["extracted"], body["verbatim_reason"], body["facts"]) == (False, "no_extractor", [])
     read = api.mem(agent, "read", {"id": body["id"]}).json()  # read-your-writes: no sleep
     assert read["content"] == FACT
