@@ -18,7 +18,7 @@ def listed(api: Api, key: str, path: str) -> list[dict[str, Any]]:
     response = api.call(key, path, method="GET")
     assert response.status_code == 200, response.text
     body = response.json()
-    items: list[dict[str, Any]] = body["items"] if isinstance(body, dict) else body  # a page, or a bare list
+    items: list[dict[str, Any]] = body["items"]
     return items
 
 

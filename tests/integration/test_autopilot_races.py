@@ -21,6 +21,7 @@ from memwarden.domain.model.leases import LeaseBusy
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.services.memory import WriteResult
 from memwarden.domain.settings import Settings
+from memwarden.projections.listing import ListQuery
 from memwarden.workers.main import InProcessAutopilot
 from tests.processes import wait_until
 
@@ -57,7 +58,7 @@ def write(rt: Runtime, who: Identity, content: str) -> WriteResult:
 
 def findings_between(rt: Runtime) -> set[frozenset[UUID]]:
     rt.reads.wait_for(rt.ledger.head_position())
-    return {frozenset((f.memory_a, f.memory_b)) for f in rt.reads.findings(ROOT, status=None)}
+    return {frozenset((f.memory_a, f.memory_b)) for f in rt.reads.findings(ROOT, ListQuery()).items}
 
 
 def racing(
@@ -179,4 +180,4 @@ def test_racing_contradictions_are_all_judged_when_each_pass_runs_at_once(runtim
     appended, and the pair is still judged, once."""
     wanted = write_racing_pairs(runtime, judge_at_once=True)
     assert wanted <= findings_between(runtime)
-    assert len(runtime.reads.findings(ROOT, status=None)) == len(wanted)  # each pair once
+    assert len(runtime.reads.findings(ROOT, ListQuery()).items) == len(wanted)  # each pair once

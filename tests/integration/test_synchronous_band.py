@@ -98,7 +98,7 @@ def test_under_auto_an_equal_rank_contradiction_is_superseded_as_an_overturnable
         (new.decisions[0], new.id, old.id, "auto", "frame")
     ]
     assert settled[0].explanation
-    listed = runtime.reads.decisions(REVIEWER, after=new.position)
+    listed = runtime.reads.decisions(REVIEWER, after=new.position).items
     assert [(d.id, d.winner, d.loser, d.status) for d in listed] == [
         (new.decisions[0], new.id, old.id, "settled")
     ]
@@ -144,7 +144,7 @@ def test_under_lower_trust_an_equal_or_lower_rank_fact_is_stored_with_a_finding_
         (new.findings[0], old.id, new.id, "frame")
     ]
     assert opened[0].cosine >= 0.75
-    listed = runtime.reads.findings(REVIEWER, after=new.position)
+    listed = runtime.reads.findings(REVIEWER, after=new.position).items
     assert [f.id for f in listed] == [new.findings[0]]
     resolved = runtime.autopilot.resolve_finding(
         REVIEWER, ResolveFinding(finding_id=new.findings[0], decision="keep_b")
@@ -160,7 +160,7 @@ def test_under_lower_trust_a_higher_rank_fact_settles_as_a_decision(runtime: Run
     assert new.findings == ()
     assert len(new.decisions) == 1
     assert not current(runtime, old.id)
-    (decision,) = runtime.reads.decisions(REVIEWER, after=new.position)
+    (decision,) = runtime.reads.decisions(REVIEWER, after=new.position).items
     assert (decision.id, decision.dial, decision.rule) == (new.decisions[0], "lower_trust", "frame")
 
 
@@ -173,7 +173,7 @@ def test_under_all_every_contradiction_is_a_finding(runtime: Runtime, source: st
     assert new.decisions == ()
     assert len(new.findings) == 1
     assert current(runtime, old.id)
-    (finding,) = runtime.reads.findings(REVIEWER, after=new.position)
+    (finding,) = runtime.reads.findings(REVIEWER, after=new.position).items
     assert (finding.id, finding.memory_a, finding.memory_b) == (new.findings[0], old.id, new.id)
 
 
@@ -184,7 +184,7 @@ def test_the_autopilot_does_not_judge_again_what_the_band_judged(runtime: Runtim
     assert new.id is not None
     result = runtime.autopilot.judge_memory(new.id, new.position, "w")
     assert (result.outcome, result.pairs, result.findings) == ("judged", 0, 0)
-    assert [f.id for f in runtime.reads.findings(REVIEWER, after=result.position)] == list(new.findings)
+    assert [f.id for f in runtime.reads.findings(REVIEWER, after=result.position).items] == list(new.findings)
     assert old.id is not None
 
 
