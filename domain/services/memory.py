@@ -30,7 +30,6 @@ from memwarden.domain.model.commands import (
 from memwarden.domain.model.disputes import ResolveState, check_reviewer, decide_resolve
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.events import (
-    AuditOutcome,
     ClaimKind,
     ClaimSet,
     Event,
@@ -600,12 +599,6 @@ class MemoryService:
             log.warning("embedder unavailable, memory stored without a vector: %s", error)
             vectors.update(dict.fromkeys(texts))
         return vectors
-
-    def record_audit(
-        self, identity: Identity, op: str, outcome: AuditOutcome, detail: str, subject_id: UUID | None = None
-    ) -> int:
-        """Append an audit record on its own (a denial, a miss, a read)."""
-        return self.runner.record(identity, op, outcome, detail, (subject_id,) if subject_id else ())
 
 
 def _write_note(writes: Sequence[_Write], unembedded: bool) -> Note:
