@@ -36,10 +36,16 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
 
     at: datetime
     SEALED: ClassVar[tuple[str, ...]] = ()
+    STREAM: ClassVar[str] = ""
+    """The field whose value is the event's stream id (the aggregate it belongs to); an event
+    whose stream is derived otherwise overrides ``stream_id``."""
 
     @property
     def stream_id(self) -> UUID:
-        raise NotImplementedError
+        if not self.STREAM:
+            raise NotImplementedError(f"{type(self).__name__} names no stream")
+        stream: UUID = getattr(self, self.STREAM)
+        return stream
 
     @property
     def sealing_owner(self) -> UUID:
@@ -51,9 +57,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
 class MemoryEvent(Event, frozen=True, kw_only=True):
     memory_id: UUID
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.memory_id
+    STREAM: ClassVar[str] = "memory_id"
 
     @property
     def sealing_owner(self) -> UUID:
@@ -201,9 +205,7 @@ class ErasureCertified(Event, frozen=True, kw_only=True):
 class DisputeEvent(Event, frozen=True, kw_only=True):
     dispute_id: UUID
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.dispute_id
+    STREAM: ClassVar[str] = "dispute_id"
 
 
 class DisputeOpened(DisputeEvent, frozen=True, kw_only=True):
@@ -233,9 +235,7 @@ class ClaimSet(Event, frozen=True, kw_only=True):
     namespace: str
     holders: tuple[UUID, ...]
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.claim_id
+    STREAM: ClassVar[str] = "claim_id"
 
 
 AuditOutcome = Literal["ok", "denied", "miss", "error", "client_closed"]
@@ -252,9 +252,7 @@ class AuditRecorded(Event, frozen=True, kw_only=True):
     detail: str = ""
     subject_ids: tuple[UUID, ...] = ()
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.record_id
+    STREAM: ClassVar[str] = "record_id"
 
 
 # -- governance: keys, policies, shares, pins ------------------------------------------------
@@ -309,9 +307,7 @@ class PolicySet(Event, frozen=True, kw_only=True):
     provenance_over_cap: str | None = None
     set_by: str
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.policy_id
+    STREAM: ClassVar[str] = "policy_id"
 
 
 class DirectiveAcknowledged(Event, frozen=True, kw_only=True):
@@ -321,9 +317,7 @@ class DirectiveAcknowledged(Event, frozen=True, kw_only=True):
     directive_id: str
     directive_namespace: str
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.ack_id
+    STREAM: ClassVar[str] = "ack_id"
 
 
 class MemoryShared(Event, frozen=True, kw_only=True):
@@ -335,9 +329,7 @@ class MemoryShared(Event, frozen=True, kw_only=True):
     with_namespace: str
     by: str
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.share_id
+    STREAM: ClassVar[str] = "share_id"
 
 
 class PinSet(Event, frozen=True, kw_only=True):
@@ -349,9 +341,7 @@ class PinSet(Event, frozen=True, kw_only=True):
     pinned: bool
     by: str
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.pin_id
+    STREAM: ClassVar[str] = "pin_id"
 
 
 # -- reads: capsules, faults, knowledge (L3) ---------------------------------------------------
@@ -372,9 +362,7 @@ class CapsuleIssued(Event, frozen=True, kw_only=True):
     key_id: str
     signature: str
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.capsule_id
+    STREAM: ClassVar[str] = "capsule_id"
 
 
 class ContextFaulted(Event, frozen=True, kw_only=True):
@@ -389,9 +377,7 @@ class ContextFaulted(Event, frozen=True, kw_only=True):
     best_candidate: UUID | None = None
     refs: tuple[UUID, ...] = ()
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.fault_id
+    STREAM: ClassVar[str] = "fault_id"
 
 
 class KnowledgeChunk(msgspec.Struct, frozen=True, kw_only=True):
@@ -426,9 +412,7 @@ class KnowledgePublished(Event, frozen=True, kw_only=True):
     chunks: tuple[KnowledgeChunk, ...]
     embedding_model: str | None = None
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.document_id
+    STREAM: ClassVar[str] = "document_id"
 
     @property
     def sealing_owner(self) -> UUID:
@@ -451,9 +435,7 @@ class KnowledgeErased(Event, frozen=True, kw_only=True):
     certificate_id: UUID
     by: str
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.document_id
+    STREAM: ClassVar[str] = "document_id"
 
 
 # -- workers: leases, the conflict autopilot, findings, automatic settlements -----------------
@@ -475,9 +457,7 @@ class LeaseEvent(Event, frozen=True, kw_only=True):
     token: int
     expires_at: datetime
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.lease_id
+    STREAM: ClassVar[str] = "lease_id"
 
 
 class LeaseTaken(LeaseEvent, frozen=True, kw_only=True):
@@ -505,9 +485,7 @@ class ConflictsJudged(Event, frozen=True, kw_only=True):
     contradictions: int = 0
     token: int = 0
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.judgement_id
+    STREAM: ClassVar[str] = "judgement_id"
 
 
 class FindingOpened(Event, frozen=True, kw_only=True):
@@ -524,9 +502,7 @@ class FindingOpened(Event, frozen=True, kw_only=True):
     explanation: str
     cosine: float
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.finding_id
+    STREAM: ClassVar[str] = "finding_id"
 
 
 class FindingResolved(Event, frozen=True, kw_only=True):
@@ -535,9 +511,7 @@ class FindingResolved(Event, frozen=True, kw_only=True):
     reviewer: str
     reason: str | None = None
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.finding_id
+    STREAM: ClassVar[str] = "finding_id"
 
 
 class ConflictSettled(Event, frozen=True, kw_only=True):
@@ -552,9 +526,7 @@ class ConflictSettled(Event, frozen=True, kw_only=True):
     explanation: str
     dial: ConflictReview
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.decision_id
+    STREAM: ClassVar[str] = "decision_id"
 
 
 class SettlementOverturned(Event, frozen=True, kw_only=True):
@@ -566,9 +538,7 @@ class SettlementOverturned(Event, frozen=True, kw_only=True):
     restored: UUID
     reason: str | None = None
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.decision_id
+    STREAM: ClassVar[str] = "decision_id"
 
 
 ProposalKind = Literal["near_duplicate", "slot_history", "faulted_together", "fault_near_miss"]
@@ -592,9 +562,7 @@ class ProposalDrafted(Event, frozen=True, kw_only=True):
     ``timeout``, ``bad_answer``, ``invisible_character`` ...; None when it did, or none is
     configured."""
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.proposal_id
+    STREAM: ClassVar[str] = "proposal_id"
 
 
 class ProposalText(Event, frozen=True, kw_only=True):
@@ -604,9 +572,7 @@ class ProposalText(Event, frozen=True, kw_only=True):
     SEALED: ClassVar[tuple[str, ...]] = ("content",)
     proposal_id: UUID
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.proposal_id
+    STREAM: ClassVar[str] = "proposal_id"
 
     @property
     def sealing_owner(self) -> UUID:
@@ -637,18 +603,14 @@ class ProposalApproved(Event, frozen=True, kw_only=True):
     document_id: UUID
     version: int
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.proposal_id
+    STREAM: ClassVar[str] = "proposal_id"
 
 
 class ProposalRejected(Event, frozen=True, kw_only=True):
     proposal_id: UUID
     reviewer: str
 
-    @property
-    def stream_id(self) -> UUID:
-        return self.proposal_id
+    STREAM: ClassVar[str] = "proposal_id"
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
