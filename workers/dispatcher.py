@@ -92,6 +92,8 @@ class MemoryBatch(msgspec.Struct, frozen=True):
 
     memory_ids: tuple[UUID, ...]
     position: int
+    namespace: str | None = None
+    """Theirs (for the pass's log line)."""
 
 
 def memory_batches(events: Sequence[Recorded]) -> list[tuple[MemoryBatch, int]]:
@@ -101,7 +103,7 @@ def memory_batches(events: Sequence[Recorded]) -> list[tuple[MemoryBatch, int]]:
     or before p is in one of them: a failed send stops the record before its batch's
     first memory, and a batch cut short by time commits the last first position sent."""
     open_batches: dict[str, list[tuple[UUID, int]]] = {}
-    batches: list[list[tuple[UUID, int]]] = []
+    batches: list[tuple[str, list[tuple[UUID, int]]]] = []
     for r in events:
         e = r.event
         if not (isinstance(e, MemoryWritten) and e.status == "active"):
@@ -109,9 +111,12 @@ def memory_batches(events: Sequence[Recorded]) -> list[tuple[MemoryBatch, int]]:
         members = open_batches.get(e.namespace)
         if members is None or len(members) >= MAX_MEMORIES_PER_BATCH:
             members = open_batches[e.namespace] = []
-            batches.append(members)
+            batches.append((e.namespace, members))
         members.append((e.memory_id, int(r.position or 0)))
-    return [(MemoryBatch(tuple(m for m, _ in members), members[-1][1]), members[0][1]) for members in batches]
+    return [
+        (MemoryBatch(tuple(m for m, _ in members), members[-1][1], namespace), members[0][1])
+        for namespace, members in batches
+    ]
 
 
 def new_material(events: Sequence[Recorded]) -> list[tuple[str, int]]:

@@ -17,12 +17,19 @@ from memwarden.domain.settings import Settings
 from memwarden.projections.autopilot.views import ProposalView
 from memwarden.workers.dispatcher import Dispatcher, new_material
 from memwarden.workers.main import InProcessAutopilot, WorkerProcess
+from tests.conftest import on_redis
 from tests.processes import eventually
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 SALES = Identity(namespace="acme/sales", actor="bot", role="agent")
 REVIEWER = Identity(namespace="acme", actor="rev", role="admin")
 NS = AGENT.namespace
+
+
+@pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
 
 
 @pytest.fixture
