@@ -52,6 +52,42 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The background passes at a glance: who runs them, whether anyone consumes them, and
+    what waits (unjudged memories, how far each dispatcher is behind). Exit 1 when nobody
+    consumes them, so a cron job or a probe can alert on it."""
+    import msgspec  # noqa: PLC0415 - only this command
+
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+    from memwarden.workers.heartbeats import passes_probe  # noqa: PLC0415 - dramatiq: only the commands that need it
+
+    settings = Settings.from_env()
+    with Runtime(settings, follow=False) as runtime:
+        gauges = runtime.reads.worker_gauges()
+        head = runtime.ledger.head_position()
+    health = passes_probe(settings).health()
+    lag = {name: head - at for name, at in sorted(gauges.dispatch_positions.items())}
+    if args.json:
+        body = {
+            "passes": msgspec.structs.asdict(health),
+            "unjudged": gauges.unjudged,
+            "open_findings": gauges.open_findings,
+            "dispatch_lag": lag,
+        }
+        sys.stdout.write(msgspec.json.encode(body).decode() + "\n")
+    else:
+        state = "consumed" if health.consuming else f"NOT CONSUMED: {health.detail}"
+        lines = [f"passes: {health.runner}, {state}"]
+        if health.workers is not None:
+            lines.append(
+                f"workers alive: {health.workers}; queued: {health.queued}; idle: {health.idle_seconds} s"
+            )
+        lines.append(f"unjudged memories: {gauges.unjudged}; open findings: {gauges.open_findings}")
+        lines.append("dispatch lag: " + (", ".join(f"{k} {v}" for k, v in lag.items()) or "none"))
+        sys.stdout.write("\n".join(lines) + "\n")
+    return 0 if health.consuming else 1
+
+
 def register_worker_command(sub: Any) -> None:
     worker = sub.add_parser(
         "worker",
@@ -66,6 +102,12 @@ def register_worker_command(sub: Any) -> None:
         " MEMWARDEN_LOG_FORMAT=json makes each line a JSON object",
     )
     worker.set_defaults(handler=cmd_worker)
+    stats = sub.add_parser(
+        "stats",
+        help="the background passes: who runs them, whether anyone consumes them (exit 1 if not), what waits",
+    )
+    stats.add_argument("--json", action="store_true", help="one JSON object")
+    stats.set_defaults(handler=cmd_stats)
 
 
 class ServeAutopilot:
