@@ -30,6 +30,9 @@ from memwarden.projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRA
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 500
+CONSOLIDATION_SPAN = 10
+"""Batches consolidation's dispatcher reads in one go: its triggers are coalesced per
+namespace over all of them (a pass reads the namespace's newest memories, not one event)."""
 IDLE_SECONDS = 0.2
 MAX_BATCH_SECONDS = 2.0
 """A batch stops sending after this long and commits how far it got: in-process, each send
@@ -144,8 +147,17 @@ class Dispatcher(Background, Generic[K]):
         max_batch_seconds: float = MAX_BATCH_SECONDS,
         select: Callable[[Sequence[Recorded]], list[tuple[K, int]]] | None = None,
         pause: float = 0.0,
+        span: int = 1,
+        batch_size: int = BATCH_SIZE,
     ) -> None:
         self.pause = pause
+        self.span = span
+        self.batch_size = batch_size
+        self.behind = False
+        """The last dispatch stopped at the end of its span, not at the ledger's head: the
+        next one follows at once, whatever the pause (a pause paces a dispatcher that keeps
+        up; one that waited while behind would fall further behind for as long as the
+        ledger grows faster than a span per pause)."""
         self.select = select or cast(Callable[[Sequence[Recorded]], list[tuple[K, int]]], new_memories)
         self.ledger = ledger
         self.max_batch_seconds = max_batch_seconds
@@ -187,7 +199,7 @@ class Dispatcher(Background, Generic[K]):
             if row is None:  # another dispatcher holds it
                 return 0
             start = int(row["position"])
-            events = self.ledger.read(start, BATCH_SIZE)
+            events = self._read(start)
             reached, failure = self._send_all(events, start)
             if reached > start:
                 curs.execute(
@@ -197,6 +209,18 @@ class Dispatcher(Background, Generic[K]):
         if failure is not None:  # the record moved as far as the sends went; then the error
             raise failure
         return reached - start
+
+    def _read(self, start: int) -> list[Recorded]:
+        """Up to ``span`` batches after ``start``; ``behind`` says whether more follow."""
+        events: list[Recorded] = []
+        self.behind = False
+        for _ in range(self.span):
+            batch = self.ledger.read(int(events[-1].position or start) if events else start, self.batch_size)
+            events.extend(batch)
+            if len(batch) < self.batch_size:
+                return events
+        self.behind = True
+        return events
 
     def _send_all(self, events: list[Recorded], start: int) -> tuple[int, Exception | None]:
         """Send the batch's triggers in order; return the position reached (the event
@@ -235,6 +259,8 @@ class Dispatcher(Background, Generic[K]):
                 self._stop.wait(RETRY_SECONDS)
                 continue
             failures.ended()
+            if moved and self.behind:
+                continue
             self._stop.wait(self.pause if moved else max(self.pause, IDLE_SECONDS))
 
 

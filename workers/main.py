@@ -31,6 +31,7 @@ from memwarden.workers.actors import (
     run_checkpoint,
 )
 from memwarden.workers.dispatcher import (
+    CONSOLIDATION_SPAN,
     Background,
     Dispatcher,
     MemoryBatch,
@@ -175,6 +176,7 @@ def consolidation_dispatcher(runtime: Runtime, send: Callable[[str, int], object
         name="consolidation",
         select=new_material,
         pause=runtime.settings.consolidation_pause_seconds,
+        span=CONSOLIDATION_SPAN,
     )
 
 
