@@ -4,7 +4,8 @@ The actor takes ids (the memory's, and its ledger position as a lower bound for 
 models to reach) and calls the plain pass (domain/services/autopilot.py), which is
 idempotent: a redelivery changes nothing. ``LeaseBusy`` (another pass has the namespace)
 and ``LeaseLost`` (the lease was taken over mid-pass) send the message back for a retry
-with backoff for as long as a lease can last, and longer: a lease left behind by a worker
+with backoff for as long as a lease can last, and longer (so do a database that does not
+answer and read models still catching up): a lease left behind by a worker
 killed mid-pass holds its namespace until it expires, and a message that gave up before
 then would be lost for good (consolidation of that namespace would wait for its next
 write). Any other failure is retried by Dramatiq with backoff, ``MAX_RETRIES`` times.
@@ -27,6 +28,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from memwarden.domain.ledger.checkpoints import Checkpoint
+from memwarden.domain.ledger.database import unavailable
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.leases import LeaseBusy, LeaseLost
 from memwarden.domain.model.namespaces import validate_namespace
@@ -34,6 +36,7 @@ from memwarden.domain.services.autopilot import AutopilotService, PassResult
 from memwarden.domain.services.checkpoints import CheckpointService
 from memwarden.domain.services.consolidation import ConsolidationResult, ConsolidationService
 from memwarden.domain.settings import Settings, deployment_key
+from memwarden.projections.runner import ProjectionLag
 from memwarden.workers.logs import pass_line
 from memwarden.workers.tickets import TicketState, TicketStore, Write, apply_ticket
 
@@ -52,11 +55,14 @@ autopilot passes."""
 TICKET_ACTOR = "write_ticket"
 QUEUES = (AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, TICKETS_QUEUE)
 MAX_RETRIES = 50
-"""Retries of a message whose pass failed (the database away, say): about a minute and a
-half of backoff, then it is dead-lettered (the autopilot's sweep hands its memories back)."""
-MAX_LEASE_RETRIES = 2_000
-"""Retries of a message whose namespace is leased: at up to ``MAX_BACKOFF_MS`` apart, far
-longer than any lease lasts, so a lease left by a dead holder is outlived, never given up to."""
+"""Retries of a message whose pass failed for any other reason (a bug's exception): about
+a minute and a half of backoff, then it is dead-lettered and its pass line says why."""
+MAX_WAIT_RETRIES = 2_000
+"""Retries of a message that waits for something that ends by itself: its namespace's lease
+(held by a live pass, or left by a dead holder until it expires), a database that does not
+answer, read models still catching up. At up to ``MAX_BACKOFF_MS`` apart that is about an
+hour, far longer than any lease: such a message is never given up for them (consolidation
+has no sweep that would send its namespace again)."""
 MIN_BACKOFF_MS = 100
 MAX_BACKOFF_MS = 2_000
 MAINTENANCE_CHANCE = 50_000
@@ -278,10 +284,11 @@ class LeaseRetry(dramatiq.Retry):
 
 
 def retry_when(retries: int, error: BaseException) -> bool:
-    """Dramatiq's question after a failed attempt: try again? A leased namespace, for far
-    longer than a lease lasts; anything else, ``MAX_RETRIES`` times."""
-    if isinstance(error, LeaseRetry):
-        return retries < MAX_LEASE_RETRIES
+    """Dramatiq's question after a failed attempt: try again? A wait that ends by itself
+    (a lease, the database, the read models), for about an hour; anything else,
+    ``MAX_RETRIES`` times."""
+    if isinstance(error, (LeaseRetry, ProjectionLag)) or unavailable(error):
+        return retries < MAX_WAIT_RETRIES
     return retries < MAX_RETRIES
 
 
