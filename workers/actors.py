@@ -305,7 +305,15 @@ def _logged_pass(
     try:
         done = work()
     except (LeaseBusy, LeaseLost) as error:  # another pass has the namespace: again with backoff
-        pass_line(pass_name, namespace, position, "leased", time.monotonic() - began, error=error.code)
+        pass_line(
+            pass_name,
+            namespace,
+            position,
+            "leased",
+            time.monotonic() - began,
+            error=error.code,
+            detail=str(error),
+        )
         raise LeaseRetry(str(error)) from error
     except Exception as error:
         pass_line(

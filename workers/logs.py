@@ -75,7 +75,7 @@ def pass_line(
         **more,
     }
     level = logging.WARNING if result in ("failed", "dropped") else logging.INFO
-    PASSES.log(level, "pass %s", result, extra={FIELDS: fields})
+    PASSES.log(level, "%s pass %s", pass_name, result, extra={FIELDS: fields})
 
 
 def redact(url: str | None) -> str:

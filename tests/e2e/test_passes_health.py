@@ -52,6 +52,7 @@ def workers(settings: Settings, tmp_path: Path) -> Iterator[Fleet]:
         settings.data_dir,
         REDIS_URL=settings.redis_url or "",
         MEMWARDEN_WORKER_STALE_SECONDS=str(STALE),
+        MEMWARDEN_LOG_FORMAT="json",
     )
     with fleet(env, tmp_path / "logs") as started:
         yield started
@@ -68,6 +69,16 @@ def consuming_gauge(api: Api) -> float | None:
     text = api.client.get("/metrics", headers=METRICS_AUTH).text
     found = re.search(r'^memwarden_passes_consuming\{runner="redis"\} (\S+)$', text, re.M)
     return float(found.group(1)) if found else None
+
+
+def pass_line(log: str, pass_name: str) -> dict[str, Any] | None:
+    """The first JSON line of a worker's log about a ``pass_name`` pass."""
+    for text in log.splitlines():
+        if text.startswith("{"):
+            line: dict[str, Any] = json.loads(text)
+            if line.get("pass") == pass_name:
+                return line
+    return None
 
 
 def cli_stats(workers: Fleet) -> tuple[int, dict[str, Any]]:
@@ -102,7 +113,11 @@ def test_no_worker_is_said_everywhere_a_worker_makes_it_fine_and_its_kill_is_sai
 
     written = api.mem(agent, "write", {"content": "The deploy window opens at 14:00 on Tuesdays"})
     assert written.status_code == 200
-    eventually(lambda: "pass=autopilot" in workers.log("worker"), 60)  # one line per pass
+    line = eventually(lambda: pass_line(workers.log("worker"), "autopilot"), 60)  # one JSON line per pass
+    assert line["namespace"] == "acme/eng"
+    assert line["result"] == "done"
+    assert isinstance(line["position"], int)
+    assert line["duration_ms"] >= 0
 
     workers.kill("worker")
     eventually(lambda: readiness(api)["status"] == "degraded", 30)

@@ -41,12 +41,14 @@ def test_json_logs_are_one_setting_away() -> None:
     assert logging_config("info", "json").formatters["standard"] == {
         "()": "memwarden.workers.logs.JsonFormatter"
     }
-    record = logging.LogRecord("memwarden.passes", logging.INFO, __file__, 1, "pass %s", ("done",), None)
+    record = logging.LogRecord(
+        "memwarden.passes", logging.INFO, __file__, 1, "%s pass %s", ("consolidation", "done"), None
+    )
     record.fields = {"pass": "consolidation", "namespace": "acme/eng", "position": 42, "result": "done"}
     line = formatter("json").format(record)
     assert "\n" not in line
     parsed = json.loads(line)
-    assert parsed["message"] == "pass done"
+    assert parsed["message"] == "consolidation pass done"
     assert {k: parsed[k] for k in ("pass", "namespace", "position", "result")} == record.fields
     text = formatter("text").format(record)
     assert "pass=consolidation namespace=acme/eng position=42 result=done" in text
