@@ -217,7 +217,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # The API processes (uvicorn's workers included) inherit these.
     # Several API processes agree on buckets and last writes through Redis.
-    if args.workers > 1 and not (os.environ.get("REDIS_URL") or "").strip():
+    if args.workers > 1 and Settings.from_env().redis_url is None:
         sys.stderr.write(
             "memwarden serve: --workers above 1 needs REDIS_URL: the API processes share each key's"
             " rate limit and last write there\n"

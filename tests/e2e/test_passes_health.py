@@ -187,3 +187,19 @@ def test_the_worker_refuses_to_start_without_redis_url(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "REDIS_URL is not set" in done.stderr
+
+
+def test_several_api_processes_refuse_to_start_without_redis_url(tmp_path: Path) -> None:
+    env = base_env("", tmp_path / "d")
+    env.pop("REDIS_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--workers", "2", "--port", "1"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--workers above 1 needs REDIS_URL" in done.stderr
