@@ -121,7 +121,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tickets: str = "thread"
     """Who runs the async write tickets: ``thread`` (a thread of each API process) or
     ``queue`` (the ``write_ticket`` actor of ``memwarden worker``, each ticket sent to it
-    once committed; set by ``memwarden serve`` when a Redis answers)."""
+    once committed; set by ``memwarden serve`` when ``REDIS_URL`` is set)."""
     ticket_stale_seconds: float = 60.0
     """A ticket claimed this long ago and not finished (its claimant died) is claimed again."""
     lease_seconds: float = 30.0

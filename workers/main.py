@@ -1,6 +1,6 @@
 """``memwarden worker``: the dispatcher and the Dramatiq actors (the autopilot,
 consolidation, checkpoints, async write tickets) in one process; and the in-process
-fallback of ``memwarden serve`` when no Redis answers (there, the API's own thread runs
+fallback of ``memwarden serve`` when ``REDIS_URL`` is unset (there, the API's own thread runs
 the tickets)."""
 
 from __future__ import annotations
