@@ -31,7 +31,8 @@ from tests.e2e.api_helpers import Api
 from tests.e2e.fleet import Fleet, base_env, fleet
 from tests.processes import METRICS_AUTH, REPO_ROOT, TIMED, eventually
 
-STALE = 2.0
+STALE = 5.0
+"""Short enough for a test to outlive, long enough that a busy worker never looks idle."""
 
 
 @pytest.fixture
