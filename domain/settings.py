@@ -25,6 +25,7 @@ DRAFTERS = ("extractive", "openai")
 TICKET_RUNNERS = ("thread", "queue")
 SHARED_STATES = ("process", "redis")
 LEDGER_CHAINS = ("global", "tenant")
+LOG_FORMATS = ("text", "json")
 AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 
 
@@ -55,7 +56,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     database_url: str | None = None
     kek_b64: str | None = None
     signing_key_pem: str | None = None
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str | None = None
+    """``REDIS_URL``: the Dramatiq broker of ``memwarden worker`` and the shared state of
+    several API processes. None (unset): ``memwarden serve`` runs the passes itself and no
+    Redis is ever probed, so a Redis that happens to answer on the default port (another
+    program's) never swallows them."""
     max_content_bytes: int = 16_384
     read_wait_seconds: float = 5.0
     pool_size: int = 8
@@ -116,7 +121,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tickets: str = "thread"
     """Who runs the async write tickets: ``thread`` (a thread of each API process) or
     ``queue`` (the ``write_ticket`` actor of ``memwarden worker``, each ticket sent to it
-    once committed; set by ``memwarden serve`` when a Redis answers)."""
+    once committed; set by ``memwarden serve`` when ``REDIS_URL`` is set)."""
     ticket_stale_seconds: float = 60.0
     """A ticket claimed this long ago and not finished (its claimant died) is claimed again."""
     lease_seconds: float = 30.0
@@ -140,10 +145,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """The most a process keeps on disk of the audit records the ledger could not take (a
     database that takes no writes); past it, the calls they record are refused."""
     worker_heartbeat_seconds: float = 60.0
-    log_level: str = "warning"
-    """The API process's logging level (``memwarden serve --log-level``)."""
     """After this long without a heartbeat a worker process counts as dead, and the
     messages it had taken go back to the queue."""
+    worker_stale_seconds: float = 60.0
+    """When passes go to Redis: after this long with no worker heartbeat, or with messages
+    queued and no worker having consumed one, ``/readyz``, ``stats`` and ``/metrics`` say
+    that nobody runs the passes."""
+    log_level: str = "warning"
+    """The API process's logging level (``memwarden serve --log-level``)."""
+    log_format: str = "text"
+    """``MEMWARDEN_LOG_FORMAT``: ``text`` (one readable line per record) or ``json`` (one
+    JSON object per line, the fields of a worker's pass line as keys)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -154,7 +166,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             database_url=values.get("DATABASE_URL") or None,
             kek_b64=values.get("MEMWARDEN_KEK") or None,
             signing_key_pem=values.get("MEMWARDEN_SIGNING_KEY") or None,
-            redis_url=values.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
+            redis_url=(values.get("REDIS_URL") or "").strip() or None,
             max_content_bytes=int(values.get("MEMWARDEN_MAX_CONTENT_BYTES") or 16_384),
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
@@ -186,6 +198,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             **_tickets(values),
             lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
             log_level=(values.get("MEMWARDEN_LOG_LEVEL") or "warning").strip().lower(),
+            log_format=_one_of(
+                "MEMWARDEN_LOG_FORMAT",
+                (values.get("MEMWARDEN_LOG_FORMAT") or "text").strip().lower(),
+                LOG_FORMATS,
+            ),
+            worker_stale_seconds=positive_number(values, "MEMWARDEN_WORKER_STALE_SECONDS", float) or 60.0,
             worker_heartbeat_seconds=positive_number(values, "MEMWARDEN_WORKER_HEARTBEAT_SECONDS", float)
             or 60.0,
             autopilot_sweep_seconds=positive_number(values, "MEMWARDEN_AUTOPILOT_SWEEP_SECONDS", float)
@@ -203,6 +221,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 positive_number(values, "MEMWARDEN_AUDIT_SPOOL_MAX_BYTES", int) or AUDIT_SPOOL_MAX_BYTES
             ),
         )
+
+    def __post_init__(self) -> None:
+        if self.redis_url is None and self.shared_state == "redis":
+            raise ValueError(
+                "MEMWARDEN_SHARED_STATE=redis needs REDIS_URL, the Redis the API processes share"
+            )
+        if self.redis_url is None and self.tickets == "queue":
+            raise ValueError("MEMWARDEN_TICKETS=queue needs REDIS_URL, the Redis of `memwarden worker`")
+
+    @property
+    def passes_on_redis(self) -> bool:
+        """Do the passes go to ``memwarden worker`` through Redis (``REDIS_URL`` set), or
+        does ``memwarden serve`` run them itself?"""
+        return self.redis_url is not None
 
     @property
     def keys_dir(self) -> Path:

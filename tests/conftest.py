@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec
 import psycopg
 import pytest
 from psycopg import sql
@@ -22,9 +23,10 @@ from memwarden.bootstrap.migrate import migrate
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer
 from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
-from tests.processes import METRICS_TOKEN
+from tests.processes import METRICS_TOKEN, free_port, start_redis
 
 os.environ["MEMWARDEN_METRICS_TOKEN"] = METRICS_TOKEN  # every `memwarden` process a test starts
+os.environ.pop("REDIS_URL", None)  # a process a test starts uses Redis only when the test says so
 
 
 @pytest.fixture(autouse=True)
@@ -149,11 +151,32 @@ def database(pg_server: ConnectionParams, template_database: str) -> Iterator[Co
         yield params
 
 
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of the session's own (each pytest-xdist worker starts one): the tests
+    never use a Redis they did not start. Deployments (test databases) sharing it keep
+    apart by their key prefix (``deployment_key``)."""
+    port = free_port()
+    server = start_redis(port, tmp_path_factory.mktemp("redis") / "redis.log")
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 @pytest.fixture
 def settings(tmp_path: Path, database: ConnectionParams) -> Settings:
+    """A deployment on the test's database; no ``REDIS_URL``, as by default (a module whose
+    tests run workers on Redis overrides this fixture with ``on_redis``)."""
     return Settings(
         data_dir=tmp_path / "data", database_url=url_of(database), pool_size=4, metrics_token=METRICS_TOKEN
     )
+
+
+def on_redis(settings: Settings, redis_url: str) -> Settings:
+    """``settings`` with the session's Redis as ``REDIS_URL``: passes go to workers."""
+    return msgspec.structs.replace(settings, redis_url=redis_url)
 
 
 @pytest.fixture

@@ -80,6 +80,31 @@ def free_port() -> int:
         return port
 
 
+def redis_answers(port: int) -> bool:
+    import redis  # noqa: PLC0415 - only the tests that start a Redis
+
+    try:
+        return bool(redis.Redis(port=port, socket_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def start_redis(port: int, log: Path) -> subprocess.Popen[bytes]:
+    """A redis-server of the test's own on ``port`` (loopback, nothing persisted, so a
+    restart loses whatever was queued), once it answers; its output appended to ``log``.
+    Tests never use a Redis they did not start: whatever answers on 127.0.0.1:6379 may be
+    anyone's."""
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    wait_until(lambda: redis_answers(port) or process.poll() is not None, 30)
+    assert process.poll() is None, log.read_text(errors="replace")
+    return process
+
+
 def ready(base: str) -> bool:
     """Does the served API at ``base`` answer ``/readyz`` with 200?"""
     try:

@@ -4,15 +4,20 @@ The actor takes ids (the memory's, and its ledger position as a lower bound for 
 models to reach) and calls the plain pass (domain/services/autopilot.py), which is
 idempotent: a redelivery changes nothing. ``LeaseBusy`` (another pass has the namespace)
 and ``LeaseLost`` (the lease was taken over mid-pass) send the message back for a retry
-shortly; any other failure is retried by Dramatiq with backoff.
+with backoff for as long as a lease can last, and longer (so do a database that does not
+answer and read models still catching up): a lease left behind by a worker
+killed mid-pass holds its namespace until it expires, and a message that gave up before
+then would be lost for good (consolidation of that namespace would wait for its next
+write). Any other failure is retried by Dramatiq with backoff, ``MAX_RETRIES`` times.
+Every pass is logged as one line (workers/logs.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +28,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from memwarden.domain.ledger.checkpoints import Checkpoint
+from memwarden.domain.ledger.database import unavailable
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.leases import LeaseBusy, LeaseLost
 from memwarden.domain.model.namespaces import validate_namespace
@@ -30,6 +36,8 @@ from memwarden.domain.services.autopilot import AutopilotService, PassResult
 from memwarden.domain.services.checkpoints import CheckpointService
 from memwarden.domain.services.consolidation import ConsolidationResult, ConsolidationService
 from memwarden.domain.settings import Settings, deployment_key
+from memwarden.projections.runner import ProjectionLag
+from memwarden.workers.logs import pass_line
 from memwarden.workers.tickets import TicketState, TicketStore, Write, apply_ticket
 
 log = logging.getLogger(__name__)
@@ -45,11 +53,18 @@ TICKETS_QUEUE = "tickets"
 """Async writes have a queue of their own: a caller waits on them, not behind a backlog of
 autopilot passes."""
 TICKET_ACTOR = "write_ticket"
+QUEUES = (AUTOPILOT_QUEUE, MAINTENANCE_QUEUE, TICKETS_QUEUE)
 MAX_RETRIES = 50
+"""Retries of a message whose pass failed for any other reason (a bug's exception): about
+a minute and a half of backoff, then it is dead-lettered and its pass line says why."""
+MAX_WAIT_RETRIES = 2_000
+"""Retries of a message that waits for something that ends by itself: its namespace's lease
+(held by a live pass, or left by a dead holder until it expires), a database that does not
+answer, read models still catching up. At up to ``MAX_BACKOFF_MS`` apart that is about an
+hour, far longer than any lease: such a message is never given up for them (consolidation
+has no sweep that would send its namespace again)."""
 MIN_BACKOFF_MS = 100
 MAX_BACKOFF_MS = 2_000
-LEASE_RETRY_MS = 50
-"""A message whose namespace is leased comes back after 50-150 ms (a pass takes tens)."""
 MAINTENANCE_CHANCE = 50_000
 """Commands in a million that also run the queue's maintenance (Dramatiq's default: 1000):
 a dead worker's messages are found within seconds, for a cheap script on Redis."""
@@ -65,6 +80,8 @@ def redis_broker(settings: Settings, client: redis.Redis | None = None) -> Redis
     (and test databases) sharing a Redis never take each other's messages. The messages of
     a worker that died (``kill -9``) go back to the queue once its heartbeat is missed and
     a maintenance run (``MAINTENANCE_CHANCE``) finds it."""
+    if client is None and settings.redis_url is None:
+        raise ValueError("REDIS_URL is not set: the passes run inside `memwarden serve`, no broker")
     return RedisBroker(  # type: ignore[no-untyped-call]
         url=None if client is not None else settings.redis_url,
         client=client,
@@ -75,6 +92,10 @@ def redis_broker(settings: Settings, client: redis.Redis | None = None) -> Redis
 
 
 def redis_reachable(settings: Settings) -> bool:
+    """Does the Redis ``REDIS_URL`` names answer? (False when it is unset: never a probe of
+    a default address.)"""
+    if settings.redis_url is None:
+        return False
     broker = redis_broker(settings)
     try:
         broker.client.ping()
@@ -125,7 +146,9 @@ def declare_autopilot(
     the service (opened by the worker process; a sender never calls it)."""
 
     def autopilot_memory(memory_id: str, position: int) -> None:
-        _soon_again_when_leased(lambda: run_pass(autopilot(), holder, memory_id, position))
+        _logged_pass(
+            "autopilot", None, position, lambda: run_pass(autopilot(), holder, memory_id, position), _judged
+        )
 
     return _declared(broker, AUTOPILOT_ACTOR, autopilot_memory)
 
@@ -136,8 +159,14 @@ def declare_autopilot_batches(
     """The autopilot actor on ``broker`` for a batch of a namespace's memories (the
     dispatcher's): one lease take and one fenced append for them all."""
 
-    def autopilot_memories(memory_ids: list[str], position: int) -> None:
-        _soon_again_when_leased(lambda: run_batch(autopilot(), holder, memory_ids, position))
+    def autopilot_memories(memory_ids: list[str], position: int, namespace: str | None = None) -> None:
+        _logged_pass(
+            "autopilot",
+            namespace,
+            position,
+            lambda: run_batch(autopilot(), holder, memory_ids, position),
+            _judged,
+        )
 
     return _declared(broker, AUTOPILOT_BATCH_ACTOR, autopilot_memories)
 
@@ -165,7 +194,13 @@ def declare_consolidation(
     a cluster is proposed once."""
 
     def consolidate_namespace(namespace: str, position: int) -> None:
-        _soon_again_when_leased(lambda: run_consolidation(consolidation(), holder, namespace, position))
+        _logged_pass(
+            "consolidation",
+            namespace,
+            position,
+            lambda: run_consolidation(consolidation(), holder, namespace, position),
+            _consolidated,
+        )
 
     return _declared(broker, CONSOLIDATION_ACTOR, consolidate_namespace, MAINTENANCE_QUEUE)
 
@@ -187,7 +222,7 @@ def declare_checkpoints(
     is no longer due is not made again."""
 
     def checkpoint_ledger() -> None:
-        run_checkpoint(checkpoints(), holder)
+        _logged_pass("checkpoint", None, None, lambda: run_checkpoint(checkpoints(), holder), _checkpointed)
 
     return _declared(broker, CHECKPOINT_ACTOR, checkpoint_ledger, MAINTENANCE_QUEUE)
 
@@ -211,7 +246,7 @@ def declare_tickets(
     process; a sender never calls them."""
 
     def write_ticket(ticket: str) -> None:
-        run_ticket(store(), write(), ticket)
+        _logged_pass("write_ticket", None, None, lambda: run_ticket(store(), write(), ticket), _ticket)
 
     return _declared(broker, TICKET_ACTOR, write_ticket, queue=TICKETS_QUEUE)
 
@@ -222,6 +257,8 @@ class TicketSender:
     the ticket itself)."""
 
     def __init__(self, settings: Settings) -> None:
+        if settings.redis_url is None:
+            raise ValueError("MEMWARDEN_TICKETS=queue needs REDIS_URL")
         client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0)
         self.broker = redis_broker(settings, client)
         self.actor = declare_tickets(self.broker, _no_store, _no_write)
@@ -241,14 +278,92 @@ def _no_write() -> Write:
     raise RuntimeError("a ticket sender runs no ticket")
 
 
-def _soon_again_when_leased(work: Callable[[], object]) -> None:
+class LeaseRetry(dramatiq.Retry):
+    """Another pass holds the namespace's lease (or took it over): again with backoff, for
+    as long as ``MAX_LEASE_RETRIES`` allows."""
+
+
+def retry_when(retries: int, error: BaseException) -> bool:
+    """Dramatiq's question after a failed attempt: try again? A wait that ends by itself
+    (a lease, the database, the read models), for about an hour; anything else,
+    ``MAX_RETRIES`` times."""
+    if isinstance(error, (LeaseRetry, ProjectionLag)) or unavailable(error):
+        return retries < MAX_WAIT_RETRIES
+    return retries < MAX_RETRIES
+
+
+def _logged_pass(
+    pass_name: str,
+    namespace: str | None,
+    position: int | None,
+    work: Callable[[], Any],
+    summary: Callable[[Any], tuple[str, dict[str, Any]]],
+) -> None:
+    """Run one message's pass and log it as one line: what it did, or that it waits for a
+    lease (``LeaseRetry``), or that it failed (re-raised: Dramatiq retries it)."""
+    began = time.monotonic()
     try:
-        work()
-    except (LeaseBusy, LeaseLost) as error:  # another pass has the namespace: soon again
-        raise dramatiq.Retry(
-            str(error),
-            delay=random.randint(LEASE_RETRY_MS, 3 * LEASE_RETRY_MS),  # noqa: S311 - jitter, no secret
-        ) from error
+        done = work()
+    except (LeaseBusy, LeaseLost) as error:  # another pass has the namespace: again with backoff
+        pass_line(
+            pass_name,
+            namespace,
+            position,
+            "leased",
+            time.monotonic() - began,
+            error=error.code,
+            detail=str(error),
+        )
+        raise LeaseRetry(str(error)) from error
+    except Exception as error:
+        pass_line(
+            pass_name, namespace, position, "failed", time.monotonic() - began, error=type(error).__name__
+        )
+        raise
+    result, fields = summary(done)
+    ns = fields.pop("namespace", None) or namespace
+    pass_line(pass_name, ns, position, result, time.monotonic() - began, **fields)
+
+
+DROPPED: tuple[str, dict[str, Any]] = ("dropped", {})
+"""A message that names nothing a pass can run (logged already by its ``run_*``)."""
+
+
+def _judged(results: PassResult | list[PassResult] | None) -> tuple[str, dict[str, Any]]:
+    if results is None:
+        return DROPPED
+    batch = results if isinstance(results, list) else [results]
+    outcomes: dict[str, int] = {}
+    for r in batch:
+        key = r.outcome or "already"
+        outcomes[key] = outcomes.get(key, 0) + 1
+    return "done", {
+        "memories": len(batch),
+        "outcomes": ",".join(f"{k}:{n}" for k, n in sorted(outcomes.items())),
+        "pairs": sum(r.pairs for r in batch),
+        "findings": sum(r.findings for r in batch),
+        "settled": sum(r.settled for r in batch),
+    }
+
+
+def _consolidated(result: ConsolidationResult | None) -> tuple[str, dict[str, Any]]:
+    if result is None:
+        return DROPPED
+    return "done", {
+        "namespace": result.namespace,
+        "clusters": result.clusters,
+        "drafted": len(result.drafted),
+    }
+
+
+def _checkpointed(checkpoint: Checkpoint | None) -> tuple[str, dict[str, Any]]:
+    if checkpoint is None:
+        return "not_due", {}
+    return "made", {"signed_position": checkpoint.position}
+
+
+def _ticket(state: TicketState | None) -> tuple[str, dict[str, Any]]:
+    return DROPPED if state is None else ("done", {"state": state})
 
 
 def _declared(
@@ -258,7 +373,7 @@ def _declared(
         broker=broker,
         actor_name=name,
         queue_name=queue,
-        max_retries=MAX_RETRIES,
+        retry_when=retry_when,
         min_backoff=MIN_BACKOFF_MS,
         max_backoff=MAX_BACKOFF_MS,
     )

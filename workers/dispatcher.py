@@ -30,6 +30,9 @@ from memwarden.projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRA
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 500
+CONSOLIDATION_SPAN = 10
+"""Batches consolidation's dispatcher reads in one go: its triggers are coalesced per
+namespace over all of them (a pass reads the namespace's newest memories, not one event)."""
 IDLE_SECONDS = 0.2
 MAX_BATCH_SECONDS = 2.0
 """A batch stops sending after this long and commits how far it got: in-process, each send
@@ -92,6 +95,8 @@ class MemoryBatch(msgspec.Struct, frozen=True):
 
     memory_ids: tuple[UUID, ...]
     position: int
+    namespace: str | None = None
+    """Theirs (for the pass's log line)."""
 
 
 def memory_batches(events: Sequence[Recorded]) -> list[tuple[MemoryBatch, int]]:
@@ -101,7 +106,7 @@ def memory_batches(events: Sequence[Recorded]) -> list[tuple[MemoryBatch, int]]:
     or before p is in one of them: a failed send stops the record before its batch's
     first memory, and a batch cut short by time commits the last first position sent."""
     open_batches: dict[str, list[tuple[UUID, int]]] = {}
-    batches: list[list[tuple[UUID, int]]] = []
+    batches: list[tuple[str, list[tuple[UUID, int]]]] = []
     for r in events:
         e = r.event
         if not (isinstance(e, MemoryWritten) and e.status == "active"):
@@ -109,9 +114,12 @@ def memory_batches(events: Sequence[Recorded]) -> list[tuple[MemoryBatch, int]]:
         members = open_batches.get(e.namespace)
         if members is None or len(members) >= MAX_MEMORIES_PER_BATCH:
             members = open_batches[e.namespace] = []
-            batches.append(members)
+            batches.append((e.namespace, members))
         members.append((e.memory_id, int(r.position or 0)))
-    return [(MemoryBatch(tuple(m for m, _ in members), members[-1][1]), members[0][1]) for members in batches]
+    return [
+        (MemoryBatch(tuple(m for m, _ in members), members[-1][1], namespace), members[0][1])
+        for namespace, members in batches
+    ]
 
 
 def new_material(events: Sequence[Recorded]) -> list[tuple[str, int]]:
@@ -139,8 +147,17 @@ class Dispatcher(Background, Generic[K]):
         max_batch_seconds: float = MAX_BATCH_SECONDS,
         select: Callable[[Sequence[Recorded]], list[tuple[K, int]]] | None = None,
         pause: float = 0.0,
+        span: int = 1,
+        batch_size: int = BATCH_SIZE,
     ) -> None:
         self.pause = pause
+        self.span = span
+        self.batch_size = batch_size
+        self.behind = False
+        """The last dispatch stopped at the end of its span, not at the ledger's head: the
+        next one follows at once, whatever the pause (a pause paces a dispatcher that keeps
+        up; one that waited while behind would fall further behind for as long as the
+        ledger grows faster than a span per pause)."""
         self.select = select or cast(Callable[[Sequence[Recorded]], list[tuple[K, int]]], new_memories)
         self.ledger = ledger
         self.max_batch_seconds = max_batch_seconds
@@ -182,7 +199,7 @@ class Dispatcher(Background, Generic[K]):
             if row is None:  # another dispatcher holds it
                 return 0
             start = int(row["position"])
-            events = self.ledger.read(start, BATCH_SIZE)
+            events = self._read(start)
             reached, failure = self._send_all(events, start)
             if reached > start:
                 curs.execute(
@@ -192,6 +209,18 @@ class Dispatcher(Background, Generic[K]):
         if failure is not None:  # the record moved as far as the sends went; then the error
             raise failure
         return reached - start
+
+    def _read(self, start: int) -> list[Recorded]:
+        """Up to ``span`` batches after ``start``; ``behind`` says whether more follow."""
+        events: list[Recorded] = []
+        self.behind = False
+        for _ in range(self.span):
+            batch = self.ledger.read(int(events[-1].position or start) if events else start, self.batch_size)
+            events.extend(batch)
+            if len(batch) < self.batch_size:
+                return events
+        self.behind = True
+        return events
 
     def _send_all(self, events: list[Recorded], start: int) -> tuple[int, Exception | None]:
         """Send the batch's triggers in order; return the position reached (the event
@@ -230,6 +259,8 @@ class Dispatcher(Background, Generic[K]):
                 self._stop.wait(RETRY_SECONDS)
                 continue
             failures.ended()
+            if moved and self.behind:
+                continue
             self._stop.wait(self.pause if moved else max(self.pause, IDLE_SECONDS))
 
 

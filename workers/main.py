@@ -1,12 +1,13 @@
 """``memwarden worker``: the dispatcher and the Dramatiq actors (the autopilot,
 consolidation, checkpoints, async write tickets) in one process; and the in-process
-fallback of ``memwarden serve`` when no Redis answers (there, the API's own thread runs
+fallback of ``memwarden serve`` when ``REDIS_URL`` is unset (there, the API's own thread runs
 the tickets)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from uuid import UUID
 
@@ -14,6 +15,7 @@ import dramatiq
 
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.services.autopilot import PassResult
+from memwarden.domain.services.consolidation import ConsolidationResult
 from memwarden.domain.settings import Settings
 from memwarden.workers.actors import (
     AUTOPILOT_QUEUE,
@@ -29,6 +31,7 @@ from memwarden.workers.actors import (
     run_checkpoint,
 )
 from memwarden.workers.dispatcher import (
+    CONSOLIDATION_SPAN,
     Background,
     Dispatcher,
     MemoryBatch,
@@ -37,6 +40,8 @@ from memwarden.workers.dispatcher import (
     memory_batches,
     new_material,
 )
+from memwarden.workers.heartbeats import Consumption, ConsumptionMiddleware, Heartbeat
+from memwarden.workers.logs import pass_line, redact
 from memwarden.workers.metrics import count_in_process, uncount
 from memwarden.workers.tickets import TicketStore
 
@@ -80,6 +85,9 @@ class WorkerProcess:
         self.runtime = Runtime(settings)
         self.holder = holder_id()
         self.broker = redis_broker(settings)
+        self.consumption = Consumption()
+        self.broker.add_middleware(ConsumptionMiddleware(self.consumption))
+        self.heartbeat = Heartbeat(settings, self.broker.client, self.holder, self.consumption)
         self.actor = declare_autopilot(self.broker, lambda: self.runtime.autopilot, self.holder)
         self.batch_actor = declare_autopilot_batches(self.broker, lambda: self.runtime.autopilot, self.holder)
         self.consolidation = declare_consolidation(
@@ -126,17 +134,19 @@ class WorkerProcess:
         self.actor.send(str(memory_id), position)
 
     def _send_batch(self, batch: MemoryBatch, _first: int) -> None:
-        self.batch_actor.send([str(m) for m in batch.memory_ids], batch.position)
+        self.batch_actor.send([str(m) for m in batch.memory_ids], batch.position, batch.namespace)
 
     def start(self) -> None:
         self.worker.start()
         self.maintenance.start()
+        self.heartbeat.start()
         for loop in self.loops:
             loop.start()
 
     def stop(self) -> None:
         for loop in reversed(self.loops):
             loop.stop()
+        self.heartbeat.stop()
         self.worker.stop()
         self.maintenance.stop()
         self.broker.close()
@@ -166,6 +176,7 @@ def consolidation_dispatcher(runtime: Runtime, send: Callable[[str, int], object
         name="consolidation",
         select=new_material,
         pause=runtime.settings.consolidation_pause_seconds,
+        span=CONSOLIDATION_SPAN,
     )
 
 
@@ -178,12 +189,21 @@ class InProcessAutopilot:
         autopilot, consolidation, checkpoints = runtime.autopilot, runtime.consolidation, runtime.checkpoints
         self.dispatcher = autopilot_dispatcher(
             runtime,
-            lambda batch, _first: _judged(
-                autopilot.judge_memories(batch.memory_ids, batch.position, holder, take_along=True)
+            lambda batch, _first: _logged(
+                "autopilot",
+                batch.namespace,
+                batch.position,
+                lambda: autopilot.judge_memories(batch.memory_ids, batch.position, holder, take_along=True),
             ),
         )
         self.consolidation = consolidation_dispatcher(
-            runtime, lambda namespace, position: consolidation.consolidate(namespace, position, holder)
+            runtime,
+            lambda namespace, position: _logged(
+                "consolidation",
+                namespace,
+                position,
+                lambda: consolidation.consolidate(namespace, position, holder),
+            ),
         )
         self.loops: list[Background] = [
             self.dispatcher,
@@ -206,14 +226,35 @@ class InProcessAutopilot:
             loop.stop()
 
 
-def _judged(results: list[PassResult]) -> None:
-    log.debug("autopilot: %s", results)
+def _logged(pass_name: str, namespace: str | None, position: int, work: Callable[[], object]) -> None:
+    """An in-process pass, logged as one line as a worker logs its own (a failure is
+    re-raised: the dispatcher stops before it and tries again)."""
+    began = time.monotonic()
+    try:
+        done = work()
+    except Exception as error:
+        pass_line(
+            pass_name, namespace, position, "failed", time.monotonic() - began, error=type(error).__name__
+        )
+        raise
+    fields: dict[str, object] = {}
+    if isinstance(done, list):
+        fields["memories"] = len(done)
+        fields["findings"] = sum(r.findings for r in done if isinstance(r, PassResult))
+    elif isinstance(done, ConsolidationResult):
+        fields["drafted"] = len(done.drafted)
+    pass_line(pass_name, namespace, position, "done", time.monotonic() - began, **fields)
 
 
 def run_worker(settings: Settings, stop: threading.Event, threads: int = 2) -> None:
     process = WorkerProcess(settings, threads)
     process.start()
-    log.warning("memwarden worker: dispatcher and %s actor threads on %s", threads, settings.redis_url)
+    log.warning(
+        "memwarden worker: dispatcher and %s actor threads on %s (holder %s)",
+        threads,
+        redact(settings.redis_url),
+        process.holder,
+    )
     try:
         stop.wait()
     finally:

@@ -51,6 +51,8 @@ class QueueDepth:
         local = sorted(_in_process, key=lambda d: d.name)
         if local:
             return [((("queue", d.name), ("broker", "in-process")), float(d.backlog)) for d in local]
+        if self.settings.redis_url is None:  # the passes run in `memwarden serve`: no queue
+            return []
         try:
             broker = self._redis()
             depths = [
@@ -64,6 +66,7 @@ class QueueDepth:
     def _redis(self) -> RedisBroker:
         with self._lock:
             if self._broker is None:
+                assert self.settings.redis_url is not None
                 client = redis.Redis.from_url(
                     self.settings.redis_url, socket_connect_timeout=CONNECT_SECONDS, socket_timeout=1.0
                 )

@@ -222,6 +222,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # The API processes (uvicorn's workers included) inherit these.
     # Several API processes agree on buckets and last writes through Redis.
+    if args.workers > 1 and Settings.from_env().redis_url is None:
+        sys.stderr.write(
+            "memwarden serve: --workers above 1 needs REDIS_URL: the API processes share each key's"
+            " rate limit and last write there\n"
+        )
+        return 2
     if args.workers > 1 and os.environ.setdefault("MEMWARDEN_SHARED_STATE", "redis") != "redis":
         sys.stderr.write(
             "memwarden serve: --workers above 1 needs MEMWARDEN_SHARED_STATE=redis: each process"

@@ -86,7 +86,7 @@ def create_app(
         after_exception=[audit_unaudited],
         request_max_body_size=MAX_BODY_BYTES,
         openapi_config=openapi_config(),
-        logging_config=logging_config(_log_level(settings, runtime)),
+        logging_config=logging_config(*_log_level(settings, runtime)),
         template_config=TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine),
         debug=False,
     )
@@ -97,9 +97,11 @@ def create_app(
     return app
 
 
-def _log_level(settings: Settings | None, runtime: Runtime | None) -> str:
+def _log_level(settings: Settings | None, runtime: Runtime | None) -> tuple[str, str]:
+    """The logging level and format (``text`` or ``json``) of the app."""
     chosen = settings if settings is not None else runtime.settings if runtime is not None else None
-    return chosen.log_level if chosen is not None else Settings.from_env().log_level
+    chosen = chosen if chosen is not None else Settings.from_env()
+    return chosen.log_level, chosen.log_format
 
 
 def app_from_env() -> Litestar:

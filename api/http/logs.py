@@ -27,11 +27,15 @@ def level_name(level: str) -> str:
     return LEVELS.get(level.strip().lower(), "WARNING")
 
 
-def logging_config(level: str) -> LoggingConfig:
+JSON_FORMATTER = {"()": "memwarden.workers.logs.JsonFormatter"}
+"""``MEMWARDEN_LOG_FORMAT=json``: one JSON object per line, as the workers write them."""
+
+
+def logging_config(level: str, log_format: str = "text") -> LoggingConfig:
     name = level_name(level)
     for quiet in QUIET:  # before Litestar configures logging, and for processes it does not
         logging.getLogger(quiet).setLevel(max(logging.WARNING, logging.getLevelName(name)))
-    return LoggingConfig(
+    config = LoggingConfig(
         root={"level": name, "handlers": ["queue_listener"]},
         loggers={
             "litestar": {"level": name, "handlers": ["queue_listener"], "propagate": False},
@@ -39,3 +43,6 @@ def logging_config(level: str) -> LoggingConfig:
         },
         log_exceptions="never",  # api/http/errors.py logs what is unexpected, once
     )
+    if log_format == "json":
+        config.formatters["standard"] = dict(JSON_FORMATTER)
+    return config

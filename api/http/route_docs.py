@@ -76,7 +76,8 @@ ROUTES: dict[str, tuple[str, str]] = {
     "stats": (
         "Counts for the caller's namespace",
         "Current, disputed, retired and erased memories, shares and pins, open disputes, fault hit "
-        "rate and how far the read models lag behind the ledger.",
+        "rate, how far the read models lag behind the ledger, and who runs the background passes "
+        "(`passes`): `consuming` is false when no worker consumes them.",
     ),
     "policy": (
         "The effective policy",
@@ -221,7 +222,11 @@ ROUTES: dict[str, tuple[str, str]] = {
         "it with the current one first.",
     ),
     "/healthz": ("Liveness", "The process is up."),
-    "/readyz": ("Readiness", "The ledger is reachable and the projections are within lag."),
+    "/readyz": (
+        "Readiness",
+        "The ledger is reachable and the projections are within lag (else 503). With `REDIS_URL` set"
+        " and no worker consuming the background passes, still 200 but `status` is `degraded`.",
+    ),
     "/metrics": ("Metrics", "Prometheus text."),
 }
 PUBLIC = "Public: no API key."

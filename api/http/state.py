@@ -124,6 +124,8 @@ class ApiState:
         if self._runtime is None:
             self._runtime = api_runtime(settings)
         if settings.shared_state == "redis":
+            if settings.redis_url is None:  # Settings refuses this pair; a hand-made one too
+                raise ValueError("MEMWARDEN_SHARED_STATE=redis needs REDIS_URL")
             self.callers = RedisCallerState(settings.redis_url, deployment_key(settings), self.metrics)
             self.console_sessions = RedisSessions(settings.redis_url, deployment_key(settings))
         self._open_tickets(settings)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -25,6 +26,7 @@ from memwarden.domain.model.leases import (
 from memwarden.domain.services.commands import CommandRunner, Decided, Retry
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 
 DEFAULT_TTL = timedelta(seconds=30)
 
@@ -92,7 +94,27 @@ class Leases:
             held[0] = self.still_held(held[0])
 
         retry = Retry(contended, on_conflict=lease_still_held)
-        return runner.run(identity, lease.pass_name, fenced, retry)
+        try:
+            return runner.run(identity, lease.pass_name, fenced, retry)
+        except LeaseLost:
+            raise
+        except Exception:
+            self.give_back(held[0])
+            raise
+
+    def give_back(self, lease: Lease) -> None:
+        """Release ``lease`` on its own, after its pass failed before appending (a read
+        model too far behind, the database away): the namespace's next pass need not wait
+        for the lease to expire. Best effort: if the release cannot be appended either, the
+        lease expires as a dead holder's does."""
+
+        def released(_now: datetime) -> Decided[None]:
+            return Decided(result=lambda _position: None, fenced=[self.fence(lease)])
+
+        try:
+            self.runner.run(None, lease.pass_name, released, Retry("the lease moved", attempts=1))
+        except Exception:  # noqa: BLE001 - the pass's own failure is what its caller must see
+            log.info("the %s lease of %s is left to expire", lease.pass_name, lease.namespace)
 
     def still_held(self, lease: Lease) -> Lease:
         """After a refused append: the lease as it is now if its holder still has it (the

@@ -27,7 +27,7 @@ from memwarden.domain.model.events import ConflictsJudged
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.settings import Settings
-from tests.processes import REPO_ROOT, free_port, ready, wait_until
+from tests.processes import REPO_ROOT, free_port, ready, start_redis, wait_until
 
 
 class Fleet:
@@ -188,23 +188,7 @@ def client(base: str, key: str, timeout: float = 30) -> httpx.Client:
 
 def redis_server(port: int, logs: Path) -> subprocess.Popen[bytes]:
     """A redis-server of the test's own on ``port``, nothing persisted, once it answers."""
-    with (logs / f"redis-{port}.log").open("ab") as output:
-        process = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    wait_until(lambda: _redis_answers(port), 30)
-    return process
-
-
-def _redis_answers(port: int) -> bool:
-    import redis  # noqa: PLC0415
-
-    try:
-        return bool(redis.Redis(port=port, socket_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
+    return start_redis(port, logs / f"redis-{port}.log")
 
 
 def base_env(database_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
@@ -239,8 +223,10 @@ def judged(settings: Settings) -> Counter[UUID]:
 
 
 def deployment_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The environment of a deployment's processes on the test's database and keys: Redis
-    shared state, and leases and heartbeats short enough for a test to outlive them."""
+    """The environment of a deployment's processes on the test's database and keys: the
+    test's Redis (``settings.redis_url`` unless ``extra`` names another), Redis shared
+    state, and leases and heartbeats short enough for a test to outlive them."""
+    extra.setdefault("REDIS_URL", settings.redis_url or "")
     return base_env(
         settings.database_url or "",
         settings.data_dir,

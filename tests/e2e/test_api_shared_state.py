@@ -16,7 +16,14 @@ from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.settings import Settings
+from tests.conftest import on_redis
 from tests.e2e.api_helpers import Api
+
+
+@pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
 
 
 def _processes(settings: Settings, shared_state: str) -> Iterator[tuple[Api, Api]]:

@@ -16,10 +16,17 @@ from memwarden.domain.settings import Settings
 from memwarden.workers.actors import redis_broker
 from memwarden.workers.dispatcher import Dispatcher
 from memwarden.workers.main import WorkerProcess
+from tests.conftest import on_redis
 from tests.e2e.api_helpers import Api
 from tests.processes import METRICS_AUTH, eventually
 
 NS = "acme/eng/platform"
+
+
+@pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
 
 
 @pytest.fixture

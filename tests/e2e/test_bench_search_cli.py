@@ -21,9 +21,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def bench_env(pg_server: ConnectionParams, tmp_path: Path) -> dict[str, str]:
+def bench_env(pg_server: ConnectionParams, tmp_path: Path, redis_url: str) -> dict[str, str]:
+    """The bench CLI's environment: the session's PostgreSQL server and Redis (the workers
+    and load benches run `memwarden worker` processes)."""
     env = {k: v for k, v in os.environ.items() if k != "MEMWARDEN_EMBEDDER"}
     env["DATABASE_URL"] = url_of(pg_server)
+    env["REDIS_URL"] = redis_url
     env["MEMWARDEN_DATA_DIR"] = str(tmp_path / "home")
     return env
 

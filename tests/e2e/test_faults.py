@@ -26,7 +26,7 @@ from memwarden.domain.model.events import AuditRecorded, MemoryWritten
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.memory import MAX_BATCH_ITEMS, BatchItem
 from memwarden.domain.settings import Settings
-from tests.conftest import url_of
+from tests.conftest import on_redis, url_of
 from tests.e2e.fleet import (
     Fleet,
     Recorder,
@@ -49,9 +49,17 @@ ANSWER_BOUND_SECONDS = 7.0  # the database timeout (3 s) twice, and some slack o
 
 
 @pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
+
+
+@pytest.fixture
 def memwarden(settings: Settings, tmp_path: Path) -> Iterator[Fleet]:
-    """Processes on the test's database; Redis is the shared one of the test run."""
-    env = base_env(settings.database_url or "", settings.data_dir)  # its keys: the same KEK
+    """Processes on the test's database; Redis is the session's own."""
+    env = base_env(  # its keys: the same KEK
+        settings.database_url or "", settings.data_dir, REDIS_URL=settings.redis_url or ""
+    )
     with fleet(env, tmp_path / "logs") as started:
         yield started
 

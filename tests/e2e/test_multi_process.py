@@ -15,6 +15,7 @@ import pytest
 from memwarden.domain.model.events import LeaseEvent, LeaseTaken
 from memwarden.domain.settings import Settings
 from memwarden.workers.actors import redis_broker
+from tests.conftest import on_redis
 from tests.e2e.fleet import Fleet, client, deployment_env, fleet, judged, ledger_events, limit_tenant
 from tests.processes import cli_key, wait_until
 
@@ -22,6 +23,12 @@ pytestmark = pytest.mark.slow
 
 RATE_LIMIT = 6
 NAMESPACES = [f"acme/team{n}" for n in range(4)]
+
+
+@pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
 
 
 @pytest.fixture

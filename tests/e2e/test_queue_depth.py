@@ -7,16 +7,26 @@ import re
 import threading
 from uuid import UUID
 
+import pytest
+
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
+from memwarden.domain.settings import Settings
 from memwarden.workers.actors import declare_autopilot, holder_id, redis_broker
 from memwarden.workers.dispatcher import Dispatcher
 from memwarden.workers.main import InProcessAutopilot
 from memwarden.workers.metrics import count_in_process, uncount
+from tests.conftest import on_redis
 from tests.e2e.api_helpers import Api
 from tests.processes import METRICS_AUTH
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
+
+
+@pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
 
 
 def depth(api: Api, labels: str) -> float | None:

@@ -1,5 +1,6 @@
-"""`memwarden serve` with no Redis reachable runs the conflict autopilot in-process: a
-contradiction written over HTTP becomes a finding with nothing else running."""
+"""`memwarden serve` without ``REDIS_URL`` runs the conflict autopilot in-process (it
+probes no Redis: one answering on the default port may be anyone's): a contradiction
+written over HTTP becomes a finding with nothing else running."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ def test_serve_without_redis_judges_in_process(database: ConnectionParams, tmp_p
         **os.environ,
         "DATABASE_URL": url_of(database),
         "MEMWARDEN_DATA_DIR": str(tmp_path / "home"),
-        "REDIS_URL": "redis://127.0.0.1:1/0",  # nothing listens there
     }
     agent = cli_key(env, "acme/eng", "bot", "agent")
     org = cli_key(env, "acme", "lead", "agent")  # an ancestor's fact: never settled by a write

@@ -21,10 +21,17 @@ from memwarden.domain.model.events import ConflictsJudged
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.settings import Settings
 from memwarden.workers.actors import redis_broker
+from tests.conftest import on_redis
 from tests.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACES = [f"acme/team{n}" for n in range(4)]
+
+
+@pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
 
 
 @pytest.fixture
@@ -41,6 +48,7 @@ def start_worker(settings: Settings) -> subprocess.Popen[str]:
         **os.environ,
         "DATABASE_URL": settings.database_url or "",
         "MEMWARDEN_DATA_DIR": str(settings.data_dir),
+        "REDIS_URL": settings.redis_url or "",
         "MEMWARDEN_LEASE_SECONDS": "2",
         "MEMWARDEN_WORKER_HEARTBEAT_SECONDS": "2",
         "PYTHONPATH": str(ROOT),

@@ -85,7 +85,13 @@ def test_a_lease_fences_its_own_namespace_only(runtime: Runtime) -> None:
     head = runtime.ledger.head_position()
     with pytest.raises(ValueError, match="own namespace"):
         runtime.autopilot.judge_batch_with_lease(lease, [mine, theirs], position)
-    assert runtime.ledger.head_position() == head
+    # nothing of the failed pass; its lease given back, so the next pass need not wait it out
+    after = [r.event for r in runtime.ledger.read(head, 100)]
+    assert [type(e).__name__ for e in after] == ["LeaseReleased"]
+    released = runtime.autopilot.leases.current("autopilot", AGENT.namespace)
+    assert released is not None
+    assert released.token == lease.token
+    assert not released.live(runtime.memory.clock())  # free at once
     # a message naming two namespaces' memories: each under its own lease
     runtime.memory.clock = lambda: lease.expires_at + timedelta(seconds=1)
     results = runtime.autopilot.judge_memories([mine, theirs], position, "worker-2")
@@ -113,7 +119,7 @@ def test_the_dispatcher_batches_by_namespace_and_never_skips_an_unsent_memory(
     dispatcher.register()
     with pytest.raises(ConnectionError):
         dispatcher.dispatch_once()
-    assert sent == [MemoryBatch((a1, a2), sent[0].position)]  # a namespace's first two
+    assert sent == [MemoryBatch((a1, a2), sent[0].position, sent[0].namespace)]  # a namespace's first two
     assert dispatcher.position() < p_b1  # stopped before b1, the failed batch's first
     down[0] = False
     dispatcher.catch_up()

@@ -20,9 +20,16 @@ from memwarden.domain.model.leases import LeaseBusy, LeaseLost
 from memwarden.domain.settings import Settings
 from memwarden.workers.actors import run_checkpoint
 from memwarden.workers.main import InProcessAutopilot, WorkerProcess
+from tests.conftest import on_redis
 from tests.processes import eventually
 
 AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
+
+
+@pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
 
 
 @pytest.fixture

@@ -17,12 +17,19 @@ from memwarden.domain.settings import Settings
 from memwarden.projections.autopilot.views import ProposalView
 from memwarden.workers.dispatcher import Dispatcher, new_material
 from memwarden.workers.main import InProcessAutopilot, WorkerProcess
+from tests.conftest import on_redis
 from tests.processes import eventually
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent")
 SALES = Identity(namespace="acme/sales", actor="bot", role="agent")
 REVIEWER = Identity(namespace="acme", actor="rev", role="admin")
 NS = AGENT.namespace
+
+
+@pytest.fixture
+def settings(settings: Settings, redis_url: str) -> Settings:
+    """This module's deployment sends its passes to workers through the session's Redis."""
+    return on_redis(settings, redis_url)
 
 
 @pytest.fixture
@@ -167,3 +174,35 @@ def test_serve_without_redis_consolidates_in_process(runtime: Runtime) -> None:
         assert len(found) == 1
     finally:
         loop.stop()
+
+
+def test_a_dispatcher_behind_the_ledger_catches_up_without_waiting_its_pause(runtime: Runtime) -> None:
+    """Consolidation's dispatcher paces itself with a pause (30 s by default) once it keeps
+    up; behind the ledger it must not wait between spans, or a ledger growing faster than
+    a span per pause (every read is audited) leaves it behind for good, and a quiet
+    namespace's new material is never sent. While behind, triggers are still coalesced
+    per namespace over each span."""
+    for n in range(12):
+        who = AGENT if n % 2 else SALES
+        write(runtime, who, f"Runbook page {n} covers the {('ingest', 'billing', 'search')[n % 3]} service")
+    sent: list[tuple[str, int]] = []
+    dispatcher = Dispatcher(
+        runtime.ledger,
+        lambda ns, at: sent.append((ns, at)),
+        name="t",
+        select=new_material,
+        pause=60.0,
+        span=2,
+        batch_size=4,
+    )
+    dispatcher.register()
+    head = runtime.ledger.head_position()
+    dispatcher.start()
+    try:
+        eventually(lambda: dispatcher.position() == head, 10)
+    finally:
+        dispatcher.stop()
+    spans = -(-head // 8)
+    assert len(sent) <= 2 * spans  # a namespace at most once per span of 8 events
+    assert (NS, positions(runtime, NS)[-1]) in sent
+    assert (SALES.namespace, positions(runtime, SALES.namespace)[-1]) in sent

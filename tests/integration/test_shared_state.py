@@ -11,10 +11,7 @@ import redis
 
 from memwarden.api.http.limits import HEAD, LastWrites, ProcessCallerState, RedisCallerState
 from memwarden.api.http.metrics import Metrics
-from memwarden.domain.settings import Settings
 from tests.processes import free_port
-
-REDIS_URL = Settings.from_env().redis_url
 
 
 def _closed_port_url() -> str:
@@ -23,14 +20,16 @@ def _closed_port_url() -> str:
 
 
 @pytest.fixture
-def prefix() -> str:
-    redis.Redis.from_url(REDIS_URL).ping()  # the tests need the real Redis, never a stand-in
+def prefix(redis_url: str) -> str:
+    redis.Redis.from_url(
+        redis_url
+    ).ping()  # the tests need the real Redis (the session's own), never a stand-in
     return f"memwarden-test:{uuid4().hex}"
 
 
-def test_two_processes_share_one_bucket_per_key(prefix: str) -> None:
+def test_two_processes_share_one_bucket_per_key(prefix: str, redis_url: str) -> None:
     async def run() -> None:
-        first, second = (RedisCallerState(REDIS_URL, prefix, Metrics()) for _ in range(2))
+        first, second = (RedisCallerState(redis_url, prefix, Metrics()) for _ in range(2))
         key = uuid4().hex
         waits = [(await state.admit(key, 3))[0] for state in (first, second, first)]
         assert waits == [0.0, 0.0, 0.0]
@@ -43,9 +42,9 @@ def test_two_processes_share_one_bucket_per_key(prefix: str) -> None:
     asyncio.run(run())
 
 
-def test_a_write_noted_by_one_process_is_what_another_waits_for(prefix: str) -> None:
+def test_a_write_noted_by_one_process_is_what_another_waits_for(prefix: str, redis_url: str) -> None:
     async def run() -> None:
-        writer, reader = (RedisCallerState(REDIS_URL, prefix, Metrics()) for _ in range(2))
+        writer, reader = (RedisCallerState(redis_url, prefix, Metrics()) for _ in range(2))
         key = uuid4().hex
         assert (await reader.admit(key, 100))[1] is None  # never wrote: nothing to wait for
         writer.note_write(key, 41)

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 from litestar import Request, Response, get, head
 
 from memwarden.api.http.errors import RateLimited, Unauthenticated
@@ -16,6 +17,7 @@ from memwarden.domain.model.identity import COMPLIANCE_ROLES
 from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.namespaces import tenant_of
 from memwarden.projections.autopilot.views import WorkerGauges
+from memwarden.workers.heartbeats import PassesHealth, passes_probe
 from memwarden.workers.metrics import queue_depth
 
 Req = Request[Any, Any, Any]
@@ -59,7 +61,11 @@ async def bounded_readiness(request: Req) -> Response[dict[str, Any]]:
 
 
 def readiness(request: Req) -> Response[dict[str, Any]]:
-    """200 when the ledger answers and every projection runs within ``READY_MAX_LAG``; else 503."""
+    """200 when the ledger answers and every projection runs within ``READY_MAX_LAG``; else
+    503. With the passes on Redis and nobody consuming them (no worker heartbeat, or messages
+    waiting and none consumed, for ``worker_stale_seconds``), still 200 (writes and reads
+    work; §9: the passes are delayed, not lost) but ``"status": "degraded"`` and ``detail``
+    say so: never ready-and-fine while nobody runs the passes."""
     state = api_state(request)
     try:
         statuses = state.reads.runner.status()
@@ -77,14 +83,19 @@ def readiness(request: Req) -> Response[dict[str, Any]]:
     projections = {
         s.name: {"position": s.position, "lag": s.lag, "stopped": s.error is not None} for s in statuses
     }
+    passes = passes_probe(state.runtime.settings).health()
     if problems:
         body: dict[str, Any] = {
             "error": "unavailable",
             "detail": "; ".join(problems),
             "projections": projections,
+            "passes": msgspec.structs.asdict(passes),
         }
         return Response(body, status_code=503, headers={"Retry-After": "1"})
-    return Response({"status": "ready", "projections": projections})
+    ready: dict[str, Any] = {"status": "ready"}
+    if not passes.consuming:
+        ready = {"status": "degraded", "detail": f"the background passes are not consumed: {passes.detail}"}
+    return Response({**ready, "projections": projections, "passes": msgspec.structs.asdict(passes)})
 
 
 @get("/metrics", sync_to_thread=True, media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -110,6 +121,7 @@ def metrics(request: Req) -> str:
         gauges.append(Gauge("projection_lag", "Events a projection is behind the ledger head", lags))
         gauges.extend(_worker_gauges(head, workers))
         gauges.extend(_ticket_gauges(tickets, oldest))
+    gauges.extend(_passes_gauges(passes_probe(state.runtime.settings).health()))
     depth = queue_depth(state.runtime.settings).rows()
     gauges.append(
         Gauge("worker_queue_depth", "Messages queued for the workers (Redis), or unsent in-process", depth)
@@ -187,6 +199,31 @@ def _worker_gauges(head: int, workers: WorkerGauges) -> list[Gauge]:
             "lease_takeovers", "Worker leases taken over from another holder", [((), workers.lease_takeovers)]
         ),
     ]
+
+
+def _passes_gauges(passes: PassesHealth) -> list[Gauge]:
+    runner = (("runner", passes.runner),)
+    gauges = [
+        Gauge(
+            "passes_consuming",
+            "1 while someone consumes the background passes; 0 when no worker has beaten, or"
+            " messages wait and none was consumed, for the stale time (MEMWARDEN_WORKER_STALE_SECONDS)",
+            [(runner, 1.0 if passes.consuming else 0.0)],
+        )
+    ]
+    if passes.workers is not None:
+        gauges.append(
+            Gauge("workers_alive", "Workers with a live heartbeat in Redis", [((), passes.workers)])
+        )
+    if passes.idle_seconds is not None:
+        gauges.append(
+            Gauge(
+                "workers_idle_seconds",
+                "Seconds since a live worker last consumed a message (or started)",
+                [((), passes.idle_seconds)],
+            )
+        )
+    return gauges
 
 
 def _ticket_gauges(open_tickets: dict[str, int], oldest: float) -> list[Gauge]:

@@ -20,6 +20,7 @@ from memwarden.api.http.schemas import (
     FaultBody,
     HistoryResponse,
     IdBody,
+    PassesStatus,
     PinResponse,
     PolicyResponse,
     ReadBody,
@@ -46,6 +47,7 @@ from memwarden.domain.services.working_sets import Capsule, FaultAnswer
 from memwarden.projections.memory_objects.views import MemoryView
 from memwarden.projections.search.service import SearchAnswer
 from memwarden.projections.timeline.memory_at import MemoryAt, read_at
+from memwarden.workers.heartbeats import passes_probe
 
 Req = Request[Any, Any, Any]
 
@@ -182,6 +184,7 @@ class MemController(Controller):
             counts = state.reads.counts(c.identity, after=c.last_write)
             autopilot = state.reads.autopilot_counts(c.identity)
             lag = max(0, state.runtime.ledger.head_position() - state.reads.runner.position())
+            passes = passes_probe(state.runtime.settings).health()
             return StatsResponse(
                 namespace=c.identity.namespace,
                 **msgspec.structs.asdict(counts),
@@ -189,6 +192,7 @@ class MemController(Controller):
                 open_proposals=autopilot.open_proposals,
                 unjudged=autopilot.unjudged,
                 projection_lag=lag,
+                passes=PassesStatus(**msgspec.structs.asdict(passes)),
             )
 
         return query(request, run)
