@@ -24,6 +24,7 @@ from memwarden.domain.model.events import LeaseTaken
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.leases import lease_id
 from memwarden.domain.settings import Settings
+from memwarden.projections.listing import ListQuery
 from tests.conftest import on_redis
 from tests.e2e.fleet import Fleet, base_env, fleet
 from tests.integration.test_consolidation_drafter import statement
@@ -96,7 +97,7 @@ def workers(settings: Settings, model: StallingModel, tmp_path: Path) -> Iterato
 
 
 def proposal_of(runtime: Runtime, ids: set[UUID]) -> bool:
-    found = runtime.reads.proposals(REVIEWER, status=None, after=runtime.ledger.head_position())
+    found = runtime.reads.proposals(REVIEWER, ListQuery(), after=runtime.ledger.head_position()).items
     return any(ids <= set(p.sources) for p in found)
 
 
