@@ -114,11 +114,6 @@ class ApiState:
         assert self._tickets is not None
         return self._tickets
 
-    @property
-    def ticket_worker(self) -> TicketWorker:
-        assert self._ticket_worker is not None
-        return self._ticket_worker
-
     def open(self) -> None:
         settings = self.settings or Settings.from_env()
         if self._runtime is None:
