@@ -29,6 +29,7 @@ import msgspec
 
 from benchmarks.api import HttpClient, _free_port, _serve
 from benchmarks.common import percentile, scratch_database
+from benchmarks.judge import load_pairs, measure, part_of
 from benchmarks.review_corpus import Statement, contradicts, statements
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.ledger.mapper import Recorded
@@ -36,6 +37,7 @@ from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.events import FindingOpened
 from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.judging import RulesJudge
 from memwarden.domain.model.keys import IssueKey
 from memwarden.projections.listing import ListQuery, every
 from memwarden.projections.runner import ProjectionLag
@@ -61,6 +63,9 @@ class ReviewBench(msgspec.Struct, kw_only=True):
     decisions: int
     updates: int
     updates_caught: int
+    judge_table_precision: float
+    judge_table_recall: float
+    """The rules judge on the labelled table (``bench judge``), its held-out part."""
     open_findings_timed: int
     page_first_p50_ms: float
     page_first_p95_ms: float
@@ -93,6 +98,7 @@ def run_review_bench(args: argparse.Namespace) -> int:
             "statements": len(corpus),
             "outcomes": dict(outcomes),
             "import_seconds": round(import_seconds, 1),
+            **_judge_table(),
             **scored,
             **timed,
             "load_average": os.getloadavg(),
@@ -101,6 +107,14 @@ def run_review_bench(args: argparse.Namespace) -> int:
     )
     sys.stdout.write((msgspec.json.encode(result).decode() if args.json else _text(result)) + "\n")
     return 0 if max(result.page_first_p95_ms, result.page_deep_p95_ms) < PAGE_P95_TARGET_MS else 1
+
+
+def _judge_table() -> dict[str, float]:
+    held_out = measure(RulesJudge(), part_of(load_pairs(), "held_out"), "held_out").overall
+    return {
+        "judge_table_precision": round(held_out.precision or 0.0, 3),
+        "judge_table_recall": round(held_out.recall or 0.0, 3),
+    }
 
 
 def _settle(runtime: Runtime) -> None:
@@ -269,6 +283,8 @@ def _text(result: ReviewBench) -> str:
             f"findings naming one statement: max {result.findings_per_statement_max},"
             f" mean {result.findings_per_statement_mean}; automatic decisions {result.decisions}",
             f"updates caught {result.updates_caught} of {result.updates}",
+            f"the rules judge on the labelled table's held-out part: precision {result.judge_table_precision},"
+            f" recall {result.judge_table_recall}",
             f"queue page at {result.open_findings_timed} open findings (target p95 < {result.page_p95_target_ms} ms):",
             f"  first page newest first  p50 {result.page_first_p50_ms} ms  p95 {result.page_first_p95_ms} ms",
             f"  a deep page by cursor    p50 {result.page_deep_p50_ms} ms  p95 {result.page_deep_p95_ms} ms",
