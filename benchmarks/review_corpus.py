@@ -120,37 +120,31 @@ FRAMES: tuple[Frame, ...] = (
 )
 
 
-def _distinct(rng: random.Random, n: int) -> Statement:
-    """A fact that shares its frame with others but is about a thing of its own."""
+def _record(rng: random.Random, n: int, known: dict[tuple[str, str], str]) -> Statement:
+    """A record that shares its frame with many others but is about a thing of its own (a
+    runbook step, a ticket, a year's headcount, a sprint). Said again, it says the same: a
+    team's records repeat, they do not contradict themselves."""
     kind = n % 4
+    sentence: Callable[[str], str]
+    draw: Callable[[], str]
     if kind == 0:
         book, step = rng.choice(RUNBOOKS), rng.randint(1, 12)
-        return Statement(
-            f"Step {step} of the {book} runbook: {rng.choice(ACTIONS)}", "step", f"{book}#{step}#{n}", "-"
-        )
-    if kind == 1:
+        frame, subject, draw = "step", f"{book}#{step}", lambda: rng.choice(ACTIONS)
+        sentence = lambda v: f"Step {step} of the {book} runbook: {v}"  # noqa: E731
+    elif kind == 1:
         project, ticket = rng.choice(PROJECTS), rng.randint(100, 9999)
-        return Statement(
-            f"Ticket {project}-{ticket} is assigned to {rng.choice(PEOPLE)}",
-            "ticket",
-            f"{project}-{ticket}#{n}",
-            "-",
-        )
-    if kind == 2:
+        frame, subject, draw = "ticket", f"{project}-{ticket}", lambda: rng.choice(PEOPLE)
+        sentence = lambda v: f"Ticket {project}-{ticket} is assigned to {v}"  # noqa: E731
+    elif kind == 2:
         year, team = rng.randint(2018, 2026), rng.choice(TEAMS)
-        return Statement(
-            f"In {year} the {team} team had {rng.randint(3, 40)} engineers",
-            "headcount",
-            f"{team}@{year}#{n}",
-            "-",
-        )
-    sprint = rng.randint(10, 99)
-    return Statement(
-        f"Sprint {sprint} of the {rng.choice(TEAMS)} team ends on {rng.choice(WEEKDAYS)}",
-        "sprint",
-        f"sprint#{n}",
-        "-",
-    )
+        frame, subject, draw = "headcount", f"{team}@{year}", lambda: str(rng.randint(3, 40))
+        sentence = lambda v: f"In {year} the {team} team had {v} engineers"  # noqa: E731
+    else:
+        sprint, team = rng.randint(10, 99), rng.choice(TEAMS)
+        frame, subject, draw = "sprint", f"{team}#{sprint}", lambda: rng.choice(WEEKDAYS)
+        sentence = lambda v: f"Sprint {sprint} of the {team} team ends on {v}"  # noqa: E731
+    value = known.setdefault((frame, subject), draw())
+    return Statement(sentence(value), frame, subject, value)
 
 
 def statements(count: int, seed: int = 2026, updates: float = 0.08) -> Iterator[Statement]:
@@ -158,6 +152,7 @@ def statements(count: int, seed: int = 2026, updates: float = 0.08) -> Iterator[
     same-frame records (steps, tickets, histories, sprints) between them."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible corpus, not secrets
     said: dict[tuple[str, str], tuple[Callable[[str], str], Callable[[random.Random], str], str]] = {}
+    records: dict[tuple[str, str], str] = {}
     for n in range(count):
         roll = rng.random()
         if said and roll < updates:
@@ -170,13 +165,13 @@ def statements(count: int, seed: int = 2026, updates: float = 0.08) -> Iterator[
         elif roll < 0.55:
             frame, subject, sentence, draw = rng.choice(FRAMES)(rng)
             if (frame, subject) in said:
-                yield _distinct(rng, n)
+                yield _record(rng, n, records)
                 continue
             value = draw(rng)
             said[frame, subject] = (sentence, draw, value)
             yield Statement(sentence(value), frame, subject, value)
         else:
-            yield _distinct(rng, n)
+            yield _record(rng, n, records)
 
 
 def contradicts(a: Statement, b: Statement) -> bool:

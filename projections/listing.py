@@ -148,10 +148,12 @@ def _filters(
     if query.writer is not None:
         if table.memories is None:
             raise InvalidRequest(f"{table.table} have no writer to filter by")
+        # the writer's memories once (a hashed subplan), then each row's few ids probed in it:
+        # a probe of memory_objects for every row would cost the whole count
         conditions.append(
             SQL(
-                "EXISTS (SELECT 1 FROM {s}.memory_objects w WHERE w.id = ANY(" + table.memories + ")"
-                " AND w.actor = %(writer)s)"
+                "EXISTS (SELECT 1 FROM unnest(" + table.memories + ") AS about(id) WHERE about.id IN"
+                " (SELECT w.id FROM {s}.memory_objects w WHERE w.actor = %(writer)s))"
             ).format(s=Identifier(schema))
         )
         params["writer"] = query.writer

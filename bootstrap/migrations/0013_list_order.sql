@@ -5,3 +5,5 @@ CREATE INDEX IF NOT EXISTS autopilot_decisions_order ON memwarden.autopilot_deci
 CREATE INDEX IF NOT EXISTS proposals_order ON memwarden.proposals (drafted_at, id);
 CREATE INDEX IF NOT EXISTS disputes_order ON memwarden.disputes (opened_at, id);
 CREATE INDEX IF NOT EXISTS api_keys_order ON memwarden.api_keys (issued_at, key_id);
+-- a queue's writer filter reads one actor's memories
+CREATE INDEX IF NOT EXISTS memory_objects_actor ON memwarden.memory_objects (actor);

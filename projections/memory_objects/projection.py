@@ -123,6 +123,7 @@ CREATE TABLE IF NOT EXISTS {s}.memory_objects (
         SQL(
             "CREATE INDEX IF NOT EXISTS memory_objects_erasure_keys ON {s}.memory_objects USING gin (erasure_keys)"
         ).format(s=s),
+        SQL("CREATE INDEX IF NOT EXISTS memory_objects_actor ON {s}.memory_objects (actor)").format(s=s),
         SQL("""
 CREATE TABLE IF NOT EXISTS {s}.memory_supersedence (
     old_id uuid NOT NULL,
