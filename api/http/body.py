@@ -43,8 +43,8 @@ def decode_body(raw: bytes, struct: type[S], call: Syscall) -> S:
     """The body as ``struct``, or the DomainError saying why not. An empty body is ``{}``.
     Identity is refused anywhere in it (``call.allow`` names the fields a route takes at the
     top level); ``call.per_item`` fields are the route's to read one by one (a batch: an
-    unstorable value rejects its item alone)."""
-    data = raw if raw.strip() else b"{}"
+    unstorable value rejects its item alone). Whitespace alone is not JSON: it is refused."""
+    data = raw or b"{}"
     if nests_deeper_than(data, MAX_JSON_DEPTH):
         raise InvalidRequest(f"the body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels")
     try:

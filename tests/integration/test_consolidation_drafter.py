@@ -106,7 +106,8 @@ def test_the_models_statement_is_the_proposal_and_approval_publishes_it(
     assert stored_anywhere(database, "golden image on Sunday nights") == []  # sealed on the ledger
 
     runtime.reads.runner.catch_up()
-    (listed,) = runtime.reads.proposals(REVIEWER, ListQuery(status="pending_review")).items
+    head = runtime.ledger.head_position()
+    (listed,) = runtime.reads.proposals(REVIEWER, ListQuery(status="pending_review"), after=head).items
     assert (listed.drafter, listed.fallback) == ("openai", None)
     assert proposals_metric(runtime) == {("openai", ""): 1.0}
 

@@ -69,8 +69,10 @@ def test_allowed_identity_fields_are_taken_at_the_top_level_only() -> None:
         decode_body(b'{"target": "/t", "actor": "bot", "role": "agent", "tenant": "x"}', NewKeyBody, call)
 
 
-def test_an_empty_body_is_an_empty_object() -> None:
+def test_an_empty_body_is_an_empty_object_and_whitespace_alone_is_not_json() -> None:
     with pytest.raises(InvalidRequest, match="missing required field `content`"):
+        decode_body(b"", WriteBody, WRITE)
+    with pytest.raises(InvalidRequest, match="malformed JSON"):
         decode_body(b"  ", WriteBody, WRITE)
 
 
