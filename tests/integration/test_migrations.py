@@ -54,6 +54,7 @@ LABELS = [
     "0009_key_provenance",
     "0010_merkle_tree",
     "0011_tenant_trees",
+    "0012_merkle_tiles",
 ]
 HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
 """A migration after the last one (gaps are refused)."""
