@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 from eventsourcing.postgres import PostgresDatastore
+from psycopg import Cursor
 from psycopg.sql import SQL, Identifier
 
 from memwarden.domain.model.errors import InvalidRequest, NotFound
@@ -22,7 +23,7 @@ from memwarden.domain.model.merkle import (
     nodes_for_root,
     root,
 )
-from memwarden.domain.model.merkle_tiles import TileNodes, tiles_for
+from memwarden.domain.model.merkle_tiles import TileKey, TileNodes, tiles_for
 from memwarden.projections.merkle.projection import load_tiles, tenant_size
 from memwarden.projections.merkle.records import RECORD_COLUMNS, record_of
 
@@ -102,28 +103,26 @@ class TreeReads:
         if position < 1:
             raise InvalidRequest("position must be at least 1")
         self._reached(size, tree)
-        event = SQL(
-            "SELECT "
-            + RECORD_COLUMNS
-            + ", tenant, tenant_position FROM {s}.events WHERE notification_id = %s"
-        ).format(s=Identifier(self.schema))
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            if tree is None and position <= size:  # the leaf is known: its row and tiles in one round trip
-                with conn.pipeline(), conn.cursor() as tiles:
-                    curs.execute(event, (position,), prepare=True)
-                    nodes = _tile_nodes(tiles, self.schema, _inclusion_keys(position - 1, size), tree)
-                    row = curs.fetchone()
+            if tree is None and position <= size:  # the leaf is known: its row and tiles in one query
+                wanted = tiles_for(_inclusion_keys(position - 1, size))
+                row, tiles = _event_and_tiles(curs, self.schema, position, wanted)
             else:
-                curs.execute(event, (position,), prepare=True)
+                curs.execute(SQL(_EVENT).format(s=Identifier(self.schema)), (position,), prepare=True)
                 row = curs.fetchone()
                 index = _leaf_index(row, position, tree)
                 if index is None:
                     raise NotFound("no such record in this tree")
                 if index >= size:
                     raise InvalidRequest(f"position {position} is after the tree of {size} events")
-                nodes = _tile_nodes(curs, self.schema, _inclusion_keys(index, size), tree)
+                wanted = tiles_for(_inclusion_keys(index, size))
+                tiles = {
+                    key: tile
+                    for (_, key), tile in load_tiles(curs, self.schema, {(tree, k) for k in wanted}).items()
+                }
         index = _leaf_index(row, position, tree)
         assert index is not None
+        nodes = TileNodes(tiles)
         return InclusionProof(
             position=position,
             leaf_index=index,
@@ -148,11 +147,41 @@ class TreeReads:
         )
 
 
+_EVENT = "SELECT " + RECORD_COLUMNS + ", tenant, tenant_position FROM {s}.events WHERE notification_id = %s"
+
+_EVENT_AND_TILES = (
+    "SELECT k.levels, k.idxs, k.tiles, e.* FROM (SELECT array_agg(t.level) AS levels,"
+    " array_agg(t.idx) AS idxs, array_agg(t.hashes) AS tiles FROM {s}.merkle_tiles t"
+    " JOIN unnest(%s::smallint[], %s::bigint[]) AS w(level, idx) ON t.level = w.level AND t.idx = w.idx) k"
+    " LEFT JOIN (" + _EVENT + ") e ON true"
+)
+"""One row whatever is found: the tiles asked for as three arrays, and the event's columns
+(NULL when there is no such position)."""
+
+
+def _event_and_tiles(
+    curs: Cursor[Any], schema: str, position: int, wanted: set[TileKey]
+) -> tuple[Mapping[str, Any] | None, dict[TileKey, bytes]]:
+    """Ledger ``position``'s events row and the ledger tree's tiles ``wanted``, in one query."""
+    keys = sorted(wanted)
+    curs.execute(
+        SQL(_EVENT_AND_TILES).format(s=Identifier(schema)),
+        ([level for level, _ in keys], [index for _, index in keys], position),
+        prepare=True,
+        binary=True,
+    )
+    found = curs.fetchone()
+    assert found is not None  # an aggregate: always one row
+    stored = zip(found["levels"] or (), found["idxs"] or (), found["tiles"] or (), strict=True)
+    tiles = {(int(level), int(index)): bytes(tile) for level, index, tile in stored}
+    return (found if found["notification_id"] is not None else None), tiles
+
+
 def _inclusion_keys(index: int, size: int) -> set[NodeKey]:
     return nodes_for_inclusion(index, size) | nodes_for_root(size) | {(0, index)}
 
 
-def _tile_nodes(curs: Any, schema: str, keys: set[NodeKey], tree: str | None) -> Nodes:
+def _tile_nodes(curs: Cursor[Any], schema: str, keys: set[NodeKey], tree: str | None) -> Nodes:
     """The nodes ``keys`` name, from the tiles they lie in (one query)."""
     tiles = load_tiles(curs, schema, {(tree, key) for key in tiles_for(keys)})
     return TileNodes({key: tile for (_, key), tile in tiles.items()})
