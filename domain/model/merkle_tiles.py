@@ -97,21 +97,29 @@ def size_of(last_leaf_tile: TileKey, tile: bytes) -> int:
 
 class TileNodes(Mapping[NodeKey, bytes]):
     """The tree's complete nodes, as far as ``tiles`` hold them: node ``(level, index)`` is
-    the subtree of its ``2^(level mod TILE_HEIGHT)`` entries in its tile (computed when
-    asked, at most ``TILE_WIDTH - 1`` hashes)."""
+    the subtree of its ``2^(level mod TILE_HEIGHT)`` entries in its tile, hashed from its two
+    children when first asked (each node at most once)."""
 
     def __init__(self, tiles: Mapping[TileKey, bytes]) -> None:
         self.tiles = tiles
+        self._known: dict[NodeKey, bytes] = {}
 
     def __getitem__(self, key: NodeKey) -> bytes:
+        known = self._known.get(key)
+        if known is not None:
+            return known
         level, index = key
-        tile_level, height = divmod(level, TILE_HEIGHT)
-        first = index << height
-        tile = self.tiles.get((tile_level, first >> TILE_HEIGHT))
-        start, width = first % TILE_WIDTH, 1 << height
-        if tile is None or index < 0 or (start + width) * HASH_SIZE > len(tile):
-            raise KeyError(key)
-        return subtree(_split(tile[start * HASH_SIZE : (start + width) * HASH_SIZE]))
+        height = level % TILE_HEIGHT
+        if height:
+            found = node_hash(self[(level - 1, 2 * index)], self[(level - 1, 2 * index + 1)])
+        else:
+            tile = self.tiles.get((level // TILE_HEIGHT, index >> TILE_HEIGHT))
+            start = (index % TILE_WIDTH) * HASH_SIZE
+            if tile is None or index < 0 or start + HASH_SIZE > len(tile):
+                raise KeyError(key)
+            found = tile[start : start + HASH_SIZE]
+        self._known[key] = found
+        return found
 
     def __iter__(self) -> Iterator[NodeKey]:
         for (tile_level, index), tile in self.tiles.items():
