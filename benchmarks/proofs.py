@@ -10,7 +10,8 @@
 3. A served API over that ledger: inclusion and consistency proofs over HTTP, p50/p95, random
    positions and sizes, each verified by the client (target p95 < 10 ms); proof sizes (hashes,
    and the answer's bytes). Same-run reference, interleaved with them: an audited read that
-   does almost nothing (the newest checkpoint), the floor every audited answer pays.
+   does almost nothing (the newest checkpoint), the floor every audited answer pays; and the
+   proofs alone, in-process (no HTTP, no audit record), p50/p95.
 4. A witness's rounds (fetch the newest checkpoint, check consistency with the one it
    cosigned, cosign, post), each after a new checkpoint, timed.
 5. The tree's rebuild rate from the ledger, events/s.
@@ -44,6 +45,7 @@ from memwarden.domain.model.keys import IssueKey
 from memwarden.projections.merkle.projection import MerkleProjection
 from memwarden.projections.rebuild import Rebuilder
 from memwarden.projections.runner import ProjectionRunner
+from memwarden.projections.tracking import Position
 from memwarden_client.proofs import VerifierKey, verify_consistency, verify_inclusion
 
 UPKEEP_TARGET = 0.10
@@ -77,6 +79,11 @@ class ProofsBench(msgspec.Struct, kw_only=True):
     inclusion_p95_ms: float
     consistency_p50_ms: float
     consistency_p95_ms: float
+    inclusion_in_process_p50_ms: float
+    inclusion_in_process_p95_ms: float
+    consistency_in_process_p50_ms: float
+    consistency_in_process_p95_ms: float
+    """The proofs alone (the tree's one query and the hashing), no HTTP, no audit record."""
     audited_read_p50_ms: float
     audited_read_p95_ms: float
     """Same-run reference: GET /v1/compliance/checkpoints?limit=1, interleaved with the proofs."""
@@ -155,6 +162,8 @@ def run_proofs_bench(args: argparse.Namespace) -> int:
                 operator, IssueKey(target="benchproofs", actor="audrey", role="auditor")
             ).key
             head = runtime.ledger.head_position()
+            sys.stderr.write("proofs in-process...\n")
+            in_process = _in_process(runtime, head, queries)
             runtime.ledger.checkpoint(runtime.reads.tree.root)
             log_key = VerifierKey.parse(runtime.ledger.vkey)
         env = {
@@ -193,6 +202,7 @@ def run_proofs_bench(args: argparse.Namespace) -> int:
             "load_average_start": round(load_start, 2),
             "load_average_end": round(os.getloadavg()[0], 2),
             **figures,
+            **in_process,
         },
         ProofsBench,
     )
@@ -203,6 +213,30 @@ def run_proofs_bench(args: argparse.Namespace) -> int:
         and max(result.inclusion_p95_ms, result.consistency_p95_ms) < P95_TARGET_MS
     )
     return 0 if ok else 1
+
+
+def _in_process(runtime: Runtime, head: int, queries: int) -> dict[str, float]:
+    """The proofs' own cost: ``TreeReads`` called directly, random positions and sizes."""
+    rng = random.Random(9162)  # noqa: S311 - reproducible positions, not secrets
+    runtime.reads.runner.reached_hint = Position(head)  # as a serving process learns it
+    tree = runtime.reads.tree
+    inclusion: list[float] = []
+    consistency: list[float] = []
+    for _ in range(queries):
+        size = rng.randint(1, head)
+        position, first = rng.randint(1, size), rng.randint(1, size)
+        began = time.perf_counter()
+        tree.inclusion(position, size)
+        inclusion.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        tree.consistency(first, size)
+        consistency.append(time.perf_counter() - began)
+    return {
+        "inclusion_in_process_p50_ms": round(percentile(inclusion, 0.5) * 1000, 2),
+        "inclusion_in_process_p95_ms": round(percentile(inclusion, 0.95) * 1000, 2),
+        "consistency_in_process_p50_ms": round(percentile(consistency, 0.5) * 1000, 2),
+        "consistency_in_process_p95_ms": round(percentile(consistency, 0.95) * 1000, 2),
+    }
 
 
 def _witness_rounds(port: int, auditor: str, witness: Witness, log_key: VerifierKey) -> list[float]:
@@ -300,6 +334,9 @@ def _text(r: ProofsBench) -> str:
             f" {r.inclusion_bytes_mean:.0f} bytes of hashes on average, {r.inclusion_answer_bytes_mean:.0f} bytes answered",
             f"consistency over HTTP: p50 {r.consistency_p50_ms} ms, p95 {r.consistency_p95_ms} ms;"
             f" at most {r.consistency_hashes_max} hashes",
+            f"the proofs alone, in-process (no HTTP, no audit record): inclusion p50 {r.inclusion_in_process_p50_ms} ms,"
+            f" p95 {r.inclusion_in_process_p95_ms} ms; consistency p50 {r.consistency_in_process_p50_ms} ms,"
+            f" p95 {r.consistency_in_process_p95_ms} ms",
             f"same-run reference, an audited read of the newest checkpoint: p50 {r.audited_read_p50_ms} ms,"
             f" p95 {r.audited_read_p95_ms} ms",
             f"witness round (fetch, check consistency, cosign, post): {r.witness_round_ms} ms median,"
