@@ -218,7 +218,8 @@ def run_proofs_bench(args: argparse.Namespace) -> int:
 def _in_process(runtime: Runtime, head: int, queries: int) -> dict[str, float]:
     """The proofs' own cost: ``TreeReads`` called directly, random positions and sizes."""
     rng = random.Random(9162)  # noqa: S311 - reproducible positions, not secrets
-    runtime.reads.runner.reached_hint = Position(head)  # as a serving process learns it
+    runtime.reads.wait_for(head)  # every read model, the tree included, at the head
+    runtime.reads.runner.reached_hint = Position(head)  # known here, as a serving process learns it
     tree = runtime.reads.tree
     inclusion: list[float] = []
     consistency: list[float] = []
