@@ -121,7 +121,13 @@ class ReadModels:
         self.wait_seconds = wait_seconds
         self.time_travel = TimeTravel(ledger, self.wait_for)
         self.search = SearchService(ledger, embedder, self.wait_for, drivers=drivers)
-        self.tree = TreeReads(ledger.datastore, ledger.schema, self.wait_for, ledger.head_position)
+        self.tree = TreeReads(
+            ledger.datastore,
+            ledger.schema,
+            self.wait_for,
+            ledger.head_position,
+            lambda: self.runner.reached_hint,
+        )
 
     def build_missing_indexes(self) -> None:
         """Build the indexes this configuration needs and the database lacks: the configured

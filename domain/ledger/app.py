@@ -32,7 +32,7 @@ from memwarden.domain.ledger.checkpoints import (
 from memwarden.domain.ledger.database import ConnectionParams, unavailable
 from memwarden.domain.ledger.group_commit import CommitterPerKey, GroupCommitter
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
-from memwarden.domain.ledger.mapper import Recorded, SealingMapper
+from memwarden.domain.ledger.mapper import Recorded, SealingMapper, StoredRow
 from memwarden.domain.ledger.notes import default_origin, log_vkey, signed_checkpoint
 from memwarden.domain.ledger.recorder import (
     EVENTS_TABLE,
@@ -268,14 +268,16 @@ class Ledger(Application[UUID]):
     def read(self, after: int, limit: int, stop: int | None = None) -> list[Recorded]:
         """Events after a position, in ledger order (the notification log)."""
         query = SQL(
-            "SELECT originator_id, originator_version, topic, state, notification_id"
+            "SELECT originator_id, originator_version, topic, state, notification_id, tenant, tenant_position"
             " FROM {}.{} WHERE notification_id > %s AND notification_id <= %s"
             " ORDER BY notification_id LIMIT %s"
         ).format(Identifier(self.schema), Identifier(EVENTS_TABLE))
         upper = stop if stop is not None else 2**62
-        return self._select(query, (after, upper, limit))
+        return self._select(query, (after, upper, limit), with_rows=True)
 
-    def _select(self, query: Any, params: tuple[Any, ...]) -> list[Recorded]:
+    def _select(self, query: Any, params: tuple[Any, ...], *, with_rows: bool = False) -> list[Recorded]:
+        """The events of ``query``'s rows; ``with_rows``: each keeps its row (``StoredRow``:
+        the query selects tenant and tenant_position too)."""
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(query, params, prepare=True)
             rows = curs.fetchall()
@@ -284,18 +286,25 @@ class Ledger(Application[UUID]):
             self.data_keys.forget(erased)
         # a sealed event's owner is its own stream (a memory, a document): fetch their keys at once
         self.data_keys.prefetch(row["originator_id"] for row in rows if row["topic"] in _SEALED_TOPICS)
-        return [
-            self.sealing.decode(
-                StoredEvent(
-                    originator_id=row["originator_id"],
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                ),
-                row["notification_id"],
+        found = []
+        for row in rows:
+            state = bytes(row["state"])
+            stored = (
+                StoredRow(row["topic"], state, row["tenant"], row["tenant_position"]) if with_rows else None
             )
-            for row in rows
-        ]
+            found.append(
+                self.sealing.decode(
+                    StoredEvent(
+                        originator_id=row["originator_id"],
+                        originator_version=row["originator_version"],
+                        topic=row["topic"],
+                        state=state,
+                    ),
+                    row["notification_id"],
+                    stored,
+                )
+            )
+        return found
 
     def sequence_pending(self) -> int:
         """Sequence the events a tenant-chain append committed but did not sequence (its

@@ -51,16 +51,18 @@ def tenant_genesis(tenant: str) -> bytes:
     return hashlib.sha256(b"memwarden chain" + tenant.encode()).digest()
 
 
+_HEAD = struct.Struct(">q16sqi")
+"""position, stream id, version, length of the topic (then the topic, the state's length, the state)."""
+_LENGTH = struct.Struct(">i")
+
+
 def canonical(position: int, originator_id: UUID, version: int, topic: str, state: bytes) -> bytes:
     topic_bytes = topic.encode()
     return b"".join(
         (
-            struct.pack(">q", position),
-            originator_id.bytes,
-            struct.pack(">q", version),
-            struct.pack(">i", len(topic_bytes)),
+            _HEAD.pack(position, originator_id.bytes, version, len(topic_bytes)),
             topic_bytes,
-            struct.pack(">i", len(state)),
+            _LENGTH.pack(len(state)),
             state,
         )
     )

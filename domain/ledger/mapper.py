@@ -8,9 +8,9 @@ so the events table never holds their plaintext.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 from uuid import UUID
 
 import msgspec
@@ -27,6 +27,17 @@ class _SealedForm(msgspec.Struct, Generic[E]):
     s: bytes
 
 
+class StoredRow(NamedTuple):
+    """An event's row as the ledger holds it (sealed fields as ciphertext), beside the event
+    read from it, for what hashes the rows themselves (the Merkle tree's projection): it
+    need not read them again."""
+
+    topic: str
+    state: bytes
+    tenant: str | None
+    tenant_position: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """An event as it stands in the ledger: its stream, version and (once known) position."""
@@ -35,6 +46,8 @@ class Recorded:
     originator_version: int
     event: Event
     position: int | None = None
+    row: StoredRow | None = field(default=None, compare=False, repr=False)
+    """The row it was read from, when read by position (``Ledger.read``)."""
 
 
 class UnknownEventType(Exception):
@@ -145,7 +158,9 @@ class SealingMapper(Mapper[UUID]):
             state=state,
         )
 
-    def decode(self, stored: StoredEvent, position: int | None = None) -> Recorded:
+    def decode(
+        self, stored: StoredEvent, position: int | None = None, row: StoredRow | None = None
+    ) -> Recorded:
         cls = EVENT_TYPES.get(stored.topic)
         if cls is None:
             raise UnknownEventType(f"unknown event topic {stored.topic!r}")
@@ -153,7 +168,11 @@ class SealingMapper(Mapper[UUID]):
         if cls.SEALED and not stored.state.startswith(b'{"e":'):
             # recorded before this event type had sealed fields: stored in the clear
             return Recorded(
-                originator_id, stored.originator_version, _plain_decoder(cls).decode(stored.state), position
+                originator_id,
+                stored.originator_version,
+                _plain_decoder(cls).decode(stored.state),
+                position,
+                row,
             )
         decoded = _decoder(cls).decode(stored.state)
         if cls.SEALED:
@@ -161,7 +180,7 @@ class SealingMapper(Mapper[UUID]):
             event = self._open(form, originator_id, stored.topic)
         else:
             event = cast(Event, decoded)
-        return Recorded(originator_id, stored.originator_version, event, position)
+        return Recorded(originator_id, stored.originator_version, event, position, row)
 
     def _open(self, form: _SealedForm[Event], originator_id: UUID, topic: str) -> Event:
         """Unseal with the owner's data key; a destroyed key leaves the fields empty."""

@@ -8,8 +8,8 @@ root, inclusion proof and consistency proof of any size up to the stored one is 
 O(log n) such nodes, which never change once written.
 
 Pure: the functions take the stored nodes as a mapping. ``nodes_for_*`` say which nodes a
-proof needs (a dry run: which nodes are read never depends on their hashes), so a store can
-fetch them in one query.
+proof needs (the same recursion without hashing: which nodes are read never depends on their
+hashes), so a store can fetch them in one query.
 """
 
 from __future__ import annotations
@@ -105,12 +105,16 @@ def _subproof(m: int, start: int, end: int, nodes: Nodes, *, whole: bool) -> lis
     return [*_subproof(m - k, start + k, end, nodes, whole=False), subtree_hash(start, start + k, nodes)]
 
 
-class _Recorder(dict[NodeKey, bytes]):
-    """A mapping that answers every key with a placeholder and remembers which were asked."""
-
-    def __missing__(self, key: NodeKey) -> bytes:
-        self[key] = bytes(32)
-        return self[key]
+def _range_nodes(start: int, end: int, into: set[NodeKey]) -> None:
+    """The stored nodes ``subtree_hash(start, end)`` reads (RFC 6962's recursion, no hashing)."""
+    width = end - start
+    if width & (width - 1) == 0 and start % width == 0:
+        level = width.bit_length() - 1
+        into.add((level, start >> level))
+        return
+    k = split(width)
+    _range_nodes(start, start + k, into)
+    _range_nodes(start + k, end, into)
 
 
 def nodes_for_root(size: int) -> set[NodeKey]:
@@ -118,14 +122,42 @@ def nodes_for_root(size: int) -> set[NodeKey]:
 
 
 def nodes_for_inclusion(index: int, size: int) -> set[NodeKey]:
-    asked = _Recorder()
-    inclusion_proof(index, size, asked)
-    return set(asked)
+    """The nodes ``inclusion_proof(index, size)`` reads: at each split, the other half's."""
+    if not 0 <= index < size:
+        raise ValueError(f"leaf {index} is not in a tree of {size}")
+    wanted: set[NodeKey] = set()
+    start, end = 0, size
+    while end - start > 1:
+        k = split(end - start)
+        if index < start + k:
+            _range_nodes(start + k, end, wanted)
+            end = start + k
+        else:
+            _range_nodes(start, start + k, wanted)
+            start += k
+    return wanted
 
 
 def nodes_for_consistency(first: int, second: int) -> set[NodeKey]:
-    asked = _Recorder()
-    consistency_proof(first, second, asked)
-    root(first, asked)
-    root(second, asked)
-    return set(asked)
+    """The nodes ``consistency_proof(first, second)`` and both roots read."""
+    if not 0 <= first <= second:
+        raise ValueError(f"no consistency proof from {first} to {second}")
+    wanted: set[NodeKey] = set()
+    if first:
+        _range_nodes(0, first, wanted)
+    if second:
+        _range_nodes(0, second, wanted)
+    if first in (0, second):
+        return wanted
+    m, start, end, whole = first, 0, second, True
+    while m != end - start:
+        k = split(end - start)
+        if m <= k:
+            _range_nodes(start + k, end, wanted)
+            end = start + k
+        else:
+            _range_nodes(start, start + k, wanted)
+            m, start, whole = m - k, start + k, False
+    if not whole:
+        _range_nodes(start, end, wanted)
+    return wanted

@@ -33,6 +33,8 @@ from memwarden.domain.embedding.hashing import HashEmbedder
 from memwarden.domain.ledger.database import ConnectionParams
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.merkle import appended, leaf_hash
+from memwarden.domain.model.merkle_tiles import grown
 from memwarden.domain.settings import Settings
 from memwarden.projections.reads import default_projections
 from tests.conftest import url_of
@@ -56,6 +58,7 @@ LABELS = [
     "0011_tenant_trees",
     "0012_finding_groups",
     "0013_list_order",
+    "0014_merkle_tiles",
 ]
 HALF_DONE = f"{len(LABELS) + 1:04d}_half_done"
 """A migration after the last one (gaps are refused)."""
@@ -444,3 +447,58 @@ def test_migrate_against_a_database_that_is_not_there_says_so(tmp_path: Path) ->
     assert done.returncode == 1
     assert "cannot reach the database 'memwarden'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- 0014: the tree's nodes become tiles ---------------------------------------------------------
+
+
+def test_the_stored_tree_nodes_become_the_tiles_the_projection_would_write(
+    bare: ConnectionParams, tmp_path: Path
+) -> None:
+    """A database whose tree 0010 and 0011 stored node by node gets, from 0014, exactly the
+    tiles growing the tree from zero gives (so proofs and a rebuild's ``--verify`` agree)."""
+    directory = tmp_path / "migrations"
+    directory.mkdir()
+    for migration in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        if migration.name < "0012":
+            shutil.copy(migration, directory)
+    migrate(bare, directory)
+    trees = {
+        None: [leaf_hash(b"ledger %d" % i) for i in range(700)],
+        "acme": [leaf_hash(b"acme %d" % i) for i in range(37)],
+    }
+    with psycopg.connect(bare.conninfo()) as conn:
+        for tenant, leaves in trees.items():
+            nodes: dict[tuple[int, int], bytes] = {}
+            for index, leaf in enumerate(leaves):
+                nodes.update(appended(index, leaf, nodes.__getitem__))
+            rows = [(tenant, level, index, digest) for (level, index), digest in nodes.items()]
+            if tenant is None:
+                conn.cursor().executemany(
+                    "INSERT INTO memwarden.merkle_nodes (level, idx, hash) VALUES (%s, %s, %s)",
+                    [r[1:] for r in rows],
+                )
+            else:
+                conn.cursor().executemany(
+                    "INSERT INTO memwarden.merkle_tenant_nodes (tenant, level, idx, hash) VALUES (%s, %s, %s, %s)",
+                    rows,
+                )
+    shutil.copytree(MIGRATIONS_DIR, directory, dirs_exist_ok=True)
+    assert migrate(bare, directory).applied == LABELS[11:]
+    with psycopg.connect(bare.conninfo()) as conn:
+        ledger = {
+            (r[0], r[1]): bytes(r[2])
+            for r in conn.execute("SELECT level, idx, hashes FROM memwarden.merkle_tiles")
+        }
+        tenant = {
+            (r[0], r[1]): bytes(r[2])
+            for r in conn.execute(
+                "SELECT level, idx, hashes FROM memwarden.merkle_tenant_tiles WHERE tenant = 'acme'"
+            )
+        }
+        gone = conn.execute(
+            "SELECT to_regclass('memwarden.merkle_nodes'), to_regclass('memwarden.merkle_tenant_nodes')"
+        ).fetchone()
+    assert ledger == grown(0, {}, trees[None])
+    assert tenant == grown(0, {}, trees["acme"])
+    assert gone == (None, None)

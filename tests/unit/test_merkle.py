@@ -135,3 +135,30 @@ def test_truncated_or_reordered_histories_fail() -> None:
         verify_consistency(10, 20, root(10, NODES), root(20, NODES), proof[:-1])
     with pytest.raises(ProofError):
         verify_consistency(20, 10, root(20, NODES), root(10, NODES), proof)
+
+
+class _Asked(dict[NodeKey, bytes]):
+    """The real nodes, remembering which were read."""
+
+    def __init__(self) -> None:
+        super().__init__(NODES)
+        self.asked: set[NodeKey] = set()
+
+    def __getitem__(self, key: NodeKey) -> bytes:
+        self.asked.add(key)
+        return super().__getitem__(key)
+
+
+def test_the_nodes_named_for_a_proof_are_exactly_the_ones_it_reads() -> None:
+    rng = random.Random(9162)
+    for size in range(1, SIZES + 1):
+        for index in {0, size - 1, rng.randrange(size)}:
+            asked = _Asked()
+            inclusion_proof(index, size, asked)
+            assert nodes_for_inclusion(index, size) == asked.asked
+        for first in {1, size, rng.randint(1, size)}:
+            asked = _Asked()
+            consistency_proof(first, size, asked)
+            root(first, asked)
+            root(size, asked)
+            assert nodes_for_consistency(first, size) == asked.asked
