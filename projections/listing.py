@@ -137,14 +137,14 @@ def _filters(
 ) -> tuple[list[Composable], dict[str, Any]]:
     subtree, params = in_subtree("t.namespace", root)
     conditions: list[Composable] = [subtree]
-    if query.status is not None:
-        conditions.append(SQL("t.status = %(status)s"))
-        params["status"] = query.status
-    if query.rule is not None:
-        if table.rule is None:
-            raise InvalidRequest(f"{table.table} have no rule to filter by")
-        conditions.append(SQL("t.") + Identifier(table.rule) + SQL(" = %(rule)s"))
-        params["rule"] = query.rule
+    for name, column in (("status", "status"), ("rule", table.rule), ("group", table.group)):
+        value = getattr(query, name)
+        if value is None:
+            continue
+        if column is None:
+            raise InvalidRequest(f"{table.table} have no {name} to filter by")
+        conditions.append(SQL("t.{c} = %({n})s").format(c=Identifier(column), n=SQL(name)))
+        params[name] = value
     if query.writer is not None:
         if table.memories is None:
             raise InvalidRequest(f"{table.table} have no writer to filter by")
@@ -157,11 +157,6 @@ def _filters(
             ).format(s=Identifier(schema))
         )
         params["writer"] = query.writer
-    if query.group is not None:
-        if table.group is None:
-            raise InvalidRequest(f"{table.table} have no groups")
-        conditions.append(SQL("t.") + Identifier(table.group) + SQL(" = %(group)s"))
-        params["group"] = query.group
     for name, operator in (("since", ">="), ("until", "<")):
         value = getattr(query, name)
         if value is not None:
