@@ -118,7 +118,9 @@ class Heartbeat(Ticker):
 
 
 class PassesHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """Who runs the passes, and whether anyone is consuming them."""
+    """Who runs the passes, and whether anyone is consuming them (``/readyz``, ``stats``,
+    ``/metrics``). ``consuming`` is false when no worker has sent a heartbeat within the stale
+    time, or messages wait and no live worker has consumed one for that long."""
 
     runner: str
     """``redis`` (``memwarden worker`` processes) or ``in-process`` (``memwarden serve``)."""

@@ -35,6 +35,7 @@ from memwarden.domain.services.memory import (
     WriteResult,
 )
 from memwarden.projections.search.service import SearchQuery
+from memwarden.workers.heartbeats import PassesHealth
 
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time on the wire must carry its zone (API.md): a naive time is refused (400)."""
@@ -310,22 +311,8 @@ class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
     unjudged: int | None
     fault_hit_rate: float | None
     projection_lag: int
-    passes: PassesStatus | None = None
+    passes: PassesHealth | None = None
     """Who runs the conflict autopilot and consolidation, and whether anyone consumes them."""
-
-
-class PassesStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """The background passes: run by ``memwarden serve`` itself (``in-process``) or by
-    ``memwarden worker`` processes through Redis (``redis``, when ``REDIS_URL`` is set).
-    ``consuming`` is false when no worker has sent a heartbeat within the stale time, or
-    messages wait and no live worker has consumed one for that long; ``detail`` says which."""
-
-    runner: str
-    consuming: bool
-    workers: int | None = None
-    queued: int | None = None
-    idle_seconds: float | None = None
-    detail: str | None = None
 
 
 class NewKeyBody(Body, frozen=True, kw_only=True):

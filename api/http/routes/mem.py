@@ -20,7 +20,6 @@ from memwarden.api.http.schemas import (
     FaultBody,
     HistoryResponse,
     IdBody,
-    PassesStatus,
     PinResponse,
     PolicyResponse,
     ReadBody,
@@ -192,7 +191,7 @@ class MemController(Controller):
                 open_proposals=autopilot.open_proposals,
                 unjudged=autopilot.unjudged,
                 projection_lag=lag,
-                passes=PassesStatus(**msgspec.structs.asdict(passes)),
+                passes=passes,
             )
 
         return query(request, run)
