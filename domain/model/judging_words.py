@@ -93,16 +93,13 @@ ANTONYMS = {
         ("present", "absent"),
     )
 }
-# Words that open a sentence's predicate: what comes before the first of them is its subject.
-VERBS = frozenset(
+AUXILIARIES = frozenset(
     {
         *DO_AUXILIARIES,
         "is",
         "are",
         "was",
         "were",
-        "be",
-        "been",
         "has",
         "have",
         "had",
@@ -115,6 +112,16 @@ VERBS = frozenset(
         "may",
         "might",
         "shall",
+    }
+)
+"""Finite auxiliaries and copulas: where there is one, the predicate starts there (a verb-like
+word before it is a noun: "the quarterly report was sent")."""
+# Words that open a sentence's predicate: what comes before the first of them is its subject.
+VERBS = frozenset(
+    {
+        *AUXILIARIES,
+        "be",
+        "been",
         "changes",
         "changed",
         "starts",
@@ -370,29 +377,6 @@ ORDINALS = frozenset(
     {"first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "last"}
 )
 DETERMINERS = frozenset({"the", "a", "an", "this", "that", "these", "those", "its", "their", "our", "my"})
-AUXILIARIES = frozenset(
-    {
-        *DO_AUXILIARIES,
-        "is",
-        "are",
-        "was",
-        "were",
-        "has",
-        "have",
-        "had",
-        "will",
-        "would",
-        "can",
-        "could",
-        "should",
-        "must",
-        "may",
-        "might",
-        "shall",
-    }
-)
-"""Finite auxiliaries and copulas: where there is one, the predicate starts there (a verb-like
-word before it is a noun: "the quarterly report was sent")."""
 COPULAS = frozenset({"is", "are", "was", "were"})
 PREPOSITIONS = frozenset(
     {
