@@ -39,6 +39,7 @@ from memwarden.domain.model.events import FindingOpened
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.judging import RulesJudge
 from memwarden.domain.model.keys import IssueKey
+from memwarden.domain.settings import Settings
 from memwarden.projections.listing import ListQuery, every
 from memwarden.projections.runner import ProjectionLag
 
@@ -185,14 +186,14 @@ def _updates_caught(
     """Updates put against what they contradict: by a finding or decision, or by the write
     itself (the older statement superseded)."""
     touched = {m for pair in settled for m in pair}
-    superseded_by_update = 0
+    caught = 0
     for memory_id, index in written.items():
         if not corpus[index].update:
             continue
         found = runtime.reads.read(OPERATOR, memory_id)
         if memory_id in touched or (found is not None and found.supersedes):
-            superseded_by_update += 1
-    return superseded_by_update
+            caught += 1
+    return caught
 
 
 def _grow_queue(runtime: Runtime, memories: list[UUID], target: int) -> None:
@@ -220,11 +221,11 @@ def _grow_queue(runtime: Runtime, memories: list[UUID], target: int) -> None:
         have += batch
 
 
-def _time_pages(settings: object, key: str, requests: int) -> dict[str, float | int]:
+def _time_pages(settings: Settings, key: str, requests: int) -> dict[str, float | int]:
     env = {
         **os.environ,
-        "DATABASE_URL": getattr(settings, "database_url", "") or "",
-        "MEMWARDEN_DATA_DIR": str(getattr(settings, "data_dir", "")),
+        "DATABASE_URL": settings.database_url or "",
+        "MEMWARDEN_DATA_DIR": str(settings.data_dir),
     }
     port = _free_port()
     server = _serve(env, port, 1)

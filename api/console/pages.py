@@ -192,7 +192,7 @@ def _body(found: ReviewQueue, action: Action, form: Any) -> dict[str, str] | Non
 
 
 def _selected(form: Any) -> list[UUID]:
-    ticked = [str(v) for v in form.getall("ids", [])] if hasattr(form, "getall") else []
+    ticked = [str(v) for v in form.getall("ids", [])]
     if not ticked:
         raise ApiRefused(400, "invalid_request", "no item is selected")
     if len(ticked) > MAX_SELECTED:

@@ -174,11 +174,21 @@ def test_without_redis_url_the_api_runs_the_passes_and_says_so(
     }
 
 
-def test_the_worker_refuses_to_start_without_redis_url(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("command", "refusal"),
+    [
+        (["worker"], "REDIS_URL is not set"),
+        (["serve", "--workers", "2", "--port", "1"], "--workers above 1 needs REDIS_URL"),
+    ],
+    ids=["worker", "several-api-processes"],
+)
+def test_what_needs_redis_refuses_to_start_without_redis_url(
+    tmp_path: Path, command: list[str], refusal: str
+) -> None:
     env = base_env("", tmp_path / "d")
     env.pop("REDIS_URL", None)
     done = subprocess.run(
-        [sys.executable, "-m", "memwarden.api.cli.main", "worker"],
+        [sys.executable, "-m", "memwarden.api.cli.main", *command],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -187,20 +197,4 @@ def test_the_worker_refuses_to_start_without_redis_url(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "REDIS_URL is not set" in done.stderr
-
-
-def test_several_api_processes_refuse_to_start_without_redis_url(tmp_path: Path) -> None:
-    env = base_env("", tmp_path / "d")
-    env.pop("REDIS_URL", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--workers", "2", "--port", "1"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert "--workers above 1 needs REDIS_URL" in done.stderr
+    assert refusal in done.stderr

@@ -553,3 +553,24 @@ def test_poison_form_bytes_get_an_error_page_never_a_500(api: Api) -> None:
         assert 400 <= answer.status_code < 500, (actor, answer.status_code)
         assert "Refused" in answer.text
     assert [k["actor"] for k in api.call(admin, "/v1/admin/keys", method="GET").json()["items"]] == ["boss"]
+
+
+def test_a_bulk_decision_needs_ticked_ids_and_decides_each_through_the_api(api: Api) -> None:
+    seeded = seed_review_queues(api.runtime)
+    admin = api.key("acme", "boss", "admin")
+    csrf = login(api, admin)
+    bulk = "/console/review/findings/bulk"
+    nothing = api.client.post(bulk, data={"csrf": csrf, "decision": "dismiss"}, follow_redirects=False)
+    assert nothing.status_code == 400
+    assert "no item is selected" in nothing.text
+    garbage = {"csrf": csrf, "decision": "dismiss", "ids": "not-an-id"}
+    assert api.client.post(bulk, data=garbage, follow_redirects=False).status_code == 400
+    unknown = {"csrf": csrf, "decision": "shrug", "ids": str(seeded.finding)}
+    assert api.client.post(bulk, data=unknown, follow_redirects=False).status_code == 400
+    ticked = {"csrf": csrf, "decision": "both_valid", "ids": str(seeded.finding), "reason": "two clusters"}
+    assert api.client.post(bulk, data=ticked, follow_redirects=False).status_code == 303
+    resolved = api.call(admin, "/v1/admin/findings?status=resolved", method="GET").json()["items"]
+    assert [(f["id"], f["decision"], f["resolution_reason"]) for f in resolved] == [
+        (str(seeded.finding), "both_valid", "two clusters")
+    ]
+    assert ("resolve_finding", "ok") in ops_of(api, "boss")
