@@ -11,8 +11,8 @@ import msgspec
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
-from memwarden.domain.model.namespaces import subtree_like_pattern
 from memwarden.projections.listing import ListedTable
+from memwarden.projections.scopes import in_subtree
 from memwarden.projections.visibility import current
 
 
@@ -98,8 +98,6 @@ _UNJUDGED = (
 )
 """A current memory (``m``) that no pass has judged for good: what ``unjudged`` counts."""
 
-_IN_SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
-
 FINDINGS = ListedTable(
     table="findings",
     columns=FindingView.__struct_fields__,
@@ -129,15 +127,16 @@ def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], r
     """Open findings in ``root``'s subtree; current memories in ``scope`` the autopilot has
     not judged (not yet, judge unavailable, no vector to find neighbours by)."""
     s = Identifier(schema)
+    subtree, params = in_subtree("namespace", root)
     findings = conn.execute(
-        SQL("SELECT count(*) AS n FROM {s}.findings WHERE status = 'open' AND " + _IN_SUBTREE).format(s=s),
-        {"root": root, "pattern": subtree_like_pattern(root)},
+        SQL("SELECT count(*) AS n FROM {s}.findings WHERE status = 'open' AND {w}").format(s=s, w=subtree),
+        params,
     ).fetchone()
     proposals = conn.execute(
-        SQL(
-            "SELECT count(*) AS n FROM {s}.proposals WHERE status = 'pending_review' AND " + _IN_SUBTREE
-        ).format(s=s),
-        {"root": root, "pattern": subtree_like_pattern(root)},
+        SQL("SELECT count(*) AS n FROM {s}.proposals WHERE status = 'pending_review' AND {w}").format(
+            s=s, w=subtree
+        ),
+        params,
     ).fetchone()
     unjudged = conn.execute(
         SQL(
