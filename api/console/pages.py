@@ -7,7 +7,7 @@ import json
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_to_bytes, urlsplit
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import anyio.to_thread
@@ -32,6 +32,7 @@ from memwarden.api.console.session import (
     session_id,
     session_key,
 )
+from memwarden.api.http.body import urlencoded_utf8
 from memwarden.api.http.gate import api_state
 from memwarden.api.http.routes.erasure import FORGET_ROLES
 from memwarden.domain.model.identity import COMPLIANCE_ROLES, OWNER_ROLES, REVIEWER_ROLES
@@ -120,11 +121,8 @@ class BadForm(Exception):
 async def read_form(request: Req) -> Any:
     """The form, once its raw fields are known to be UTF-8 (a lone surrogate or a stray byte
     is refused here, not turned into U+FFFD and passed on)."""
-    for field in (await request.body()).split(b"&"):
-        try:
-            unquote_to_bytes(field.replace(b"+", b" ")).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise BadForm from error
+    if not urlencoded_utf8(await request.body()):
+        raise BadForm
     return await request.form()
 
 

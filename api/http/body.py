@@ -14,6 +14,7 @@ import functools
 import json
 import re
 from typing import Any, TypeVar
+from urllib.parse import unquote_to_bytes
 
 import msgspec
 import msgspec.inspect as mi
@@ -186,3 +187,15 @@ def _inner(info: mi.Type) -> list[mi.Type]:
     if isinstance(info, mi.Metadata):
         return [info.type]
     return []
+
+
+def urlencoded_utf8(raw: bytes) -> bool:
+    """Whether every field of a URL-encoded string (a query string, a form body) decodes as
+    UTF-8: a decoder would turn a stray byte or an encoded lone surrogate into U+FFFD and pass
+    it on as if the caller had sent it."""
+    try:
+        for field in raw.split(b"&"):
+            unquote_to_bytes(field.replace(b"+", b" ")).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

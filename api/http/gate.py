@@ -30,7 +30,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.types import Scope
 
-from memwarden.api.http.body import IDENTITY_FIELDS, decode_body
+from memwarden.api.http.body import IDENTITY_FIELDS, decode_body, urlencoded_utf8
 from memwarden.api.http.errors import RateLimited, Unauthenticated, audit_outcome, classify
 from memwarden.api.http.limits import HEAD
 from memwarden.api.http.routing import Syscall, body_type, syscall_of
@@ -157,6 +157,7 @@ async def gate(request: Request[Any, Any, Any]) -> None:
             raise
         raw, too_large = None, error
     query = list(request.query_params.multi_items())
+    raw_query: bytes = request.scope.get("query_string", b"")
     state = api_state(request)
     governance = state.governance
     try:
@@ -165,7 +166,7 @@ async def gate(request: Request[Any, Any, Any]) -> None:
             policy = await anyio.to_thread.run_sync(governance.effective_policy, call.identity.namespace)
         _check_access(call, syscall, policy)
         wait, call.last_write = await state.callers.admit(call.key_id, policy.rate_limit_per_minute)
-        seen = _Request(raw, query, too_large, body_type(handler))
+        seen = _Request(raw, query, raw_query, too_large, body_type(handler))
         if raw is not None and len(raw) > DECODE_ON_LOOP_BYTES:  # pure, but its cost grows with the body
             await anyio.to_thread.run_sync(_check_request, state, call, syscall, seen, policy, wait)
         else:
@@ -190,6 +191,7 @@ class _Request:
     raw: bytes | None
     """The body; None: larger than the server takes (``too_large`` says so)."""
     query: list[tuple[str, str]]
+    raw_query: bytes
     too_large: HTTPException | None
     body: type[msgspec.Struct] | None
     """The struct the handler takes (None: the route takes no body)."""
@@ -215,6 +217,8 @@ def _check_request(
     raw = request.raw
     if request.too_large is not None or (raw is not None and len(raw) > state.max_body_bytes):
         raise TooLarge(f"request body larger than {state.max_body_bytes} bytes")
+    if not urlencoded_utf8(request.raw_query):
+        raise InvalidRequest("the query string is not UTF-8 once percent-decoded")
     _check_query(request.query, syscall.query, syscall.allow)
     if request.body is not None:
         call.body = decode_body(raw or b"", request.body, syscall)

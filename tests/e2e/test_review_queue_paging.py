@@ -189,3 +189,26 @@ def test_a_statement_that_contradicts_several_is_one_group_listed_whole(api: Api
     assert len(every_finding) > len(group)
     refused = api.call(owner, "/v1/admin/decisions", method="GET", params={"group": str(last)})
     assert refused.status_code == 400  # decisions have no groups: an unknown parameter
+
+
+@pytest.mark.parametrize(
+    "raw_query",
+    [
+        "writer=a%00b",
+        "rule=%ED%A0%80",  # a lone surrogate, UTF-8 encoded
+        "namespace=acme%E2%80%8B",  # a zero-width space
+        "since=0000-01-01",
+        "until=10000-01-01T00:00:00Z",
+        "group=not-a-uuid",
+        "cursor=1~%00",
+    ],
+)
+def test_poisoned_list_parameters_are_refused_and_the_read_models_keep_running(
+    api: Api, raw_query: str
+) -> None:
+    owner = api.key("acme", "olga", "owner")
+    answer = api.client.get(f"{ROUTE}?{raw_query}", headers={"Authorization": f"Bearer {owner}"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "invalid_request"
+    assert listed(api, owner)["count"] == 0
+    assert api.client.get("/readyz").status_code == 200
