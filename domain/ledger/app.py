@@ -11,8 +11,9 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
 from eventsourcing.application import Application
-from eventsourcing.persistence import Mapper, StoredEvent
+from eventsourcing.persistence import InfrastructureFactory, Mapper, StoredEvent
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory
+from eventsourcing.utils import Environment
 from psycopg.sql import SQL, Identifier
 
 from memwarden.domain.ledger import locks
@@ -131,20 +132,10 @@ class Ledger(Application[UUID]):
         self.signing_key = signing_key
         self.origin = origin or default_origin(signing_key)
         """The transparency log's name: the first line of every checkpoint note."""
+        self._statement_timeout_seconds = statement_timeout_seconds
         super().__init__(env)
         self.recorder: ChainedApplicationRecorder
         self.datastore: PostgresDatastore = cast(PostgresFactory, self.factory).datastore
-        # A connection attempt that failed is retried with a growing delay (1, 2, 4 … s)
-        # for this long before the pool gives up; the next request then tries at once.
-        # The library's default (5 minutes) would keep a recovered database unused for
-        # up to minutes after an outage.
-        self.datastore.pool.reconnect_timeout = self.datastore.pool.timeout
-        if statement_timeout_seconds is not None:
-            milliseconds = max(1, round(statement_timeout_seconds * 1000))
-            kwargs = self.datastore.pool.kwargs
-            assert isinstance(kwargs, dict)  # the datastore passes a plain mapping
-            self.datastore.pool.kwargs = {**kwargs, "options": f"-c statement_timeout={milliseconds}"}
-            self.datastore.pool.drain()  # the connections opened before the option was set
         self.schema = self.datastore.schema
         self.tenant_chains = self.recorder.tenant_chains = chains == "tenant"
         self._committer: GroupCommitter[AppendGroup, GroupResult] = GroupCommitter(
@@ -156,6 +147,22 @@ class Ledger(Application[UUID]):
         self.checkpoints = CheckpointSigner(self.datastore, self.schema, signing_key)
         self.checkpoints.register_public_key()
         self.checkpoint_log = CheckpointLog(self.datastore, self.schema)
+
+    def construct_factory(self, env: Environment) -> InfrastructureFactory:
+        """The library's factory, its pool tuned before the pool opens: a connection made
+        later would miss a setting changed on an open pool (its attempt was under way)."""
+        factory = super().construct_factory(env)
+        pool = cast(PostgresFactory, factory).datastore.pool
+        # A connection attempt that failed is retried with a growing delay (1, 2, 4 … s)
+        # for this long before the pool gives up; the next request then tries at once.
+        # The library's default (5 minutes) would keep a recovered database unused for
+        # up to minutes after an outage.
+        pool.reconnect_timeout = pool.timeout
+        if self._statement_timeout_seconds is not None:
+            milliseconds = max(1, round(self._statement_timeout_seconds * 1000))
+            assert isinstance(pool.kwargs, dict)  # the datastore passes a plain mapping
+            pool.kwargs = {**pool.kwargs, "options": f"-c statement_timeout={milliseconds}"}
+        return factory
 
     def construct_mapper(self) -> Mapper[UUID]:
         self.data_keys = DataKeys(self.kek, self._load_wrapped_keys)

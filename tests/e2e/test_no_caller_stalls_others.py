@@ -79,6 +79,8 @@ def test_pathological_bodies_at_the_size_limit_never_stall_another_tenants_reads
     assert answers, "no pathological body was answered at all"
     assert set(answers) <= {400, 413}, answers
     p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) >= 2 else latencies[0]
-    # Before the linear scan one such body held the event loop for minutes; a generous bound
-    # still catches any return of that (the machine is shared with other tests).
-    assert p99 < 1.0, f"reads' p99 {p99:.3f} s over {len(latencies)} reads"
+    # Before the linear scan one such body held the event loop for minutes. The bounds are
+    # loose on purpose (two cores shared with three other test workers): they still catch any
+    # return of a stall, which holds every read, while this is no speed test.
+    assert statistics.median(latencies) < 0.5, f"reads' median {statistics.median(latencies):.3f} s"
+    assert p99 < 3.0, f"reads' p99 {p99:.3f} s over {len(latencies)} reads"

@@ -3,6 +3,7 @@ is cancelled by the server and its connection freed."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import psycopg
@@ -24,3 +25,25 @@ def test_a_statement_longer_than_the_timeout_is_cancelled(tmp_path: Path, databa
         assert next(iter(shown.values())) == "500ms"
         with pytest.raises(psycopg.errors.QueryCanceled):
             conn.execute("SELECT pg_sleep(3)")
+
+
+def test_every_connection_the_pool_opens_carries_the_timeout(
+    tmp_path: Path, database: ConnectionParams
+) -> None:
+    """All of the pool's connections held at once, the ones it opened first and its overflow
+    alike: none was opened before the setting was in place."""
+    settings = Settings(
+        data_dir=tmp_path / "data", database_url=url_of(database), pool_size=2, statement_timeout_seconds=0.25
+    )
+    with Core(settings) as core, contextlib.ExitStack() as held:
+        pool = core.ledger.datastore.pool
+        connections = [
+            held.enter_context(core.ledger.datastore.get_connection()) for _ in range(pool.max_size)
+        ]
+        shown = {
+            next(iter(row.values()))
+            for c in connections
+            if (row := c.execute("SHOW statement_timeout").fetchone())
+        }
+        assert len({id(c) for c in connections}) == pool.max_size
+        assert shown == {"250ms"}
