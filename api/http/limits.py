@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import redis
@@ -17,7 +18,11 @@ log = logging.getLogger(__name__)
 
 
 class TokenBuckets:
-    """A token bucket per key: ``rate`` per minute, bursts up to ``rate``."""
+    """A token bucket per key: ``per_minute`` tokens a minute, bursts up to ``per_minute``.
+
+    ``take`` spends a token only when one is there (rate limits). ``spend`` spends one even
+    past empty, into debt that must refill before the next token: failures counted past the
+    limit lengthen the wait (the authentication throttle). Both are the one bucket."""
 
     def __init__(self) -> None:
         self._buckets: dict[str, tuple[float, float]] = {}
@@ -26,15 +31,46 @@ class TokenBuckets:
     def take(self, key: str, per_minute: int, now: float | None = None) -> float:
         """0.0 when a token was taken, else the seconds until one is available."""
         now = time.monotonic() if now is None else now
-        capacity, refill = float(per_minute), per_minute / 60.0
         with self._lock:
-            tokens, last = self._buckets.get(key, (capacity, now))
-            tokens = min(capacity, tokens + (now - last) * refill)
-            if tokens >= 1.0:
-                self._buckets[key] = (tokens - 1.0, now)
-                return 0.0
-            self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / refill
+            wait = self._wait(key, per_minute, now)
+            if wait == 0.0:
+                self._spend(key, per_minute, now)
+            return wait
+
+    def wait(self, key: str, per_minute: int, now: float | None = None) -> float:
+        """Seconds until the key has a token; 0.0 when it has one now. Spends nothing."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            return self._wait(key, per_minute, now)
+
+    def spend(self, key: str, per_minute: int, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._spend(key, per_minute, now)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def forget(self, keep: Callable[[str, bool], bool], per_minute: Callable[[str], int], now: float) -> None:
+        """Drop the buckets ``keep(key, full)`` refuses; a full bucket is as good as none."""
+        with self._lock:
+            self._buckets = {
+                key: bucket
+                for key, bucket in self._buckets.items()
+                if keep(key, self._tokens(key, per_minute(key), now) >= per_minute(key))
+            }
+
+    def _tokens(self, key: str, per_minute: int, now: float) -> float:
+        capacity = float(per_minute)
+        tokens, last = self._buckets.get(key, (capacity, now))
+        return min(capacity, tokens + max(0.0, now - last) * per_minute / 60.0)
+
+    def _wait(self, key: str, per_minute: int, now: float) -> float:
+        tokens = self._tokens(key, per_minute, now)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) * 60.0 / per_minute
+
+    def _spend(self, key: str, per_minute: int, now: float) -> None:
+        self._buckets[key] = (self._tokens(key, per_minute, now) - 1.0, now)
 
 
 MAX_KEYS_REMEMBERED = 100_000
