@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
-from memwarden.domain.ledger.database import FailureRun
+from memwarden.domain.background import Supervised
+from memwarden.domain.ledger.database import database_outage
 from memwarden.projections.tracking import Position
 
 log = logging.getLogger(__name__)
@@ -55,59 +55,44 @@ def watching(learn: Callable[[Position], None]) -> Step:
     return step
 
 
-class Follower:
-    """At most one background thread, running a step until stopped."""
+class Follower(Supervised):
+    """A background thread running ``step`` with a connection listening on ``channel``
+    until stopped; after a failure it connects again."""
 
-    def __init__(self, conninfo: Callable[[], str]) -> None:
+    def __init__(
+        self, conninfo: Callable[[], str], channel: str, step: Step, *, thread: str, label: str
+    ) -> None:
+        """``conninfo`` is asked at each (re)connect: a caller may point the follower
+        elsewhere meanwhile."""
+        super().__init__(thread, label=label, outage=database_outage, retry_seconds=RETRY_SECONDS, logger=log)
         self.conninfo = conninfo
-        """Asked at each (re)connect: a caller may point the follower elsewhere meanwhile."""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.channel = channel
+        self.step = step
+        self._listener: Connection[Any] | None = None
 
-    def start(self, channel: str, step: Step, *, thread: str, label: str) -> bool:
-        """Start the thread; False if one is already running."""
-        if self._thread is not None:
-            return False
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._follow, args=(channel, step, label), name=thread, daemon=True
-        )
-        self._thread.start()
-        return True
+    def _turn(self) -> float:
+        if self._listener is None:
+            self._listener = self._listen()
+        self.step(self._listener)
+        return 0.0
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+    def _failed(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                self._listener.close()
+        self._listener = None
 
-    def _follow(self, channel: str, step: Step, label: str) -> None:
-        """Run ``step`` with a listener on ``channel`` until stopped; reconnect after failures."""
-        listener: Connection[Any] | None = None
-        failures = FailureRun(label, log)
-        while not self._stop.is_set():
-            try:
-                if listener is None:
-                    listener = self._listen(channel)
-                step(listener)
-            except Exception as error:  # noqa: BLE001 - logged by the run; tried again
-                failures.failed(error)
-                if listener is not None:
-                    with contextlib.suppress(Exception):
-                        listener.close()
-                listener = None
-                self._stop.wait(RETRY_SECONDS)
-            else:
-                failures.ended()
-        if listener is not None:
-            listener.close()
+    def _finish(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
-    def _listen(self, channel: str) -> Connection[Any]:
+    def _listen(self) -> Connection[Any]:
         listener = Connection.connect(
             self.conninfo(), autocommit=True, connect_timeout=LISTEN_CONNECT_SECONDS
         )
         try:
-            listener.execute(SQL("LISTEN {}").format(Identifier(channel)))
+            listener.execute(SQL("LISTEN {}").format(Identifier(self.channel)))
         except Exception:
             listener.close()
             raise

@@ -26,7 +26,7 @@ from memwarden.domain.ledger.database import unavailable
 from memwarden.domain.ledger.mapper import Recorded
 from memwarden.projections.base import Projection
 from memwarden.projections.deferred_index import DeferredIndexPolicy
-from memwarden.projections.followers import Follower, projecting, watching
+from memwarden.projections.followers import Follower, Step, projecting, watching
 from memwarden.projections.tracking import Applied, Position, Stop, Tracking
 
 log = logging.getLogger(__name__)
@@ -34,11 +34,6 @@ BATCH_SIZE = 1000
 STOP_CHECK_SECONDS = 1.0
 """How often a runner with a stopped projection asks whether a rebuild (in any process)
 has since carried it past its stop."""
-
-PENDING_CHECK_SECONDS = 1.0
-"""How often a runner at the head looks for events committed without a global position
-(chains per tenant: the appending process died between its append and its sequencing);
-one found again at the next look is sequenced here."""
 
 Positions = dict[str, Position]
 """Each projection's tracked position, by name."""
@@ -93,11 +88,9 @@ class ProjectionRunner:
         self.reached_hint = Position(0)
         """A position every projection is known (by this process) to have committed."""
         self.deferred = DeferredIndexPolicy(ledger, self.projections)
-        self._follower = Follower(lambda: self.listen_conninfo)
+        self._follower: Follower | None = None
         self._applies_here = False
         self._next_stop_check = 0.0
-        self._next_pending_check = 0.0
-        self._pending_seen: tuple[str, int] | None = None
 
     def projection(self, name: str) -> Projection:
         for projection in self.projections:
@@ -176,23 +169,7 @@ class ProjectionRunner:
             self.reached_hint = max(self.reached_hint, applied.reached)
         if defer and applied.events < BATCH_SIZE and self.deferred.pending:
             self.deferred.build_pending(self.errors)
-        if applied.events < BATCH_SIZE:
-            self._sequence_left_behind()
         return applied
-
-    def _sequence_left_behind(self) -> None:
-        """At the head, at most once a ``PENDING_CHECK_SECONDS``: an event still pending since
-        the last look was left by an appender that died before sequencing it (a live one
-        sequences within milliseconds): sequence it, so nothing committed stays unread."""
-        if time.monotonic() < self._next_pending_check:
-            return
-        self._next_pending_check = time.monotonic() + PENDING_CHECK_SECONDS
-        oldest = self.ledger.oldest_pending()
-        if oldest is not None and oldest == self._pending_seen:
-            sequenced = self.ledger.sequence_pending()
-            log.warning("sequenced %s events an appender committed but did not sequence", sequenced)
-            oldest = self.ledger.oldest_pending()
-        self._pending_seen = oldest
 
     def _apply_batch(self, *, careful: bool, defer: bool = False) -> Applied:
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
@@ -319,33 +296,34 @@ class ProjectionRunner:
 
     def start(self) -> None:
         """Apply batches in a background thread of this process; at the head, sleep until
-        the ledger announces an append. First, sequence whatever an appender that died left
-        pending (chains per tenant), so the log this runner follows holds every commit."""
-        try:
-            if self.ledger.oldest_pending() is not None:
-                self.ledger.sequence_pending()
-        except Exception as error:
-            if not unavailable(error):
-                raise
-            log.warning("could not look for unsequenced events at start-up (the loop will): %s", error)
+        the ledger announces an append."""
         step = projecting(lambda: self._apply_next_batch().events < BATCH_SIZE)
         channel = self.ledger.recorder.channel_name
-        if self._follower.start(channel, step, thread="memwarden-projections", label="projector"):
+        if self._follow(channel, step, thread="memwarden-projections", label="projector"):
             self._applies_here = True
 
     def watch(self) -> None:
         """Apply nothing; learn from the announcements of whichever process projects how far
         the read models are, so read-your-writes needs no query once they have passed."""
         step = watching(self._learn)
-        self._follower.start(
+        self._follow(
             self.projected_channel, step, thread="memwarden-projection-watch", label="projection watch"
         )
+
+    def _follow(self, channel: str, step: Step, *, thread: str, label: str) -> bool:
+        """Start the one background thread of this runner; False if it has one already."""
+        if self._follower is not None:
+            return False
+        self._follower = Follower(lambda: self.listen_conninfo, channel, step, thread=thread, label=label)
+        return self._follower.start()
 
     def _learn(self, position: Position) -> None:
         self.reached_hint = max(self.reached_hint, position)
 
     def stop(self) -> None:
-        self._follower.stop()
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
         self._applies_here = False
 
 

@@ -11,7 +11,6 @@ the tracking update sends that memory again, which the idempotent pass shrugs of
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -22,8 +21,9 @@ import msgspec
 import redis
 from psycopg.sql import SQL, Identifier
 
+from memwarden.domain.background import Supervised
 from memwarden.domain.ledger.app import Ledger
-from memwarden.domain.ledger.database import FailureRun, database_outage
+from memwarden.domain.ledger.database import database_outage
 from memwarden.domain.ledger.mapper import Recorded
 from memwarden.domain.model.events import ContextFaulted, MemoryWritten
 from memwarden.projections.autopilot.views import DISPATCH_TRACKING_TABLE as TRACKING_TABLE
@@ -52,27 +52,6 @@ def broker_or_database_outage(error: BaseException) -> str | None:
 K = TypeVar("K")
 Send = Callable[[UUID, int], None]
 """Hand one memory (its id, its ledger position) to the autopilot; raises when it cannot."""
-
-
-class Background:
-    """A daemon thread that runs ``_run`` until ``stop``; ``_stop`` is set on the way out."""
-
-    def __init__(self, name: str) -> None:
-        self.thread_name = name
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _run(self) -> None:
-        raise NotImplementedError
 
 
 def new_memories(events: Sequence[Recorded]) -> list[tuple[UUID, int]]:
@@ -135,7 +114,7 @@ def new_material(events: Sequence[Recorded]) -> list[tuple[str, int]]:
     return list(latest.items())
 
 
-class Dispatcher(Background, Generic[K]):
+class Dispatcher(Supervised, Generic[K]):
     """Follows the ledger and sends what ``select`` picks from each batch (keys and
     positions, in ledger order; by default each new active memory)."""
 
@@ -161,7 +140,13 @@ class Dispatcher(Background, Generic[K]):
         self.select = select or cast(Callable[[Sequence[Recorded]], list[tuple[K, int]]], new_memories)
         self.ledger = ledger
         self.max_batch_seconds = max_batch_seconds
-        super().__init__(f"dispatcher-{name}")
+        super().__init__(
+            f"dispatcher-{name}",
+            label=f"dispatcher {name}",
+            outage=broker_or_database_outage,
+            retry_seconds=RETRY_SECONDS,
+            logger=log,
+        )
         self.send = send
         self.name = name
         self._table = SQL("{}.{}").format(Identifier(ledger.schema), Identifier(TRACKING_TABLE))
@@ -249,40 +234,33 @@ class Dispatcher(Background, Generic[K]):
             total += moved
         return total
 
-    def _run(self) -> None:
-        failures = FailureRun(f"dispatcher {self.name}", log, broker_or_database_outage)
-        while not self._stop.is_set():
-            try:
-                moved = self.dispatch_once()
-            except Exception as error:  # noqa: BLE001 - the broker or the database is down: retry, lose nothing
-                failures.failed(error)
-                self._stop.wait(RETRY_SECONDS)
-                continue
-            failures.ended()
-            if moved and self.behind:
-                continue
-            self._stop.wait(self.pause if moved else max(self.pause, IDLE_SECONDS))
+    def _turn(self) -> float:
+        moved = self.dispatch_once()
+        if moved and self.behind:
+            return 0.0
+        return self.pause if moved else max(self.pause, IDLE_SECONDS)
 
 
-class Ticker(Background):
+class Ticker(Supervised):
     """Calls ``work`` every ``every`` seconds in a thread of its own until stopped; a
     failure is logged and the next tick tries again (Redis or the database down: one line
     when the outage starts and one when it ends, as the dispatchers log it)."""
 
     def __init__(self, name: str, every: float, work: Callable[[], object]) -> None:
-        super().__init__(name)
+        super().__init__(
+            name,
+            label=name,
+            outage=broker_or_database_outage,
+            retry_seconds=every,
+            logger=log,
+            first_rest=every,
+        )
         self.every = every
         self.work = work
 
-    def _run(self) -> None:
-        failures = FailureRun(self.thread_name, log, broker_or_database_outage)
-        while not self._stop.wait(self.every):
-            try:
-                self.work()
-            except Exception as error:  # noqa: BLE001 - logged once per run of failures
-                failures.failed(error)
-            else:
-                failures.ended()
+    def _turn(self) -> float:
+        self.work()
+        return self.every
 
 
 SWEEP_SECONDS = 60.0

@@ -104,12 +104,12 @@ class Heartbeat(Ticker):
         )
         self.client.set(self.key, msgspec.json.encode(body), ex=max(1, math.ceil(self.stale)))
 
-    def start(self) -> None:
+    def start(self) -> bool:
         try:
             self.beat()  # at once: a worker counts from its first second
         except (redis.RedisError, OSError) as error:
             log.warning("heartbeat: Redis unavailable (%s)", type(error).__name__)
-        super().start()
+        return super().start()
 
     def stop(self) -> None:
         super().stop()

@@ -14,6 +14,7 @@ from uuid import UUID
 import dramatiq
 
 from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.background import Background
 from memwarden.domain.services.autopilot import PassResult
 from memwarden.domain.services.consolidation import ConsolidationResult
 from memwarden.domain.settings import Settings
@@ -32,7 +33,6 @@ from memwarden.workers.actors import (
 )
 from memwarden.workers.dispatcher import (
     CONSOLIDATION_SPAN,
-    Background,
     Dispatcher,
     MemoryBatch,
     Sweeper,

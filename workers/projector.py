@@ -19,6 +19,7 @@ import time
 from types import FrameType
 
 from memwarden.bootstrap.runtime import Runtime
+from memwarden.domain.background import Background
 
 log = logging.getLogger(__name__)
 READY_LINE = "projecting"
@@ -46,15 +47,14 @@ def run_projector(*, exit_with_parent: bool = False) -> int:
     return 0
 
 
-class ProjectorProcess:
+class ProjectorProcess(Background):
     """A supervised ``memwarden project`` child: restarted if it dies, stopped with us."""
 
     def __init__(self, ready_timeout: float = 120.0) -> None:
+        super().__init__("projector-supervisor")
         self.ready_timeout = ready_timeout
-        self._stopping = threading.Event()
         self._process = self._spawn()
-        self._supervisor = threading.Thread(target=self._supervise, name="projector-supervisor", daemon=True)
-        self._supervisor.start()
+        self.start()
 
     def _spawn(self) -> subprocess.Popen[str]:
         """Start the child and wait until it projects: it migrates the embedded default (and
@@ -79,23 +79,24 @@ class ProjectorProcess:
         msg = f"the projector did not start (exit code {process.returncode}, last output {line!r})"
         raise RuntimeError(msg)
 
-    def _supervise(self) -> None:
-        while not self._stopping.is_set():
+    def _run(self) -> None:
+        while not self._stop.is_set():
             code = self._process.wait()
-            if self._stopping.is_set():
+            if self._stop.is_set():
                 return
             log.error("projector exited with code %s; restarting it", code)
-            self._stopping.wait(RESTART_DELAY_SECONDS)
+            self._stop.wait(RESTART_DELAY_SECONDS)
             try:
                 self._process = self._spawn()
             except (OSError, RuntimeError):
                 log.exception("projector restart failed; readers catch up themselves meanwhile")
 
     def stop(self) -> None:
-        self._stopping.set()
+        self._stop.set()
         self._process.terminate()
         try:
             self._process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        super().stop()  # the supervisor, woken by its child's exit, sees the stop and ends

@@ -30,7 +30,8 @@ import msgspec
 from eventsourcing.postgres import PostgresDatastore
 from psycopg.sql import SQL, Composable, Identifier
 
-from memwarden.domain.ledger.database import FailureRun
+from memwarden.domain.background import Supervised
+from memwarden.domain.ledger.database import database_outage
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.memory import BatchItem
@@ -42,6 +43,8 @@ UNTAKEN_SECONDS = 5.0
 waited this long untaken (no worker runs, or its message was lost)."""
 SWEEP_LIMIT = 500
 """A sweep sends at most this many overdue tickets."""
+RETRY_SECONDS = 0.5
+"""The in-process worker's pause after a failure (the database down) before it tries again."""
 TicketState = Literal["pending", "running", "done", "failed"]
 
 
@@ -215,30 +218,30 @@ def _failed(store: TicketStore, claimed: Claimed, error: DomainError) -> TicketS
     return "failed"
 
 
-class TicketWorker:
+class TicketWorker(Supervised):
     """Runs tickets in a background thread of this process: every open one (``min_age``
     0, ``MEMWARDEN_TICKETS=thread``), or only those handed to it (their send failed) and
     those left pending ``min_age`` seconds (no worker took them)."""
 
     def __init__(self, store: TicketStore, write: Write, min_age: float = 0.0, idle: float = 0.5) -> None:
+        super().__init__(
+            "memwarden-tickets",
+            label="ticket worker",
+            outage=database_outage,
+            retry_seconds=RETRY_SECONDS,
+            logger=log,
+        )
         self.store = store
         self.write = write
         self.min_age = min_age
         self.idle = idle
         self.wake = threading.Event()
         self._handed: deque[UUID] = deque()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="memwarden-tickets", daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self.wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        super().stop()
 
     def hand(self, ticket: UUID) -> None:
         """Run ``ticket`` here, soon (its message could not be sent)."""
@@ -257,17 +260,10 @@ class TicketWorker:
         run_claimed(self.store, self.write, claimed)
         return True
 
-    def _run(self) -> None:
-        failures = FailureRun("ticket worker", log)
-        while not self._stop.is_set():
-            try:
-                busy = self.run_one()
-            except Exception as error:  # noqa: BLE001 - logged once per run of failures
-                failures.failed(error)
-                busy = False
-                self._stop.wait(0.5)
-            else:
-                failures.ended()
-            if not busy:
-                self.wake.wait(self.idle)
-                self.wake.clear()
+    def _turn(self) -> float:
+        return 0.0 if self.run_one() else self.idle
+
+    def _rest(self, seconds: float) -> None:
+        """Until ``seconds`` passed, a ticket is handed over, or the worker is stopped."""
+        self.wake.wait(seconds)
+        self.wake.clear()

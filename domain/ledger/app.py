@@ -43,6 +43,7 @@ from memwarden.domain.ledger.recorder import (
     GroupResult,
 )
 from memwarden.domain.ledger.sealing import DataKeys, unwrap_key, wrap_key
+from memwarden.domain.ledger.sequencer import PendingSequencer
 from memwarden.domain.model.certificates import DeletionCertificate
 from memwarden.domain.model.events import (
     EVENT_TYPES,
@@ -147,6 +148,16 @@ class Ledger(Application[UUID]):
         self.checkpoints = CheckpointSigner(self.datastore, self.schema, signing_key)
         self.checkpoints.register_public_key()
         self.checkpoint_log = CheckpointLog(self.datastore, self.schema)
+        self.sequencer = PendingSequencer(self.recorder) if self.tenant_chains else None
+        """Sequences what a tenant-chain appender that died left pending (its own thread)."""
+        if self.sequencer is not None:
+            self.sequencer.start()
+
+    def close(self) -> None:
+        sequencer = getattr(self, "sequencer", None)  # absent when the constructor failed early
+        if sequencer is not None:
+            sequencer.stop()
+        super().close()
 
     def construct_factory(self, env: Environment) -> InfrastructureFactory:
         """The library's factory, its pool tuned before the pool opens: a connection made
@@ -312,11 +323,6 @@ class Ledger(Application[UUID]):
                 )
             )
         return found
-
-    def sequence_pending(self) -> int:
-        """Sequence the events a tenant-chain append committed but did not sequence (its
-        process died between its two transactions); how many were."""
-        return self.recorder.sequence()
 
     def oldest_pending(self) -> tuple[str, int] | None:
         return self.recorder.oldest_pending()

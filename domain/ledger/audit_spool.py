@@ -28,6 +28,7 @@ from typing import IO
 
 import msgspec
 
+from memwarden.domain.background import Background
 from memwarden.domain.model.events import AuditRecorded
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,9 @@ class SpoolFull(OSError):
     """The spool holds its maximum; the record is not kept."""
 
 
-class AuditSpool:
+class AuditSpool(Background):
+    """The spool, and its drainer: a background thread that runs while records wait."""
+
     def __init__(
         self,
         directory: Path,
@@ -57,6 +60,7 @@ class AuditSpool:
         max_bytes: int,
         drain_seconds: float = DRAIN_SECONDS,
     ) -> None:
+        super().__init__("audit-spool")
         self.directory = directory
         self.append = append
         self.already_on_ledger = already_on_ledger
@@ -65,8 +69,6 @@ class AuditSpool:
         self.path = directory / f"{uuid.uuid4()}.jsonl"
         self._file: IO[bytes] | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.kept = 0
         self.appended = 0
 
@@ -165,11 +167,7 @@ class AuditSpool:
 
     def _start_drainer(self) -> None:
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="audit-spool", daemon=True)
-            self._thread.start()
+            self.start()
 
     def start_if_pending(self) -> None:
         """At start-up: drain what dead processes left, if anything."""
@@ -191,10 +189,7 @@ class AuditSpool:
 
     def close(self) -> None:
         """Stop the drainer; records not yet appended stay in the file for the next start."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout=10)
+        self.stop()
         with self._lock:
             if self._file is not None:
                 empty = self._file.tell() == 0

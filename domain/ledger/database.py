@@ -16,8 +16,6 @@ import fcntl
 import json
 import logging
 import os
-import threading
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +27,7 @@ from eventsourcing import persistence
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from memwarden.domain.background import Background
 from memwarden.domain.ledger.embedded_runtime import use_private_runtime_dir
 from memwarden.domain.settings import Settings
 
@@ -83,50 +82,8 @@ def _transient(error: psycopg.Error) -> bool:
     return sqlstate is None or sqlstate.startswith(TRANSIENT_SQLSTATE_PREFIXES)
 
 
-class FailureRun:
-    """Repeated failures of a background loop, logged once when they start (a database
-    outage as one line, anything else with its traceback) and once when they end, with
-    the count of retries between, instead of once per retry."""
-
-    def __init__(
-        self, label: str, logger: logging.Logger, outage: Callable[[BaseException], str | None] | None = None
-    ) -> None:
-        """``outage`` names the service an error says is down (``database`` by default):
-        that is logged as one line; any other failure with its traceback."""
-        self.label = label
-        self.log = logger
-        self.outage = outage or database_outage
-        self.count = 0
-        self._since = 0.0
-
-    def failed(self, error: Exception) -> None:
-        self.count += 1
-        if self.count > 1:
-            return
-        self._since = time.monotonic()
-        down = self.outage(error)
-        if down is not None:
-            self.log.warning("%s: %s unavailable (%s); retrying", self.label, down, _first_line(error))
-        else:
-            self.log.exception("%s: failed; retrying", self.label, exc_info=error)
-
-    def ended(self) -> None:
-        if self.count:
-            self.log.warning(
-                "%s: recovered after %d retries in %.1f s",
-                self.label,
-                self.count,
-                time.monotonic() - self._since,
-            )
-            self.count = 0
-
-
 def database_outage(error: BaseException) -> str | None:
     return "database" if unavailable(error) else None
-
-
-def _first_line(error: BaseException) -> str:
-    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:200]
 
 
 class ConnectionParams(msgspec.Struct, frozen=True):
@@ -283,19 +240,19 @@ class EmbeddedServer:
             handles.write_text(json.dumps(alive))
 
 
-class _Watchdog:
+class _Watchdog(Background):
     """Starts the embedded server again when its postmaster is gone; logs the outage once
     (and once more when the server is back), not at every check."""
 
     def __init__(self, server: EmbeddedServer) -> None:
+        # a restart in progress holds the startup lock; stop() takes it next anyway
+        super().__init__("embedded-postgres-watchdog", join_seconds=1)
         self.server = server
-        self._stopping = threading.Event()
         self._failures = 0
-        self._thread = threading.Thread(target=self._run, name="embedded-postgres-watchdog", daemon=True)
-        self._thread.start()
+        self.start()
 
     def _run(self) -> None:
-        while not self._stopping.wait(self.server.watch_seconds):
+        while not self._stop.wait(self.server.watch_seconds):
             try:
                 restarted = self.server.restart_if_gone()
             except Exception as error:  # noqa: BLE001 - tried again at the next check
@@ -309,12 +266,6 @@ class _Watchdog:
                     self._failures,
                 )
                 self._failures = 0
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not threading.current_thread():
-            # a restart in progress holds the startup lock; stop() takes it next anyway
-            self._thread.join(timeout=1)
 
 
 def _pid_alive(pid: int) -> bool:

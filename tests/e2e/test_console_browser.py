@@ -283,7 +283,9 @@ def test_navigation_offers_each_role_only_what_it_may_use(served: Served, browse
 
 
 @pytest.mark.slow
-def test_erasure_page_erases_by_id_and_shows_a_verified_certificate(served: Served, browser: WebDriver) -> None:
+def test_erasure_page_erases_by_id_and_shows_a_verified_certificate(
+    served: Served, browser: WebDriver
+) -> None:
     base, keys, _env = served
     written = httpx.post(
         f"{base}/v1/mem/write",

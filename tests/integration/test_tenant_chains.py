@@ -200,7 +200,7 @@ def wait_until(check: Callable[[], object], seconds: float) -> object:
     return check()
 
 
-def test_a_row_left_pending_is_sequenced_by_the_runner_and_projected(tenant_settings: Settings) -> None:
+def test_a_row_left_pending_is_sequenced_by_the_ledger_and_projected(tenant_settings: Settings) -> None:
     with Runtime(tenant_settings, follow=False) as rt:
         rt.memory.write(ACME, WriteMemory(content="Acme deploys on Tuesdays"))
         at_start = leave_pending(rt.core, "acme", "acme/eng")
@@ -217,6 +217,18 @@ def test_a_row_left_pending_is_sequenced_by_the_runner_and_projected(tenant_sett
         assert report.ok, report
     rows = events_of(conninfo)
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_the_ledger_sequences_a_row_left_pending_without_any_read_side(tenant_settings: Settings) -> None:
+    """The ledger's own sequencer, not a projection runner, keeps the notification log whole:
+    a core that follows nothing sequences what a dead appender left, after a second look."""
+    with Core(tenant_settings) as core:
+        left = leave_pending(core, "acme", "acme/eng")
+        assert core.ledger.oldest_pending() is not None
+        assert wait_until(lambda: core.ledger.oldest_pending() is None, 10), "left pending"
+        (position,) = [r.position for r in core.ledger.read(0, 1000) if r.originator_id == left]
+        assert position is not None
+        assert core.ledger.verify().ok
 
 
 def test_the_positions_an_append_answers_are_durable(tenant_settings: Settings) -> None:
