@@ -43,6 +43,7 @@ from memwarden.domain.model.events import (
     SettlementOverturned,
 )
 from memwarden.domain.model.identity import REVIEWER_ROLES, Identity
+from memwarden.domain.model.lifecycle import Lifecycle
 from memwarden.domain.model.memory import MemoryState
 from memwarden.domain.model.namespaces import is_within
 from memwarden.domain.model.settling import Pair, conflict_settled, finding_opened, settlement
@@ -146,32 +147,28 @@ class FindingState(msgspec.Struct, frozen=True, kw_only=True):
     version: int = 0
 
 
-def evolve_finding(state: FindingState | None, event: Event) -> FindingState:
-    if isinstance(event, FindingOpened):
-        return FindingState(
-            id=event.finding_id,
-            namespace=event.namespace,
-            memory_a=event.memory_a,
-            memory_b=event.memory_b,
-            judge=event.judge,
-            rule=event.rule,
-            explanation=event.explanation,
-            cosine=event.cosine,
-            group_id=finding_group(event),
-            opened_at=event.at,
-            version=1,
-        )
-    if isinstance(event, FindingResolved) and state is not None:
-        return replace(
-            state,
-            status="resolved",
-            decision=event.decision,
-            reviewer=event.reviewer,
-            resolved_at=event.at,
-            version=state.version + 1,
-        )
-    msg = f"not a finding event: {type(event).__name__}"
-    raise TypeError(msg)
+def _finding_opened(event: FindingOpened) -> FindingState:
+    return FindingState(
+        id=event.finding_id,
+        namespace=event.namespace,
+        memory_a=event.memory_a,
+        memory_b=event.memory_b,
+        judge=event.judge,
+        rule=event.rule,
+        explanation=event.explanation,
+        cosine=event.cosine,
+        group_id=finding_group(event),
+        opened_at=event.at,
+    )
+
+
+def _finding_resolved(state: FindingState, event: FindingResolved) -> FindingState:
+    return replace(
+        state, status="resolved", decision=event.decision, reviewer=event.reviewer, resolved_at=event.at
+    )
+
+
+evolve_finding = Lifecycle("finding", FindingOpened, _finding_opened, FindingResolved, _finding_resolved)
 
 
 class ResolveFinding(msgspec.Struct, frozen=True, kw_only=True):
@@ -245,31 +242,27 @@ class DecisionState(msgspec.Struct, frozen=True, kw_only=True):
     version: int = 0
 
 
-def evolve_decision(state: DecisionState | None, event: Event) -> DecisionState:
-    if isinstance(event, ConflictSettled):
-        return DecisionState(
-            id=event.decision_id,
-            namespace=event.namespace,
-            winner=event.winner,
-            loser=event.loser,
-            judge=event.judge,
-            rule=event.rule,
-            explanation=event.explanation,
-            dial=event.dial,
-            settled_at=event.at,
-            version=1,
-        )
-    if isinstance(event, SettlementOverturned) and state is not None:
-        return replace(
-            state,
-            status="overturned",
-            reviewer=event.reviewer,
-            restored=event.restored,
-            overturned_at=event.at,
-            version=state.version + 1,
-        )
-    msg = f"not a settlement event: {type(event).__name__}"
-    raise TypeError(msg)
+def _settled(event: ConflictSettled) -> DecisionState:
+    return DecisionState(
+        id=event.decision_id,
+        namespace=event.namespace,
+        winner=event.winner,
+        loser=event.loser,
+        judge=event.judge,
+        rule=event.rule,
+        explanation=event.explanation,
+        dial=event.dial,
+        settled_at=event.at,
+    )
+
+
+def _overturned(state: DecisionState, event: SettlementOverturned) -> DecisionState:
+    return replace(
+        state, status="overturned", reviewer=event.reviewer, restored=event.restored, overturned_at=event.at
+    )
+
+
+evolve_decision = Lifecycle("settlement", ConflictSettled, _settled, SettlementOverturned, _overturned)
 
 
 class OverturnDecision(msgspec.Struct, frozen=True, kw_only=True):

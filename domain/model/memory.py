@@ -31,6 +31,7 @@ from memwarden.domain.model.events import (
     Provenance,
     TrustTier,
 )
+from memwarden.domain.model.lifecycle import Lifecycle
 from memwarden.domain.model.text import normalize
 from memwarden.domain.model.trust import rank_of
 
@@ -248,29 +249,29 @@ class DisputeState(msgspec.Struct, frozen=True, kw_only=True):
     version: int = 0
 
 
-def evolve_dispute(state: DisputeState | None, event: Event) -> DisputeState:
-    if isinstance(event, DisputeOpened):
-        return DisputeState(
-            id=event.dispute_id,
-            namespace=event.namespace,
-            memory_id=event.memory_id,
-            incumbent_id=event.incumbent_id,
-            reason=event.reason,
-            opened_at=event.at,
-            version=1,
-        )
-    if isinstance(event, DisputeResolved) and state is not None:
-        return replace(
-            state,
-            status="resolved",
-            decision=event.decision,
-            reviewer=event.reviewer,
-            resolved_at=event.at,
-            replacement_id=event.replacement_id,
-            version=state.version + 1,
-        )
-    msg = f"not a dispute event: {type(event).__name__}"
-    raise TypeError(msg)
+def _dispute_opened(event: DisputeOpened) -> DisputeState:
+    return DisputeState(
+        id=event.dispute_id,
+        namespace=event.namespace,
+        memory_id=event.memory_id,
+        incumbent_id=event.incumbent_id,
+        reason=event.reason,
+        opened_at=event.at,
+    )
+
+
+def _dispute_resolved(state: DisputeState, event: DisputeResolved) -> DisputeState:
+    return replace(
+        state,
+        status="resolved",
+        decision=event.decision,
+        reviewer=event.reviewer,
+        resolved_at=event.at,
+        replacement_id=event.replacement_id,
+    )
+
+
+evolve_dispute = Lifecycle("dispute", DisputeOpened, _dispute_opened, DisputeResolved, _dispute_resolved)
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
