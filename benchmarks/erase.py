@@ -27,7 +27,7 @@ from memwarden.domain.model.erasure import Forget
 from memwarden.domain.model.events import AuditRecorded, MemoryWritten, Provenance
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import tenant_of
-from memwarden.domain.services.memory import utcnow
+from memwarden.domain.services.commands import utcnow
 
 SIZES = (1, 100, 10_000)
 NAMESPACE = "bench/erase"

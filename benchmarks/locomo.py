@@ -40,7 +40,7 @@ from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.embedding.rerank import reranker_from_env
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.memory import BatchItem
+from memwarden.domain.services.write_results import BatchItem
 from memwarden.projections.search.drivers import (
     BASELINE,
     RERANK_DEPTH,

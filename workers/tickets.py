@@ -34,7 +34,7 @@ from memwarden.domain.background import Supervised
 from memwarden.domain.ledger.database import database_outage
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.memory import BatchItem
+from memwarden.domain.services.write_results import BatchItem
 
 log = logging.getLogger(__name__)
 STALE_SECONDS = 60.0

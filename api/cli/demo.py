@@ -18,7 +18,7 @@ from memwarden.domain.ledger.recorder import verify_tables
 from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import Settings
 from memwarden.projections.search.service import SearchQuery
 

@@ -48,7 +48,8 @@ from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import validate_namespace
 from memwarden.domain.model.write import Rejection
 from memwarden.domain.services.knowledge import markdown_files, read_text
-from memwarden.domain.services.memory import MAX_BATCH_ITEMS, BatchItem, MemoryService, WriteResult
+from memwarden.domain.services.memory import MemoryService
+from memwarden.domain.services.write_results import MAX_BATCH_ITEMS, BatchItem, WriteResult
 
 MAX_MARKDOWN_BYTES = 1_048_576
 """A Markdown file larger than this is refused unread (the content limit is far below)."""

@@ -52,9 +52,10 @@ from memwarden.domain.model.memory import Claim, MemoryState, evolve_memory
 from memwarden.domain.model.settling import Pair
 from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.leases import Leases
-from memwarden.domain.services.memory import MemoryService, Vectors
+from memwarden.domain.services.memory import MemoryService
 from memwarden.domain.services.ports import Neighbours, Pending
 from memwarden.domain.services.streams import fold
+from memwarden.domain.services.vectors import Vectors
 
 log = logging.getLogger(__name__)
 S = TypeVar("S")
@@ -332,7 +333,7 @@ class AutopilotService:
                 result=lambda position: DecisionResult(
                     decision=_present(self.decision(decision.id)), position=position
                 ),
-                events=self.memory.embedded(events, vectors),
+                events=self.memory.embedding.embedded(events, vectors),
                 versions=versions,
                 note=Note("overturned", subjects=(decision.id,)),
                 new_keys=list(keys.values()),

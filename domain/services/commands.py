@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Generic, TypeVar
 from uuid import UUID
 
@@ -23,7 +23,7 @@ import msgspec
 from memwarden.domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
 from memwarden.domain.ledger.database import unavailable
 from memwarden.domain.ledger.mapper import Recorded
-from memwarden.domain.model.errors import DomainError, InvalidState, NotFound
+from memwarden.domain.model.errors import DomainError, InvalidRequest, InvalidState, NotFound
 from memwarden.domain.model.events import AuditOutcome, Event
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
@@ -34,6 +34,21 @@ MAX_ATTEMPTS = 12
 """How many times a command is decided again after a stream conflict, by default."""
 R = TypeVar("R")
 T = TypeVar("T")
+C = TypeVar("C", bound=msgspec.Struct)
+
+
+def validated(command: C) -> C:
+    """Check a command's field types: a Struct built in Python is not validated, and a
+    wrongly typed value must never reach the ledger (it could not be decoded again)."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(command), type(command))
+    except (msgspec.ValidationError, TypeError) as error:
+        raise InvalidRequest(f"invalid {type(command).__name__}: {error}") from error
+
+
+def utcnow() -> datetime:
+    """The services' clock, unless the composition root gives them another."""
+    return datetime.now(UTC)
 
 
 class TooMuchContention(InvalidState):

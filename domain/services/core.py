@@ -11,9 +11,10 @@ from memwarden.domain.ledger.app import Ledger, StreamConflict, ledger_env
 from memwarden.domain.ledger.audit_spool import AuditSpool
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
+from memwarden.domain.services.claims import ClaimIds
 from memwarden.domain.services.erasure import ErasureService
 from memwarden.domain.services.governance import GovernanceService
-from memwarden.domain.services.memory import ClaimIds, MemoryService
+from memwarden.domain.services.memory import MemoryService
 from memwarden.domain.settings import Settings
 
 PrepareDatabase = Callable[[ConnectionParams, bool], None]

@@ -47,8 +47,7 @@ from memwarden.domain.model.policies import (
     policy_stream,
 )
 from memwarden.domain.model.shares import decide_pin, decide_share
-from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
-from memwarden.domain.services.memory import utcnow
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry, utcnow
 
 CACHE_SECONDS = 1.0
 MAX_ATTEMPTS = 8

@@ -43,8 +43,7 @@ from memwarden.domain.model.knowledge import (
 from memwarden.domain.model.namespaces import validate_namespace
 from memwarden.domain.model.storable import check_storable
 from memwarden.domain.model.text import quote_text
-from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
-from memwarden.domain.services.memory import utcnow
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry, utcnow
 
 OP = "knowledge_publish"
 MAX_ATTEMPTS = 8

@@ -81,6 +81,11 @@ def fold(events: Iterable[Recorded], evolve: Callable[[S | None, Event], S]) -> 
     return state
 
 
+def versions_of(*groups: Iterable[Claim | MemoryState | DisputeState]) -> dict[UUID, int]:
+    """The stream version of every state read: what a decision on them expects to extend."""
+    return {state.id: state.version for group in groups for state in group}
+
+
 class Streams:
     """Typed loaders for the three kinds of state the deciders read."""
 

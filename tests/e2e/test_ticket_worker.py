@@ -25,7 +25,7 @@ from memwarden.api.http.state import WriteTickets
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.events import AuditRecorded, MemoryWritten
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.memory import QUEUED_OP
+from memwarden.domain.services.write_results import QUEUED_OP
 from memwarden.domain.settings import Settings
 from memwarden.workers.actors import TICKETS_QUEUE, TicketSender, redis_broker
 from memwarden.workers.tickets import TicketStore, TicketWorker

@@ -19,7 +19,7 @@ from memwarden.domain.model.events import ConflictsJudged, FindingOpened
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.leases import LeaseBusy
 from memwarden.domain.model.policies import PolicyBody
-from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import Settings
 from memwarden.projections.listing import ListQuery
 from memwarden.workers.main import InProcessAutopilot

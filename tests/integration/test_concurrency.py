@@ -29,7 +29,7 @@ from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.memory import MemoryState
 from memwarden.domain.model.text import normalize
 from memwarden.domain.services.core import Core
-from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import SCHEMA, Settings
 
 T = TypeVar("T")

@@ -17,7 +17,7 @@ from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.events import AuditRecorded
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.core import Core
-from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import Settings
 from tests.integration.test_concurrency import RACERS, race
 from tests.local_http import LocalServer, send

@@ -18,7 +18,7 @@ from memwarden.domain.model.errors import DomainError, Forbidden, InvalidRequest
 from memwarden.domain.model.events import AuditRecorded
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.core import Core
-from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import SCHEMA, Settings
 
 AGENT = Identity("acme/eng", "agent-1", "agent", "document")

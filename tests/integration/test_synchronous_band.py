@@ -23,7 +23,7 @@ from memwarden.domain.model.events import ConflictSettled, Event, FindingOpened,
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.model.write import Outcome
-from memwarden.domain.services.memory import WriteResult
+from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import Settings
 
 AGENT = Identity(namespace="acme/eng/platform", actor="bot", role="agent", max_provenance="document")

@@ -14,7 +14,7 @@ from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.events import AuditRecorded, MemoryWritten
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.memory import QUEUED_OP, BatchItem
+from memwarden.domain.services.write_results import QUEUED_OP, BatchItem
 from memwarden.domain.settings import Settings
 from memwarden.workers.actors import run_ticket
 from memwarden.workers.tickets import TicketStore, apply_ticket

@@ -19,7 +19,8 @@ from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.memory import MemoryState, evolve_memory
 from memwarden.domain.model.namespaces import ancestors
-from memwarden.domain.services.memory import ClaimIds, MemoryService
+from memwarden.domain.services.claims import ClaimIds
+from memwarden.domain.services.memory import MemoryService
 from memwarden.domain.settings import Settings
 from memwarden.projections.timeline.service import AsOfQuestion
 

@@ -1,0 +1,49 @@
+"""``verify``: another actor countersigns (or refutes) a memory, run by the command runner."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import msgspec
+
+from memwarden.domain.model.commands import VerifyMemory
+from memwarden.domain.model.events import TrustTier
+from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.verification import decide_verify
+from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry, validated
+from memwarden.domain.services.streams import Streams
+
+
+class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    trust_tier: TrustTier
+    position: int
+
+
+class VerificationService:
+    def __init__(self, streams: Streams, runner: CommandRunner) -> None:
+        self.streams = streams
+        self.runner = runner
+
+    def verify(self, identity: Identity, command: VerifyMemory, now: datetime | None = None) -> VerifyResult:
+        return self.runner.audited(
+            identity, "verify", lambda: self._verify(identity, validated(command), now)
+        )
+
+    def _verify(self, identity: Identity, checked: VerifyMemory, now: datetime | None) -> VerifyResult:
+        def decide(at: datetime) -> Decided[VerifyResult]:
+            memory = self.streams.memories([checked.memory_id]).get(checked.memory_id)
+            event = decide_verify(checked, identity, memory, at)
+            assert memory is not None
+            return Decided(
+                result=lambda position: VerifyResult(
+                    id=memory.id, trust_tier=event.trust_tier, position=position
+                ),
+                events=[event],
+                versions={memory.id: memory.version},
+                note=Note("supports" if checked.supports else "refutes", subjects=(memory.id,)),
+            )
+
+        retry = Retry("the memory kept changing; retry the verification")
+        return self.runner.run(identity, "verify", decide, retry, now)
