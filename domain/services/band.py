@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
 from uuid import UUID
 
 from memwarden.domain.model.autopilot import NEIGHBOURS_K, SUPERSEDE_MIN_COSINE
@@ -21,21 +20,10 @@ from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.judging import Judge, JudgeUnavailable, Statement
 from memwarden.domain.model.memory import MemoryState
 from memwarden.domain.model.settling import Pair
+from memwarden.domain.ports import Similar
 from memwarden.domain.services.streams import Streams
 
 log = logging.getLogger(__name__)
-
-
-class Similar(Protocol):
-    """The read model the band needs: for each of ``vectors``, the ``k`` current memories of
-    ``namespace`` (itself only) nearest to it, with their cosine, best first; one lookup
-    for all of them."""
-
-    def similar(
-        self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float, model: str | None = None
-    ) -> list[list[tuple[UUID, float]]]:
-        """Nothing found when the index serves another model than ``model``, the vectors'."""
-        ...
 
 
 class Banded:

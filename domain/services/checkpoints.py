@@ -18,6 +18,7 @@ from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.ledger.checkpoints import Checkpoint
 from memwarden.domain.model.checkpoints import CHECKPOINTS, LEDGER_SCOPE, OWN_EVENTS, checkpoint_due
 from memwarden.domain.model.leases import Lease
+from memwarden.domain.ports import TreeRoot
 from memwarden.domain.services.commands import CommandRunner, Decided
 from memwarden.domain.services.leases import Leases
 
@@ -32,7 +33,7 @@ class CheckpointService:
         runner: CommandRunner,
         leases: Leases,
         clock: Callable[[], datetime],
-        tree_root: Callable[[int], bytes],
+        tree_root: TreeRoot,
         every_events: int = DEFAULT_EVERY_EVENTS,
         every_seconds: float = DEFAULT_EVERY_SECONDS,
     ) -> None:

@@ -1,5 +1,5 @@
-"""The autopilot's ``Neighbours`` port and the write's ``Similar`` (domain/services/ports.py,
-domain/services/band.py), on the search index.
+"""The autopilot's ``Neighbours`` port and the write's ``Similar`` (domain/ports.py), on the
+search index.
 
 A memory's neighbours are found with the vector lane of the same scoped view a search
 uses, with the memory's own stored embedding as the query (never re-embedded), in the

@@ -1,5 +1,5 @@
 """The ports: what the services need from the read side, as Protocols a projection
-implements (the composition root, bootstrap/runtime.py, wires them). A read model is only
+implements (the composition root, bootstrap/, wires them; docs/architecture.md §2 and §10). A read model is only
 ever a hint to a command: what it decides on is loaded from the ledger, except where a
 service reads to record what a caller was shown (assemble, fault)."""
 
@@ -49,9 +49,33 @@ class Pending(Protocol):
 
 class Members(Protocol):
     """The ids of a namespace's newest memories (``Members``), or of its newest faults
-    (``Faults`` in domain/services/consolidation.py), once the read models reached ``after``."""
+    (``Faults``), once the read models reached ``after``."""
 
     def __call__(self, namespace: str, limit: int, after: int | None = None) -> list[UUID]: ...
+
+
+Faults = Members
+"""Consolidation's second read: a namespace's newest faults (the faults themselves are read
+from the ledger)."""
+
+
+class Similar(Protocol):
+    """The read model the synchronous band needs: for each of ``vectors``, the ``k`` current
+    memories of ``namespace`` (itself only) nearest to it, with their cosine, best first; one
+    lookup for all of them."""
+
+    def similar(
+        self, namespace: str, vectors: Sequence[bytes], k: int, min_cosine: float, model: str | None = None
+    ) -> list[list[tuple[UUID, float]]]:
+        """Nothing found when the index serves another model than ``model``, the vectors'."""
+        ...
+
+
+class TreeRoot(Protocol):
+    """The Merkle tree's root hash over the first ``size`` ledger records (the tree's read
+    model), which a checkpoint signs."""
+
+    def __call__(self, size: int) -> bytes: ...
 
 
 class ErasureLookup(Protocol):
