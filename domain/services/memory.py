@@ -11,7 +11,7 @@ loader, the command runner, the clock and id source, the embedding):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from uuid import UUID
 
@@ -19,18 +19,16 @@ from memwarden.domain.embedding import Embedder
 from memwarden.domain.extraction import Extractor
 from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.ledger.entropy import new_uuid
-from memwarden.domain.model.commands import ResolveDispute, VerifyMemory, WriteMemory, WritePolicy
-from memwarden.domain.model.identity import Identity
+from memwarden.domain.model.commands import WritePolicy
 from memwarden.domain.model.memory import DisputeState, MemoryState
-from memwarden.domain.model.write import Rejection
 from memwarden.domain.services.band import SynchronousBand
 from memwarden.domain.services.claims import ClaimIds
 from memwarden.domain.services.commands import CommandRunner, utcnow
-from memwarden.domain.services.disputes import DisputeService, ResolveResult
+from memwarden.domain.services.disputes import DisputeService
+from memwarden.domain.services.memory_context import MemoryContext
 from memwarden.domain.services.streams import Streams
 from memwarden.domain.services.vectors import Embedding
-from memwarden.domain.services.verification import VerificationService, VerifyResult
-from memwarden.domain.services.write_results import BatchItem, BatchResult, WriteResult
+from memwarden.domain.services.verification import VerificationService
 from memwarden.domain.services.writes import WriteService
 
 
@@ -57,21 +55,19 @@ class MemoryService:
         # late-bound: a caller may swap the clock, the id source or the band after construction
         late_id = lambda: self.new_id()  # noqa: E731, PLW0108
         self.runner = CommandRunner(ledger, self.streams, lambda: self.clock(), late_id)  # noqa: PLW0108
-        self.writes = WriteService(
-            ledger,
-            self.streams,
-            self.runner,
-            claim_ids,
-            self.policy_for,
-            self.embedding,
-            extractor,
-            late_id,
-            lambda: self.band,
-        )
-        self.disputes = DisputeService(
+        shared = MemoryContext(
             ledger, self.streams, self.runner, claim_ids, self.policy_for, self.embedding, late_id
         )
-        self.verification = VerificationService(self.streams, self.runner)
+        self.writes = WriteService(shared, extractor, lambda: self.band)
+        self.disputes = DisputeService(shared)
+        self.verification = VerificationService(shared)
+        # the commands, each answered by the part that owns it
+        self.write = self.writes.write
+        self.queue_write = self.writes.queue_write
+        self.run_queued = self.writes.run_queued
+        self.write_batch = self.writes.write_batch
+        self.resolve_dispute = self.disputes.resolve_dispute
+        self.verify = self.verification.verify
 
     @property
     def embedder(self) -> Embedder | None:
@@ -92,37 +88,6 @@ class MemoryService:
     @serving_embedder.setter
     def serving_embedder(self, serving: Callable[[], Embedder | None] | None) -> None:
         self.embedding.serving = serving
-
-    # -- commands ---------------------------------------------------------------------------
-
-    def write(
-        self,
-        identity: Identity,
-        command: WriteMemory,
-        now: datetime | None = None,
-        *,
-        verbatim: bool = False,
-    ) -> WriteResult:
-        return self.writes.write(identity, command, now, verbatim=verbatim)
-
-    def queue_write(self, identity: Identity, item: BatchItem, enqueue: Callable[[BatchItem], UUID]) -> UUID:
-        return self.writes.queue_write(identity, item, enqueue)
-
-    def run_queued(self, identity: Identity, item: BatchItem) -> WriteResult:
-        return self.writes.run_queued(identity, item)
-
-    def write_batch(
-        self, identity: Identity, entries: Sequence[BatchItem | Rejection], now: datetime | None = None
-    ) -> BatchResult:
-        return self.writes.write_batch(identity, entries, now)
-
-    def resolve_dispute(
-        self, identity: Identity, command: ResolveDispute, now: datetime | None = None
-    ) -> ResolveResult:
-        return self.disputes.resolve_dispute(identity, command, now)
-
-    def verify(self, identity: Identity, command: VerifyMemory, now: datetime | None = None) -> VerifyResult:
-        return self.verification.verify(identity, command, now)
 
     # -- reading authoritative state ---------------------------------------------------------
 

@@ -11,8 +11,8 @@ from memwarden.domain.model.commands import VerifyMemory
 from memwarden.domain.model.events import TrustTier
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.verification import decide_verify
-from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry, validated
-from memwarden.domain.services.streams import Streams
+from memwarden.domain.services.commands import Decided, Note, Retry, validated
+from memwarden.domain.services.memory_context import MemoryContext
 
 
 class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -22,18 +22,17 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class VerificationService:
-    def __init__(self, streams: Streams, runner: CommandRunner) -> None:
-        self.streams = streams
-        self.runner = runner
+    def __init__(self, shared: MemoryContext) -> None:
+        self.shared = shared
 
     def verify(self, identity: Identity, command: VerifyMemory, now: datetime | None = None) -> VerifyResult:
-        return self.runner.audited(
+        return self.shared.runner.audited(
             identity, "verify", lambda: self._verify(identity, validated(command), now)
         )
 
     def _verify(self, identity: Identity, checked: VerifyMemory, now: datetime | None) -> VerifyResult:
         def decide(at: datetime) -> Decided[VerifyResult]:
-            memory = self.streams.memories([checked.memory_id]).get(checked.memory_id)
+            memory = self.shared.streams.memories([checked.memory_id]).get(checked.memory_id)
             event = decide_verify(checked, identity, memory, at)
             assert memory is not None
             return Decided(
@@ -46,4 +45,4 @@ class VerificationService:
             )
 
         retry = Retry("the memory kept changing; retry the verification")
-        return self.runner.run(identity, "verify", decide, retry, now)
+        return self.shared.runner.run(identity, "verify", decide, retry, now)

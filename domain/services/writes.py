@@ -13,17 +13,17 @@ from uuid import UUID
 import msgspec
 
 from memwarden.domain.extraction import ExtractionFailed, Extractor
-from memwarden.domain.ledger.app import Ledger, NewMemoryKey
+from memwarden.domain.ledger.app import NewMemoryKey
 from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory, WritePolicy
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.events import ClaimKind
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.write import MAX_TAGS, Rejection, check_write_allowed
 from memwarden.domain.services.band import Banded, SynchronousBand, banded
-from memwarden.domain.services.claims import ClaimIds
-from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry, validated
-from memwarden.domain.services.streams import Streams, versions_of
-from memwarden.domain.services.vectors import Embedding, embed
+from memwarden.domain.services.commands import Decided, Note, Retry, validated
+from memwarden.domain.services.memory_context import MemoryContext
+from memwarden.domain.services.streams import versions_of
+from memwarden.domain.services.vectors import embed
 from memwarden.domain.services.write_parts import (
     Absent,
     Bands,
@@ -57,25 +57,13 @@ log = logging.getLogger(__name__)
 class WriteService:
     def __init__(
         self,
-        ledger: Ledger,
-        streams: Streams,
-        runner: CommandRunner,
-        claim_ids: ClaimIds,
-        policy_for: Callable[[str], WritePolicy],
-        embedding: Embedding,
+        shared: MemoryContext,
         extractor: Extractor | None,
-        new_id: Callable[[], UUID],
         band: Callable[[], SynchronousBand | None],
     ) -> None:
         """``band``: the synchronous band, asked at each write (None: no band)."""
-        self.ledger = ledger
-        self.streams = streams
-        self.runner = runner
-        self.claim_ids = claim_ids
-        self.policy_for = policy_for
-        self.embedding = embedding
+        self.shared = shared
         self.extractor = extractor
-        self.new_id = new_id
         self.band = band
 
     def write(
@@ -90,7 +78,7 @@ class WriteService:
         false, the content is first split into facts, each decided on its own, all in one
         append; otherwise (or when extraction fails) the content is stored verbatim and the
         result and the audit record say why."""
-        return self.runner.audited(
+        return self.shared.runner.audited(
             identity, "write", lambda: self._write(identity, "write", validated(command), now, verbatim)
         )
 
@@ -110,15 +98,15 @@ class WriteService:
 
         def queued() -> UUID:
             ticket = enqueue(BatchItem(command=validated(item.command), verbatim=item.verbatim))
-            self.runner.record(identity, "write", "ok", f"queued as ticket {ticket}")
+            self.shared.runner.record(identity, "write", "ok", f"queued as ticket {ticket}")
             return ticket
 
-        return self.runner.audited(identity, "write", queued)
+        return self.shared.runner.audited(identity, "write", queued)
 
     def run_queued(self, identity: Identity, item: BatchItem) -> WriteResult:
         """Run a queued write: as ``write``, audited as ``QUEUED_OP`` (the syscall, ``write``,
         was audited when it was queued)."""
-        return self.runner.audited(
+        return self.shared.runner.audited(
             identity,
             QUEUED_OP,
             lambda: self._write(identity, QUEUED_OP, validated(item.command), None, item.verbatim),
@@ -132,7 +120,9 @@ class WriteService:
         and append them all at once with one audit record naming every memory. An item that
         a rule refuses (or a ``Rejection`` the caller found while reading it) is rejected on
         its own; the rest go in. Their new memories are embedded in one call."""
-        return self.runner.audited(identity, "write_batch", lambda: self._write_batch(identity, entries, now))
+        return self.shared.runner.audited(
+            identity, "write_batch", lambda: self._write_batch(identity, entries, now)
+        )
 
     def _write_batch(
         self, identity: Identity, entries: Sequence[BatchItem | Rejection], at: datetime | None
@@ -172,7 +162,7 @@ class WriteService:
         in one call (the embedder sorts them by length into batches), their neighbours looked
         up in one, so a batch of writes costs one model call and one lookup, not one a fact.
         Empty without a band or an embedder."""
-        band, embedder = self.band(), self.embedding.embedder
+        band, embedder = self.band(), self.shared.embedding.embedder
         if band is None or embedder is None:
             return {}
         facts = list({band_key(f): f for s in splits for f in s.commands if banded(f)}.values())
@@ -195,7 +185,7 @@ class WriteService:
         """Decide every write in order and append all of them in one transaction (on a
         stream conflict, on fresh state). ``strict``: a rule that refuses a fact raises (a
         single write's 400) instead of rejecting that fact."""
-        policy = self.policy_for(identity.namespace)
+        policy = self.shared.policy_for(identity.namespace)
         absent = Absent(frozenset(item.text_claim_id for w in writes for item in w.items))
         new_keys: dict[UUID, NewMemoryKey] = {}
         vectors = band_vectors(writes)  # embedded once, whatever the retries
@@ -206,17 +196,17 @@ class WriteService:
             writers = [d.memory_id for d in decisions if d.memory_id is not None and writes_memory(d)]
             for memory_id in writers:
                 if memory_id not in new_keys:
-                    new_keys[memory_id] = self.ledger.new_data_key(memory_id)
+                    new_keys[memory_id] = self.shared.ledger.new_data_key(memory_id)
             return Decided(
                 result=int,
-                events=self.embedding.embedded([e for d in decisions for e in d.events], vectors),
+                events=self.shared.embedding.embedded([e for d in decisions for e in d.events], vectors),
                 versions=versions,
                 note=note_of(writes, None in vectors.values()),
                 new_keys=[new_keys[memory_id] for memory_id in writers],
             )
 
         retry = Retry("the memory's claims kept changing; retry the write", on_conflict=absent.clear)
-        return self.runner.run(identity, op, decide, retry, now)
+        return self.shared.runner.run(identity, op, decide, retry, now)
 
     def _decide_writes(
         self,
@@ -233,8 +223,8 @@ class WriteService:
         so its content is never lost."""
         while True:
             items = [item for w in writes for item in w.items]
-            claims = self.streams.claims([x for item in items for x in item.wanted], absent.ids)
-            holders = self.streams.memories(h for c in claims.values() for h in c.holders)
+            claims = self.shared.streams.claims([x for item in items for x in item.wanted], absent.ids)
+            holders = self.shared.streams.memories(h for c in claims.values() for h in c.holders)
             versions = versions_of(claims.values(), holders.values())
             decide_in_order(identity, writes, claims, holders, policy, now, strict=strict)
             rejudged = [w for w in writes if w.command is not None and w.split.extracted and w.all_rejected]
@@ -256,8 +246,8 @@ class WriteService:
         found = bands.get(band_key(fact), Banded())
         for pair in found.contradicted:
             assert pair.neighbour.content is not None
-            wanted.append((self.claim_ids.text(namespace, pair.neighbour.content), "text", namespace))
-        return Item(fact, self.new_id(), self.new_id(), wanted, found, self.new_id)
+            wanted.append((self.shared.claim_ids.text(namespace, pair.neighbour.content), "text", namespace))
+        return Item(fact, self.shared.new_id(), self.shared.new_id(), wanted, found, self.shared.new_id)
 
     def _split(self, command: WriteMemory, verbatim: bool) -> Split:
         """The write's facts, or the command itself with the reason it stays verbatim."""
@@ -293,13 +283,15 @@ class WriteService:
         source ref: the ref names the whole content, and one fact must not refresh (retire)
         another fact of the same content."""
         wanted: list[tuple[UUID, ClaimKind, str]] = [
-            (self.claim_ids.text(namespace, command.content), "text", namespace)
+            (self.shared.claim_ids.text(namespace, command.content), "text", namespace)
         ]
         if command.subject is not None and command.attribute is not None:
             wanted.append(
-                (self.claim_ids.slot(namespace, command.subject, command.attribute), "slot", namespace)
+                (self.shared.claim_ids.slot(namespace, command.subject, command.attribute), "slot", namespace)
             )
         if command.provenance.ref is not None and not split.extracted:
-            ref_id = self.claim_ids.source_ref(namespace, command.provenance.source, command.provenance.ref)
+            ref_id = self.shared.claim_ids.source_ref(
+                namespace, command.provenance.source, command.provenance.ref
+            )
             wanted.append((ref_id, "source_ref", namespace))
         return wanted

@@ -28,75 +28,62 @@ times = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1,
 words = st.text(min_size=1, max_size=12)
 reasons = st.none() | words
 
-disputes = st.uuids().flatmap(
-    lambda stream: st.tuples(
-        st.builds(
-            DisputeOpened,
-            at=times,
-            dispute_id=st.just(stream),
-            namespace=words,
-            memory_id=st.uuids(),
-            incumbent_id=st.uuids(),
-            reason=words,
-        ),
-        st.builds(
-            DisputeResolved,
-            at=times,
-            dispute_id=st.just(stream),
-            decision=st.sampled_from(["uphold_new", "keep_old", "edit", "both_valid"]),
-            reviewer=words,
-            reason=reasons,
-            replacement_id=st.none() | st.uuids(),
-        ),
+
+def stream(
+    field: str, opening: type[Event], opened: dict[str, Any], closing: type[Event], closed: dict[str, Any]
+) -> st.SearchStrategy[tuple[Event, Event]]:
+    """An opening and a closing event of one stream (``field`` names it), with the given
+    strategies for their other fields."""
+    return st.uuids().flatmap(
+        lambda stream_id: st.tuples(
+            st.builds(opening, at=times, **{field: st.just(stream_id)}, **opened),
+            st.builds(closing, at=times, **{field: st.just(stream_id)}, **closed),
+        )
     )
+
+
+disputes = stream(
+    "dispute_id",
+    DisputeOpened,
+    {"namespace": words, "memory_id": st.uuids(), "incumbent_id": st.uuids(), "reason": words},
+    DisputeResolved,
+    {
+        "decision": st.sampled_from(["uphold_new", "keep_old", "edit", "both_valid"]),
+        "reviewer": words,
+        "reason": reasons,
+        "replacement_id": st.none() | st.uuids(),
+    },
 )
-findings = st.uuids().flatmap(
-    lambda stream: st.tuples(
-        st.builds(
-            FindingOpened,
-            at=times,
-            finding_id=st.just(stream),
-            namespace=words,
-            memory_a=st.uuids(),
-            memory_b=st.uuids(),
-            judge=words,
-            rule=words,
-            explanation=words,
-            cosine=st.floats(-1, 1),
-        ),
-        st.builds(
-            FindingResolved,
-            at=times,
-            finding_id=st.just(stream),
-            decision=st.sampled_from(["keep_a", "keep_b", "both_valid", "dismiss"]),
-            reviewer=words,
-            reason=reasons,
-        ),
-    )
+judged = {"judge": words, "rule": words, "explanation": words}
+findings = stream(
+    "finding_id",
+    FindingOpened,
+    {
+        "namespace": words,
+        "memory_a": st.uuids(),
+        "memory_b": st.uuids(),
+        "cosine": st.floats(-1, 1),
+        **judged,
+    },
+    FindingResolved,
+    {
+        "decision": st.sampled_from(["keep_a", "keep_b", "both_valid", "dismiss"]),
+        "reviewer": words,
+        "reason": reasons,
+    },
 )
-settlements = st.uuids().flatmap(
-    lambda stream: st.tuples(
-        st.builds(
-            ConflictSettled,
-            at=times,
-            decision_id=st.just(stream),
-            namespace=words,
-            winner=st.uuids(),
-            loser=st.uuids(),
-            judge=words,
-            rule=words,
-            explanation=words,
-            dial=st.sampled_from(["auto", "lower_trust", "all"]),
-        ),
-        st.builds(
-            SettlementOverturned,
-            at=times,
-            decision_id=st.just(stream),
-            reviewer=words,
-            restored=st.uuids(),
-            reason=reasons,
-        ),
-    )
+settlements = stream(
+    "decision_id",
+    ConflictSettled,
+    {
+        "namespace": words,
+        "winner": st.uuids(),
+        "loser": st.uuids(),
+        "dial": st.sampled_from(["auto", "lower_trust", "all"]),
+        **judged,
+    },
+    SettlementOverturned,
+    {"reviewer": words, "restored": st.uuids(), "reason": reasons},
 )
 
 Evolve = Callable[[Any, Event], Any]
