@@ -37,51 +37,6 @@ from memwarden.domain.services.write_results import (
 )
 
 
-def write_note(writes: Sequence[Write], unembedded: bool) -> Note:
-    """One record for the whole write: every fact's outcome, how the content was taken
-    (extracted, or verbatim and why), and every memory it names."""
-    (write,) = writes
-    decisions = write.decisions
-    outcomes = ", ".join(outcome_detail(d) for d in decisions)
-    if write.split.extracted:
-        detail = f"extracted=true, {len(decisions)} facts: {outcomes}"
-    else:
-        detail = f"extracted=false ({write.split.verbatim_reason}): {outcomes}"
-    return named_note(writes, detail, unembedded)
-
-
-def batch_note(writes: Sequence[Write], unembedded: bool) -> Note:
-    """One record for the batch, as for every syscall: the items' outcomes counted, the
-    rejected ones by index and first reason, and every memory the batch names."""
-    counts = Counter(w.outcome for w in writes)
-    detail = f"{len(writes)} items: " + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
-    rejected = [f"#{i} {w.rejections[0].reason}" for i, w in enumerate(writes) if w.outcome == "rejected"]
-    if rejected:
-        detail += "; rejected " + ", ".join(rejected)
-    return named_note(writes, detail, unembedded)
-
-
-def named_note(writes: Sequence[Write], detail: str, unembedded: bool) -> Note:
-    """Denied when nothing was taken; names every memory the writes decided on."""
-    if unembedded:
-        detail += "; " + EMBEDDING_UNAVAILABLE
-    rejected = all(w.all_rejected for w in writes)
-    subjects = tuple(
-        dict.fromkeys(d.memory_id for w in writes for d in w.decisions if d.memory_id is not None)
-    )
-    return Note(detail, "denied" if rejected else "ok", subjects)
-
-
-class Absent:
-    """The claim ids a write guesses are new (not looked up); forgotten after a conflict."""
-
-    def __init__(self, ids: frozenset[UUID]) -> None:
-        self.ids = ids
-
-    def clear(self) -> None:
-        self.ids = frozenset()
-
-
 class Write:
     """One write of a call: its command, how it is taken (``split``), its items and, once
     decided, one decision per item. ``refusal``: refused before any decision."""
@@ -115,39 +70,6 @@ class Write:
         if self.refusal is not None:
             return WriteResult(outcome="rejected", id=None, position=position, rejected=(self.refusal,))
         return write_result(self.decisions, self.split, position)
-
-
-def decide_in_order(
-    identity: Identity,
-    writes: Sequence[Write],
-    claims: dict[UUID, Claim],
-    holders: dict[UUID, MemoryState],
-    policy: WritePolicy,
-    now: datetime,
-    *,
-    strict: bool,
-) -> None:
-    """Decide each item against the state its predecessors leave (folded into ``claims``
-    and ``holders``), so two items of one call meet as two writes one after the other."""
-    for write in writes:
-        write.decisions = []
-        for item in write.items:
-            try:
-                decision = item.decide(identity, claims, holders, policy, now)
-            except DomainError as error:
-                if strict:
-                    raise
-                decision = WriteDecision(outcome="rejected", rejected=(Rejection(error.code, error.detail),))
-            write.decisions.append(decision)
-            fold_into(decision.events, claims, holders)
-
-
-def fold_into(events: Iterable[Event], claims: dict[UUID, Claim], holders: dict[UUID, MemoryState]) -> None:
-    for event in events:
-        if isinstance(event, ClaimSet):
-            claims[event.claim_id] = evolve_claim(claims.get(event.claim_id), event)
-        elif isinstance(event, MemoryWritten | MemorySuperseded | MemoryReaffirmed):
-            holders[event.memory_id] = evolve_memory(holders.get(event.memory_id), event)
 
 
 class Item:
@@ -203,8 +125,86 @@ class Item:
         )
 
 
+class Absent:
+    """The claim ids a write guesses are new (not looked up); forgotten after a conflict."""
+
+    def __init__(self, ids: frozenset[UUID]) -> None:
+        self.ids = ids
+
+    def clear(self) -> None:
+        self.ids = frozenset()
+
+
+def decide_in_order(
+    identity: Identity,
+    writes: Sequence[Write],
+    claims: dict[UUID, Claim],
+    holders: dict[UUID, MemoryState],
+    policy: WritePolicy,
+    now: datetime,
+    *,
+    strict: bool,
+) -> None:
+    """Decide each item against the state its predecessors leave (folded into ``claims``
+    and ``holders``), so two items of one call meet as two writes one after the other."""
+    for write in writes:
+        write.decisions = []
+        for item in write.items:
+            try:
+                decision = item.decide(identity, claims, holders, policy, now)
+            except DomainError as error:
+                if strict:
+                    raise
+                decision = WriteDecision(outcome="rejected", rejected=(Rejection(error.code, error.detail),))
+            write.decisions.append(decision)
+            fold_into(decision.events, claims, holders)
+
+
+def fold_into(events: Iterable[Event], claims: dict[UUID, Claim], holders: dict[UUID, MemoryState]) -> None:
+    for event in events:
+        if isinstance(event, ClaimSet):
+            claims[event.claim_id] = evolve_claim(claims.get(event.claim_id), event)
+        elif isinstance(event, MemoryWritten | MemorySuperseded | MemoryReaffirmed):
+            holders[event.memory_id] = evolve_memory(holders.get(event.memory_id), event)
+
+
 def writes_memory(decision: WriteDecision) -> bool:
     return any(isinstance(e, MemoryWritten) for e in decision.events)
+
+
+def write_note(writes: Sequence[Write], unembedded: bool) -> Note:
+    """One record for the whole write: every fact's outcome, how the content was taken
+    (extracted, or verbatim and why), and every memory it names."""
+    (write,) = writes
+    decisions = write.decisions
+    outcomes = ", ".join(outcome_detail(d) for d in decisions)
+    if write.split.extracted:
+        detail = f"extracted=true, {len(decisions)} facts: {outcomes}"
+    else:
+        detail = f"extracted=false ({write.split.verbatim_reason}): {outcomes}"
+    return named_note(writes, detail, unembedded)
+
+
+def batch_note(writes: Sequence[Write], unembedded: bool) -> Note:
+    """One record for the batch, as for every syscall: the items' outcomes counted, the
+    rejected ones by index and first reason, and every memory the batch names."""
+    counts = Counter(w.outcome for w in writes)
+    detail = f"{len(writes)} items: " + ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+    rejected = [f"#{i} {w.rejections[0].reason}" for i, w in enumerate(writes) if w.outcome == "rejected"]
+    if rejected:
+        detail += "; rejected " + ", ".join(rejected)
+    return named_note(writes, detail, unembedded)
+
+
+def named_note(writes: Sequence[Write], detail: str, unembedded: bool) -> Note:
+    """Denied when nothing was taken; names every memory the writes decided on."""
+    if unembedded:
+        detail += "; " + EMBEDDING_UNAVAILABLE
+    rejected = all(w.all_rejected for w in writes)
+    subjects = tuple(
+        dict.fromkeys(d.memory_id for w in writes for d in w.decisions if d.memory_id is not None)
+    )
+    return Note(detail, "denied" if rejected else "ok", subjects)
 
 
 def outcome_detail(decision: WriteDecision) -> str:
