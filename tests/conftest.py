@@ -19,9 +19,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.bootstrap.migrate import migrate
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
 from tests.processes import METRICS_TOKEN, free_port, start_redis
 
@@ -181,5 +181,5 @@ def on_redis(settings: Settings, redis_url: str) -> Settings:
 
 @pytest.fixture
 def core(settings: Settings) -> Iterator[Core]:
-    with Core(settings) as opened:
+    with open_core(settings) as opened:
         yield opened

@@ -6,6 +6,7 @@ import base64
 import math
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, cast
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -53,7 +54,7 @@ from memwarden.domain.model.events import (
 )
 from memwarden.domain.model.merkle import EMPTY_ROOT
 from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
-from memwarden.domain.settings import LEDGER_CHAINS, SCHEMA
+from memwarden.domain.settings import AUDIT_SPOOL_MAX_BYTES, LEDGER_CHAINS, SCHEMA
 
 
 class StreamConflict(Exception):
@@ -113,7 +114,7 @@ class Ledger(Application[UUID]):
 
     name = "memwarden"
     audit_spool: AuditSpool | None = None
-    """Where the audit records this ledger cannot take now wait for it (set by the core)."""
+    """Where the audit records this ledger cannot take now wait for it (``spool_directory``)."""
 
     def __init__(
         self,
@@ -123,9 +124,14 @@ class Ledger(Application[UUID]):
         chains: str = "global",
         statement_timeout_seconds: float | None = None,
         origin: str | None = None,
+        spool_directory: Path | None = None,
+        spool_max_bytes: int = AUDIT_SPOOL_MAX_BYTES,
     ) -> None:
         """``chains``: ``MEMWARDEN_LEDGER_CHAINS``, ``global`` (one chain, one lock for every
-        tenant) or ``tenant`` (a chain per tenant as well, sequenced onto the global one)."""
+        tenant) or ``tenant`` (a chain per tenant as well, sequenced onto the global one).
+        ``spool_directory``: where the audit records wait that the ledger cannot take now
+        (none: such a record's call is refused); the spool appends them to this ledger, so
+        the ledger makes it."""
         if chains not in LEDGER_CHAINS:
             raise ValueError(f"ledger chains must be one of {', '.join(LEDGER_CHAINS)}, not {chains!r}")
         self.kek = kek
@@ -147,6 +153,18 @@ class Ledger(Application[UUID]):
         self.checkpoints = CheckpointSigner(self.datastore, self.schema, signing_key)
         self.checkpoints.register_public_key()
         self.checkpoint_log = CheckpointLog(self.datastore, self.schema)
+        if spool_directory is not None:
+            self.audit_spool = AuditSpool(
+                spool_directory,
+                self.append_spooled,
+                lambda error: isinstance(error, StreamConflict),
+                spool_max_bytes,
+            )
+
+    def close(self) -> None:
+        if self.audit_spool is not None:
+            self.audit_spool.close()
+        super().close()
 
     def construct_factory(self, env: Environment) -> InfrastructureFactory:
         """The library's factory, its pool tuned before the pool opens: a connection made

@@ -206,20 +206,26 @@ class MemoryService:
         new_id: Callable[[], UUID] = new_uuid,
         embedder: Embedder | None = None,
         extractor: Extractor | None = None,
+        *,
+        streams: Streams | None = None,
+        band: SynchronousBand | None = None,
+        serving_embedder: Callable[[], Embedder | None] | None = None,
     ) -> None:
+        """``streams``: the stream cache shared with the band (and other services of the
+        process); ``band``, ``serving_embedder``: given by the composition root, which has
+        the read models (without them: no band, new memories embedded by ``embedder``)."""
         self.ledger = ledger
         self.configured_embedder = embedder
-        self.serving_embedder: Callable[[], Embedder | None] | None = None
-        """The embedder of the model the search index serves (set by the composition root,
-        which has the read models); without it, the configured one."""
+        self.serving_embedder = serving_embedder
+        """The embedder of the model the search index serves; without it, the configured one."""
         self.extractor = extractor
-        self.streams = Streams(ledger)
+        self.streams = Streams(ledger) if streams is None else streams
         self.claim_ids = claim_ids
         self.policy_for = policy_for or (lambda _namespace: WritePolicy())
         self.clock = clock
         self.new_id = new_id
-        self.band: SynchronousBand | None = None
-        """The synchronous band (set by the composition root, which has the read models)."""
+        self.band = band
+        """The synchronous band: a write's facts judged against their neighbours in its append."""
         # late-bound: a caller may swap the clock or id source after construction
         self.runner = CommandRunner(ledger, self.streams, lambda: self.clock(), lambda: self.new_id())  # noqa: PLW0108
 

@@ -16,9 +16,8 @@ from memwarden.api.http.metrics import Gauge, Labels
 from memwarden.domain.model.identity import COMPLIANCE_ROLES
 from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.namespaces import tenant_of
+from memwarden.domain.model.passes import PassesHealth
 from memwarden.projections.autopilot.views import WorkerGauges
-from memwarden.workers.heartbeats import PassesHealth, passes_probe
-from memwarden.workers.metrics import queue_depth
 
 Req = Request[Any, Any, Any]
 READY_MAX_LAG = 10_000
@@ -83,7 +82,7 @@ def readiness(request: Req) -> Response[dict[str, Any]]:
     projections = {
         s.name: {"position": s.position, "lag": s.lag, "stopped": s.error is not None} for s in statuses
     }
-    passes = passes_probe(state.runtime.settings).health()
+    passes = state.process.passes()
     if problems:
         body: dict[str, Any] = {
             "error": "unavailable",
@@ -111,7 +110,7 @@ def metrics(request: Req) -> str:
         head = state.runtime.ledger.head_position()
         statuses = state.reads.runner.status()
         workers = state.reads.worker_gauges()
-        tickets, oldest = state.tickets.store.open_counts()
+        tickets, oldest = state.tickets.open_counts()
     except Exception:  # noqa: BLE001 - metrics must answer even when the database does not
         reachable = 0
     else:
@@ -121,8 +120,8 @@ def metrics(request: Req) -> str:
         gauges.append(Gauge("projection_lag", "Events a projection is behind the ledger head", lags))
         gauges.extend(_worker_gauges(head, workers))
         gauges.extend(_ticket_gauges(tickets, oldest))
-    gauges.extend(_passes_gauges(passes_probe(state.runtime.settings).health()))
-    depth = queue_depth(state.runtime.settings).rows()
+    gauges.extend(_passes_gauges(state.process.passes()))
+    depth = state.process.queue_depth()
     gauges.append(
         Gauge("worker_queue_depth", "Messages queued for the workers (Redis), or unsent in-process", depth)
     )

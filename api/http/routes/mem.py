@@ -46,7 +46,6 @@ from memwarden.domain.services.working_sets import Capsule, FaultAnswer
 from memwarden.projections.memory_objects.views import MemoryView
 from memwarden.projections.search.service import SearchAnswer
 from memwarden.projections.timeline.memory_at import MemoryAt, read_at
-from memwarden.workers.heartbeats import passes_probe
 
 Req = Request[Any, Any, Any]
 
@@ -86,7 +85,7 @@ class MemController(Controller):
     def write(self, request: Req, data: JSONBody[WriteBody]) -> Response[WriteResponse | TicketResponse]:
         state = api_state(request)
         if data.run_async:
-            ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data))
+            ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data.batch_item()))
             return Response(TicketResponse(ticket), status_code=202)
         result = command(
             request, lambda c: state.memory.write(c.identity, data.command(), verbatim=data.verbatim)
@@ -109,11 +108,13 @@ class MemController(Controller):
         state = api_state(request)
 
         def run(c: Call) -> TicketStatus | None:
-            status = state.tickets.status(data.ticket, c.identity)
-            position = (status.result or {}).get("position") if status is not None else None
+            found = state.tickets.status(data.ticket, c.identity)
+            if found is None:
+                return None
+            position = (found.result or {}).get("position")
             if isinstance(position, int):  # read-your-writes, wherever the ticket ran
                 state.callers.note_write(c.key_id, position)
-            return status
+            return TicketStatus(state=found.state, result=found.result)
 
         return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
 
@@ -183,7 +184,7 @@ class MemController(Controller):
             counts = state.reads.counts(c.identity, after=c.last_write)
             autopilot = state.reads.autopilot_counts(c.identity)
             lag = max(0, state.runtime.ledger.head_position() - state.reads.runner.position())
-            passes = passes_probe(state.runtime.settings).health()
+            passes = state.process.passes()
             return StatsResponse(
                 namespace=c.identity.namespace,
                 **msgspec.structs.asdict(counts),
