@@ -404,7 +404,7 @@ def run_chains_bench(args: argparse.Namespace) -> int:
         ratio=_median_ratio(rows, "tenant"),
         ceiling_ratio=_median_ratio(rows, "sharded"),
         target=TARGET,
-        embedder=os.environ.get("MEMWARDEN_EMBEDDER") or "minilm",
+        embedder=Settings.from_env().embedder,
     )
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from memwarden.bootstrap.migrate import migrate
-from memwarden.domain.embedding import Embedder, embedder_from_env
+from memwarden.domain.embedding import Embedder, embedder_from_settings
 from memwarden.domain.embedding.base import EmbedderWrapper
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from memwarden.domain.settings import Settings
@@ -37,10 +37,10 @@ def bare(embedder: Embedder) -> Embedder:
     return embedder
 
 
-def configured_model(bench: str) -> Embedder:
-    """The model ``MEMWARDEN_EMBEDDER`` names (default MiniLM), bare; a bench that measures
-    vectors needs one, so ``none`` stops it with a clear message."""
-    configured = embedder_from_env()
+def configured_model(bench: str, settings: Settings) -> Embedder:
+    """The model ``settings.embedder`` names (``MEMWARDEN_EMBEDDER``, default MiniLM), bare; a
+    bench that measures vectors needs one, so ``none`` stops it with a clear message."""
+    configured = embedder_from_settings(settings)
     if configured is None:
         raise SystemExit(f"bench {bench} needs an embedder (MEMWARDEN_EMBEDDER=minilm or bge), not none")
     return bare(configured)

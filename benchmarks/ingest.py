@@ -34,7 +34,7 @@ from benchmarks.common import bare, scratch_database
 from benchmarks.cpu import CpuPerOperation, Snapshot, cpu_ticks, per_operation, ticks_used
 from benchmarks.locomo import DEFAULT_DATA
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.domain.embedding import Embedder, embedder_from_env
+from memwarden.domain.embedding import Embedder, embedder_from_settings
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
@@ -119,9 +119,9 @@ def embed_rate(embedder: Embedder, texts: Sequence[str], size: int) -> float:
     return len(texts) / max(time.perf_counter() - began, 1e-9)
 
 
-def embedder_alone(texts: Sequence[str]) -> EmbedderRun | None:
+def embedder_alone(texts: Sequence[str], settings: Settings) -> EmbedderRun | None:
     """The configured model's rate on ``texts`` with the best of ``BATCH_SIZES``."""
-    configured = embedder_from_env()
+    configured = embedder_from_settings(settings)
     if configured is None:
         return None
     model = bare(configured)
@@ -190,7 +190,7 @@ def ingest_over_http(
         server.wait(timeout=30)
     return IngestRun(
         label=label,
-        embedder=embedder or os.environ.get("MEMWARDEN_EMBEDDER") or "minilm",
+        embedder=embedder or settings.embedder,
         clients=clients,
         batch=batch,
         memories=len(texts),
@@ -266,12 +266,13 @@ def run_ingest_bench(args: argparse.Namespace) -> int:
     if not texts:
         sys.stderr.write("no turns with text in the data file\n")
         return 2
-    before = embedder_alone(texts)
+    configured = Settings.from_env()
+    before = embedder_alone(texts, configured)
     with scratch_database("memwarden_bench_ingest") as (scratch, _), tempfile.TemporaryDirectory() as home:
         settings = msgspec.structs.replace(scratch, data_dir=Path(home))
         ingest = ingest_over_http(settings, texts, "ingest", None, args.clients, args.batch)
         plain = ingest_over_http(settings, texts, "plain ledger", "none", args.clients, args.batch)
-    alone = faster(before, embedder_alone(texts))
+    alone = faster(before, embedder_alone(texts, configured))
     ratio = round(ingest.per_second / alone.per_second, 3) if alone else None
     report = IngestReport(
         turns=len(texts), embedder_alone=alone, ingest=ingest, plain_ledger=plain, ratio=ratio, target=TARGET

@@ -48,6 +48,7 @@ from memwarden.domain.embedding import Embedder
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.settings import Settings
 
 K = 10
 P50_TARGET_MS = 10.0
@@ -201,7 +202,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> HttpSearch
 def run_http_search_bench(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in str(args.sizes or "5000").split(",") if s.strip()]
     began = time.perf_counter()
-    model = configured_model("search")
+    model = configured_model("search", Settings.from_env())
     rows = [run_size(size, args, model) for size in sizes]
     wall = round(time.perf_counter() - began, 1)
     ok = all(met(r) for r in rows)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from memwarden.bootstrap.migrate import prepare_database
-from memwarden.domain.embedding import Embedder, embedder_from_env
+from memwarden.domain.embedding import Embedder, embedder_from_settings
 from memwarden.domain.extraction import extractor_from_settings
 from memwarden.domain.ledger.app import Ledger, ledger_env
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
@@ -29,8 +29,7 @@ FROM_SETTINGS = "from-settings"
 def configured_embedder(settings: Settings, *, warm: bool) -> Embedder | None:
     """The embedder the settings name. ``warm``: a bundled model loads in a background
     thread from now (a process that serves searches), else at its first use."""
-    _ = settings
-    return embedder_from_env(background=warm, lazy=not warm)
+    return embedder_from_settings(settings, background=warm, lazy=not warm)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from types import TracebackType
 
 from memwarden.bootstrap.core import ReadSide, command_side, configured_embedder, open_storage
 from memwarden.domain.drafting import drafter_from_settings
-from memwarden.domain.embedding.rerank import reranker_from_env
+from memwarden.domain.embedding.rerank import reranker_from_settings
 from memwarden.domain.judging import judge_from_settings
 from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.services.autopilot import AutopilotService
@@ -29,11 +29,11 @@ from memwarden.projections.search.neighbours import SearchNeighbours
 from memwarden.projections.search.vectors import SearchVectorIndex
 
 
-def search_drivers(warm: bool = True) -> dict[str, Driver]:
+def search_drivers(settings: Settings, warm: bool = True) -> dict[str, Driver]:
     """The drivers a namespace policy may name, with the reranking stage that
-    ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default). ``warm``: its
+    ``settings.rerank`` asks for (the ms-marco cross-encoder by default). ``warm``: its
     model loads in a background thread from now, else at the first search that reranks."""
-    reranker, depth = reranker_from_env(background=warm, lazy=not warm)
+    reranker, depth = reranker_from_settings(settings, background=warm, lazy=not warm)
     return policy_drivers(reranker, depth or RERANK_DEPTH)
 
 
@@ -54,7 +54,7 @@ class Runtime:
                 storage.params.conninfo(),
                 wait_seconds=settings.read_wait_seconds,
                 embedder=embedder,
-                drivers=search_drivers(warm_models),
+                drivers=search_drivers(settings, warm_models),
             )
             self.reads.build_missing_indexes()
             self.core = command_side(settings, storage, embedder, self._read_side())

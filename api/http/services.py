@@ -9,7 +9,6 @@ from typing import cast
 from litestar.datastructures import State
 from litestar.di import Provide
 
-from memwarden.api.http.limits import CallerState
 from memwarden.api.http.state import STATE_KEY, ApiState
 from memwarden.bootstrap.api import ApiProcess
 from memwarden.bootstrap.tickets import WriteTickets
@@ -72,10 +71,6 @@ def _process(state: State) -> ApiProcess:
     return _api(state).process
 
 
-def _callers(state: State) -> CallerState:
-    return _api(state).callers
-
-
 def _edge(state: State) -> ApiState:
     return _api(state)
 
@@ -94,9 +89,8 @@ SERVICES: dict[str, Provide] = {
         "settings": _settings,
         "tickets": _tickets,
         "process": _process,
-        "callers": _callers,
         "edge": _edge,
     }.items()
 }
 """Each route names what it needs: ``memory: MemoryService``, ``reads: ReadModels``, … (``edge``:
-this process's edge state, the metrics and the throttles the gate keeps)."""
+this process's edge state: the metrics, the callers' last writes, the throttles the gate keeps)."""

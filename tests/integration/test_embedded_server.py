@@ -217,7 +217,7 @@ def test_a_server_stopped_in_this_process_starts_again(data_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_core_on_the_embedded_default_survives_a_reopen(data_dir: Path) -> None:
-    settings = Settings(data_dir=data_dir, pool_size=2)
+    settings = Settings(data_dir=data_dir, pool_size=2, embedder="hash")
     agent = Identity("acme/eng", "agent-1", "agent")
     with open_core(settings) as core:
         assert core.server is not None

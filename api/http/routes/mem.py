@@ -11,7 +11,6 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
 from memwarden.api.http.gate import Call, command, query
-from memwarden.api.http.limits import CallerState
 from memwarden.api.http.routing import Syscall, syscall_post
 from memwarden.api.http.schemas import (
     AckBody,
@@ -39,6 +38,7 @@ from memwarden.api.http.schemas import (
     WriteResponse,
     compliance_time,
 )
+from memwarden.api.http.state import ApiState
 from memwarden.bootstrap.api import ApiProcess
 from memwarden.bootstrap.tickets import WriteTickets
 from memwarden.domain.ledger.app import Ledger
@@ -111,7 +111,7 @@ class MemController(Controller):
 
     @syscall_post("/write_status", Syscall(name="write_status", roles=WRITER_ROLES))
     def write_status(
-        self, request: Req, data: JSONBody[TicketBody], tickets: WriteTickets, callers: CallerState
+        self, request: Req, data: JSONBody[TicketBody], tickets: WriteTickets, edge: ApiState
     ) -> TicketStatus:
         def run(c: Call) -> TicketStatus | None:
             found = tickets.status(data.ticket, c.identity)
@@ -119,7 +119,7 @@ class MemController(Controller):
                 return None
             position = (found.result or {}).get("position")
             if isinstance(position, int):  # read-your-writes, wherever the ticket ran
-                callers.note_write(c.key_id, position)
+                edge.callers.note_write(c.key_id, position)
             return TicketStatus(state=found.state, result=found.result)
 
         return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
