@@ -15,7 +15,6 @@ ledger, in the same run. Target: ingest at least 75% of the embedder's own rate.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import httpx
 import msgspec
 
 from benchmarks.api import _free_port, _serve
-from benchmarks.common import bare, scratch_database
+from benchmarks.common import bare, deployment_env, scratch_database
 from benchmarks.cpu import CpuPerOperation, Snapshot, cpu_ticks, per_operation, ticks_used
 from benchmarks.locomo import DEFAULT_DATA
 from memwarden.bootstrap.runtime import Runtime
@@ -167,11 +166,7 @@ def ingest_over_http(
     """Serve on a random port with ``embedder`` (None: the environment's) and post the texts."""
     namespace = f"{TENANT}/{label.replace(' ', '-')}"
     key = _key(settings, namespace)
-    env = {
-        **os.environ,
-        "DATABASE_URL": settings.database_url or "",
-        "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-    }
+    env = deployment_env(settings)
     if embedder is not None:
         env["MEMWARDEN_EMBEDDER"] = embedder
     port = _free_port()

@@ -31,7 +31,7 @@ import msgspec
 import psycopg
 
 from benchmarks.api import HttpClient, _free_port, _serve
-from benchmarks.common import configured_model, mean, percentile, scratch_database
+from benchmarks.common import configured_model, deployment_env, mean, percentile, scratch_database
 from benchmarks.corpus import questions, sentences
 from benchmarks.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
 from benchmarks.search import (
@@ -167,11 +167,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> HttpSearch
             catch_up(runtime)
             vacuum(conn, runtime.ledger.schema)
         seed_seconds = time.perf_counter() - began
-        env = {
-            **os.environ,
-            "DATABASE_URL": settings.database_url or "",
-            "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-        }
+        env = deployment_env(settings)
         progress(f"size {size}: serving; {WARM_UP_QUERIES} warm-up and {args.queries} measured searches")
         port = _free_port()
         server = _serve(env, port, 1)

@@ -36,6 +36,18 @@ def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _chosen(name: str, values: Mapping[str, str], choices: tuple[str, ...]) -> str | None:
+    """``values[name]`` if it is one of ``choices``; None when unset or blank."""
+    value = (values.get(name) or "").strip()
+    return _one_of(name, value, choices) if value else None
+
+
+def environment_with(chosen: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment with ``chosen`` over it: what a child process is started
+    with when a command passes settings on to it (never by changing our own environment)."""
+    return {**os.environ, **chosen}
+
+
 def positive_number(values: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float | None:
     """``values[name]`` as a positive ``kind``, or None when unset or blank; ``ValueError``
     naming the variable when it is not one."""
@@ -92,9 +104,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     the process) or ``external`` (another process, e.g. ``memwarden project``; this one only
     watches how far the read models are, and a reader that must wait catches up itself
     when nothing else projects)."""
-    shared_state: str = "process"
+    shared_state: str | None = None
     """Where the API keeps each key's rate-limit bucket and last write: ``process`` (one API
-    process) or ``redis`` (several: ``serve --workers N``, several machines)."""
+    process) or ``redis`` (several: several machines; ``serve --workers N`` chooses it when
+    ``MEMWARDEN_SHARED_STATE`` is unset, None)."""
     extractor_url: str | None = None
     """The base URL of an OpenAI-compatible API whose ``chat/completions`` splits a write
     into facts (docs/architecture.md section 4, step 2); None: every write is stored verbatim."""
@@ -201,9 +214,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             projector=_one_of(
                 "MEMWARDEN_PROJECTOR", values.get("MEMWARDEN_PROJECTOR") or "thread", PROJECTORS
             ),
-            shared_state=_one_of(
-                "MEMWARDEN_SHARED_STATE", values.get("MEMWARDEN_SHARED_STATE") or "process", SHARED_STATES
-            ),
+            shared_state=_chosen("MEMWARDEN_SHARED_STATE", values, SHARED_STATES),
             ledger_chains=_one_of(
                 "MEMWARDEN_LEDGER_CHAINS", values.get("MEMWARDEN_LEDGER_CHAINS") or "global", LEDGER_CHAINS
             ),

@@ -31,7 +31,7 @@ from memwarden.domain.ledger.checkpoints import (
     CheckpointSigner,
     verify_checkpoint_signature,
 )
-from memwarden.domain.ledger.database import ConnectionParams, unavailable
+from memwarden.domain.ledger.database import UTC_SESSION, ConnectionParams, unavailable
 from memwarden.domain.ledger.group_commit import CommitterPerKey, GroupCommitter
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
 from memwarden.domain.ledger.mapper import Recorded, SealingMapper, StoredRow
@@ -176,10 +176,12 @@ class Ledger(Application[UUID]):
         # The library's default (5 minutes) would keep a recovered database unused for
         # up to minutes after an outage.
         pool.reconnect_timeout = pool.timeout
+        options = [UTC_SESSION]
         if self._statement_timeout_seconds is not None:
             milliseconds = max(1, round(self._statement_timeout_seconds * 1000))
-            assert isinstance(pool.kwargs, dict)  # the datastore passes a plain mapping
-            pool.kwargs = {**pool.kwargs, "options": f"-c statement_timeout={milliseconds}"}
+            options.append(f"-c statement_timeout={milliseconds}")
+        assert isinstance(pool.kwargs, dict)  # the datastore passes a plain mapping
+        pool.kwargs = {**pool.kwargs, "options": " ".join(options)}
         return factory
 
     def construct_mapper(self) -> Mapper[UUID]:
