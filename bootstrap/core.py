@@ -14,11 +14,11 @@ from memwarden.domain.extraction import extractor_from_settings
 from memwarden.domain.ledger.app import Ledger, ledger_env
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
+from memwarden.domain.ports import ErasureLookup
 from memwarden.domain.services.band import SynchronousBand
 from memwarden.domain.services.erasure import ErasureService
 from memwarden.domain.services.governance import GovernanceService
 from memwarden.domain.services.memory import ClaimIds, MemoryService
-from memwarden.domain.services.ports import ErasureLookup
 from memwarden.domain.services.streams import Streams
 from memwarden.domain.settings import Settings
 

@@ -36,7 +36,9 @@ class WriteTickets:
         self.sender = sender
 
     def submit(self, identity: Identity, key_id: str, item: BatchItem) -> UUID:
-        ticket = self.memory.queue_write(identity, item, lambda queued: self.store.submit(identity, key_id, queued))
+        ticket = self.memory.queue_write(
+            identity, item, lambda queued: self.store.submit(identity, key_id, queued)
+        )
         if self.sender is None:
             self.worker.wake.set()
             return ticket

@@ -71,7 +71,9 @@ class WarmingModel:
         return self._shared().embed(texts)
 
 
-def embedder_from_settings(settings: Settings, background: bool = False, *, lazy: bool = False) -> Embedder | None:
+def embedder_from_settings(
+    settings: Settings, background: bool = False, *, lazy: bool = False
+) -> Embedder | None:
     """The configured embedder, or ``None`` for ``none``. ``background``: a bundled model
     loads in a thread and is checked at first use (``WarmingModel``); ``lazy``: it loads
     at its first use only.

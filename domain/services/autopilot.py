@@ -4,7 +4,7 @@ the namespace's lease, findings resolved and settlements overturned by reviewers
 The actor (workers/) and the in-process fallback of ``memwarden serve`` both call
 ``AutopilotService.judge_memory``; it needs nothing of a broker. What it needs from the
 read side, the nearest current neighbours a writer can see, is the ``Neighbours`` port,
-declared in domain/services/ports.py, which the search index implements
+declared in domain/ports.py, which the search index implements
 (projections/search/neighbours.py). Every append goes through the command runner.
 """
 
@@ -50,10 +50,10 @@ from memwarden.domain.model.judging import Judge, JudgeUnavailable, Statement
 from memwarden.domain.model.leases import Lease
 from memwarden.domain.model.memory import Claim, MemoryState, evolve_memory
 from memwarden.domain.model.settling import Pair
+from memwarden.domain.ports import Neighbours, Pending
 from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.leases import Leases
 from memwarden.domain.services.memory import MemoryService, Vectors
-from memwarden.domain.services.ports import Neighbours, Pending
 from memwarden.domain.services.streams import fold
 
 log = logging.getLogger(__name__)

@@ -50,11 +50,11 @@ from memwarden.domain.model.events import ContextFaulted, Event, ProposalDrafted
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.leases import Lease
 from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.ports import Members, Neighbours
 from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.knowledge import KnowledgeService
 from memwarden.domain.services.leases import Leases
 from memwarden.domain.services.memory import MemoryService
-from memwarden.domain.services.ports import Members, Neighbours
 from memwarden.domain.services.streams import fold
 
 MAX_MEMBERS = 500

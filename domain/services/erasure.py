@@ -34,9 +34,9 @@ from memwarden.domain.model.events import ErasureCertified, KnowledgePublished
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.knowledge import KnowledgeState, current_state, fold_knowledge
 from memwarden.domain.model.memory import MemoryState
+from memwarden.domain.ports import ErasureLookup
 from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
 from memwarden.domain.services.memory import utcnow
-from memwarden.domain.services.ports import ErasureLookup
 from memwarden.domain.services.streams import Streams, fold
 
 MAX_ATTEMPTS = 8

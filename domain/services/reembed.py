@@ -34,9 +34,9 @@ from memwarden.domain.model.reembedding import (
     decide_reembed,
     needs_vector,
 )
+from memwarden.domain.ports import VectorIndex
 from memwarden.domain.services.commands import CommandRunner, Decided, Note
 from memwarden.domain.services.leases import Leases
-from memwarden.domain.services.ports import VectorIndex
 from memwarden.domain.services.streams import Streams
 
 DEFAULT_BATCH = 256

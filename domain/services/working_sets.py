@@ -33,8 +33,8 @@ from memwarden.domain.model.faults import L2_THRESHOLD, L3_THRESHOLD, Tier, deci
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.policies import EffectivePolicy
 from memwarden.domain.model.text import estimate_tokens
+from memwarden.domain.ports import MemoryText, ScopedReads, WorkingSetReads
 from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
-from memwarden.domain.services.ports import MemoryText, ScopedReads, WorkingSetReads
 
 MAX_BUDGET = 200_000
 MAX_HINT_CHARS = 2_000

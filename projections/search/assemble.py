@@ -13,7 +13,7 @@ from psycopg import Connection
 from psycopg.sql import SQL, Identifier
 
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.ports import KnowledgeText, MemoryText, Scores
+from memwarden.domain.ports import KnowledgeText, MemoryText, Scores
 from memwarden.projections.search.drivers import BASELINE, SearchRequest
 from memwarden.projections.search.service import SearchQuery, SearchService, check_query
 from memwarden.projections.search.view import ScopedView

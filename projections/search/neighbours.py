@@ -1,4 +1,4 @@
-"""The autopilot's ``Neighbours`` port and the write's ``Similar`` (domain/services/ports.py,
+"""The autopilot's ``Neighbours`` port and the write's ``Similar`` (domain/ports.py,
 domain/services/band.py), on the search index.
 
 A memory's neighbours are found with the vector lane of the same scoped view a search

@@ -1,4 +1,4 @@
-"""The re-embedding pass's ``VectorIndex`` port (domain/services/ports.py), on the search
+"""The re-embedding pass's ``VectorIndex`` port (domain/ports.py), on the search
 index: the model it serves, and the memories that lack a vector of a model.
 
 A memory lacks a vector of a model when the index holds its text (``search_docs``, kind
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from psycopg.sql import SQL, Identifier, Literal
 
 from memwarden.domain.ledger.app import Ledger
-from memwarden.domain.services.ports import Lacking
+from memwarden.domain.ports import Lacking
 from memwarden.projections.search.projection import MEMORY, serving_of
 
 _LACKING = (

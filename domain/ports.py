@@ -1,5 +1,5 @@
 """The ports: what the services need from the read side, as Protocols a projection
-implements (the composition root, bootstrap/runtime.py, wires them). A read model is only
+implements (the composition root, bootstrap/, wires them). A read model is only
 ever a hint to a command: what it decides on is loaded from the ledger, except where a
 service reads to record what a caller was shown (assemble, fault)."""
 
