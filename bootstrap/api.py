@@ -41,7 +41,9 @@ def open_api_process(settings: Settings, runtime: Runtime | None = None) -> ApiP
     """An API process on ``runtime``, or on one it opens from ``settings``."""
     opened = api_runtime(settings) if runtime is None else runtime
     try:
-        return ApiProcess(opened, open_tickets(settings, opened.memory), owns_runtime=runtime is None)
+        return ApiProcess(
+            opened, open_tickets(settings, opened.ticket_store, opened.memory), owns_runtime=runtime is None
+        )
     except BaseException:
         if runtime is None:
             opened.close()

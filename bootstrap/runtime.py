@@ -27,6 +27,7 @@ from memwarden.projections.search.assemble import SearchWorkingSets
 from memwarden.projections.search.drivers import RERANK_DEPTH, Driver, policy_drivers
 from memwarden.projections.search.neighbours import SearchNeighbours
 from memwarden.projections.search.vectors import SearchVectorIndex
+from memwarden.workers.tickets import TicketStore
 
 
 def search_drivers(settings: Settings, warm: bool = True) -> dict[str, Driver]:
@@ -57,6 +58,8 @@ class Runtime:
                 drivers=search_drivers(settings, warm_models),
             )
             self.reads.build_missing_indexes()
+            self.judge = judge_from_settings(settings)
+            self.neighbours = SearchNeighbours(self.reads.search, self.reads.wait_for)
             self.core = command_side(settings, storage, embedder, self._read_side())
             self._services(settings)
             if follow:
@@ -66,8 +69,7 @@ class Runtime:
             raise
 
     def _read_side(self) -> ReadSide:
-        self.judge = judge_from_settings(self.settings)
-        self.neighbours = SearchNeighbours(self.reads.search, self.reads.wait_for)
+        """What the command side's services take from this runtime's read models."""
         judge, neighbours = self.judge, self.neighbours
         return ReadSide(
             band=lambda streams: None if judge is None else SynchronousBand(neighbours, judge, streams),
@@ -102,15 +104,18 @@ class Runtime:
             clock,
             lambda: memory.new_id(),  # noqa: PLW0108
         )
+        self.knowledge = KnowledgeService(ledger, self.core.embedder, governance.write_policy)
         self.consolidation = ConsolidationService(
             memory,
             leases,
             self.neighbours,
             reads.namespace_memories,
-            KnowledgeService(ledger, self.core.embedder, governance.write_policy),
+            self.knowledge,
             reads.namespace_faults,
             drafter_from_settings(settings),
         )
+        self.ticket_store = TicketStore(ledger.datastore, ledger.schema, settings.ticket_stale_seconds)
+        """The async writes waiting for a thread of an API process or the workers' actor."""
         self.checkpoints = CheckpointService(
             ledger,
             memory.runner,

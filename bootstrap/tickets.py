@@ -62,12 +62,10 @@ class WriteTickets:
             self.sender.close()
 
 
-def open_tickets(settings: Settings, memory: MemoryService) -> WriteTickets:
+def open_tickets(settings: Settings, store: TicketStore, memory: MemoryService) -> WriteTickets:
     """The ticket store, and who runs the tickets: this process's thread (``thread``), or
     the workers' actor (``queue``), this thread running only what could not be sent and
     what no worker took within ``UNTAKEN_SECONDS`` (say no worker runs)."""
-    ledger = memory.ledger
-    store = TicketStore(ledger.datastore, ledger.schema, settings.ticket_stale_seconds)
     queued = settings.tickets == "queue"
     sender = TicketSender(settings) if queued else None
     min_age = min(UNTAKEN_SECONDS, settings.ticket_stale_seconds) if queued else 0.0
