@@ -64,7 +64,7 @@ def _settings(state: State) -> Settings:
 
 
 def _tickets(state: State) -> WriteTickets:
-    return _api(state).tickets
+    return _api(state).process.tickets
 
 
 def _process(state: State) -> ApiProcess:

@@ -8,7 +8,6 @@ from memwarden.api.http.limits import CallerState, ProcessCallerState, RedisCall
 from memwarden.api.http.metrics import Metrics
 from memwarden.bootstrap.api import ApiProcess, open_api_process
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.bootstrap.tickets import WriteTickets
 from memwarden.domain.services.governance import GovernanceService
 from memwarden.domain.services.memory import MemoryService
 from memwarden.domain.settings import Settings, deployment_key
@@ -45,10 +44,6 @@ class ApiState:
         """The request deadline (``Settings.request_deadline_seconds``) of the open runtime."""
         return self.runtime.settings.request_deadline_seconds
 
-    def readiness_seconds(self) -> float:
-        """How long ``/readyz`` waits for the database before it answers not ready."""
-        return self.runtime.settings.db_timeout_seconds
-
     @property
     def governance(self) -> GovernanceService:
         return self.runtime.core.governance
@@ -60,10 +55,6 @@ class ApiState:
     @property
     def reads(self) -> ReadModels:
         return self.runtime.reads
-
-    @property
-    def tickets(self) -> WriteTickets:
-        return self.process.tickets
 
     @property
     def process(self) -> ApiProcess:
