@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping
 
 from memwarden.domain.settings import Settings
 
 APP_FACTORY = "memwarden.api.http.app:app_from_env"
+PARENT_CHECK_SECONDS = 0.5
 
 
 def serve_http(
@@ -63,6 +68,14 @@ def _supervise(environment: Mapping[str, str], arguments: list[str]) -> int:
             child.wait()
 
 
+def _stop_with(parent: int) -> None:
+    """Stop this process as SIGTERM does (uvicorn stops its workers) once ``parent`` is gone,
+    however it ended: a killed ``serve`` leaves no API process serving its port."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The supervising child of ``serve --workers N``: uvicorn and its N workers, each
     reading its settings from the environment it was started with."""
@@ -70,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("host", "port", "workers", "log_level"):
         parser.add_argument(name)
     args = parser.parse_args(argv)
+    threading.Thread(target=_stop_with, args=(os.getppid(),), name="serve-parent", daemon=True).start()
     _run(
         APP_FACTORY, host=args.host, port=int(args.port), workers=int(args.workers), log_level=args.log_level
     )
