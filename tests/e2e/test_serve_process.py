@@ -5,16 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
 
-from tests.processes import alive, cli_key, free_port, ready, wait_until
+from tests.processes import alive, cli_key, serving, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,25 +95,6 @@ def _environment(pid: int) -> dict[str, str]:
     return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
 
 
-@contextmanager
-def _two_workers(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """``serve --workers 2`` on ``env``, ready; killed on the way out if still running."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--workers", "2", "--port", str(port)],
-        cwd=REPO_ROOT,
-        env=env,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: ready(base), 120)
-        yield server, base
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(timeout=30)
-
-
 def _api_processes(server: subprocess.Popen[bytes]) -> list[int]:
     """uvicorn's workers under ``server`` (spawned by multiprocessing)."""
     return [
@@ -135,7 +113,7 @@ def test_several_workers_get_the_settings_serve_chose_and_serve_keeps_its_enviro
     its own environment; SIGTERM stops them all."""
     env = {**env, "REDIS_URL": redis_url}
     key = cli_key(env, "acme/eng", "bot", "agent")
-    with _two_workers(env) as (server, base):
+    with serving(env, flags=("--workers", "2")) as (server, base):
         for n in range(4):  # each request may land on either worker
             _write_then_read(base, key, f"Written through either worker, read at once ({n})")
         shared = redis.Redis.from_url(redis_url)
@@ -153,7 +131,7 @@ def test_several_workers_get_the_settings_serve_chose_and_serve_keeps_its_enviro
 
 @pytest.mark.slow
 def test_a_killed_serve_leaves_no_api_process_behind(env: dict[str, str], redis_url: str) -> None:
-    with _two_workers({**env, "REDIS_URL": redis_url}) as (server, _base):
+    with serving({**env, "REDIS_URL": redis_url}, flags=("--workers", "2")) as (server, _base):
         everyone = _descendants(server.pid)
         assert len(_api_processes(server)) == 2
         server.kill()
