@@ -1,5 +1,6 @@
-"""The composition root: settings -> schema (migrated, or checked) -> core (ledger,
-services) -> read models."""
+"""A process's runtime, as the composition root builds it: settings -> storage (the schema
+migrated or checked, the ledger) -> read models -> the command side, given what it takes of
+the read models -> the services that need both. Each collaborator goes to a constructor."""
 
 from __future__ import annotations
 
