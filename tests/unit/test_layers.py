@@ -57,6 +57,10 @@ SERVICES = {
 }
 """What a process builds once and hands to whoever needs it."""
 
+PARTS = {"WriteService", "DisputeService", "VerificationService"}
+"""The parts the memory service is made of: it builds them of itself (domain/services/), the
+root builds the memory service."""
+
 ROOT_DIR = "bootstrap"
 BUILDERS = ("domain", "projections", "api", "workers", "benchmarks")
 """Where the product and its benchmarks live; the tests build what they test."""
@@ -92,15 +96,15 @@ def upward_imports(modules: list[tuple[Path, str]]) -> list[str]:
     return found
 
 
-def constructions(path: Path) -> list[tuple[int, str]]:
-    """The calls of ``path`` that build one of ``SERVICES`` (``X(...)`` or ``module.X(...)``)."""
+def constructions(path: Path, built: set[str] = SERVICES) -> list[tuple[int, str]]:
+    """The calls of ``path`` that build one of ``built`` (``X(...)`` or ``module.X(...)``)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             called = node.func
             name = called.id if isinstance(called, ast.Name) else getattr(called, "attr", None)
-            if name in SERVICES:
+            if name in built:
                 found.append((node.lineno, name))
     return found
 
@@ -135,7 +139,18 @@ def test_the_services_listed_are_the_service_classes() -> None:
         for node in ast.parse(path.read_text()).body
         if isinstance(node, ast.ClassDef) and node.name.endswith("Service")
     }
-    assert declared <= SERVICES
+    assert declared <= SERVICES | PARTS
+
+
+def test_the_parts_of_a_service_are_built_by_the_services_only() -> None:
+    elsewhere = [
+        f"{path.relative_to(ROOT)}:{line} builds {name}"
+        for tree in BUILDERS
+        for path in sorted((ROOT / tree).rglob("*.py"))
+        if (ROOT / "domain" / "services") not in path.parents
+        for line, name in constructions(path, PARTS)
+    ]
+    assert elsewhere == []
 
 
 @pytest.mark.parametrize(
