@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import socket
 import subprocess
 import sys
@@ -22,7 +21,14 @@ from uuid import UUID
 import httpx
 import msgspec
 
-from benchmarks.common import RunStats, run_threads, scratch_database, summarize, timed_threads
+from benchmarks.common import (
+    RunStats,
+    deployment_env,
+    run_threads,
+    scratch_database,
+    summarize,
+    timed_threads,
+)
 from benchmarks.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
 from benchmarks.write import sentence
 from memwarden.bootstrap.runtime import Runtime, api_runtime
@@ -129,12 +135,7 @@ def run_api_bench(args: argparse.Namespace) -> int:
                     operator, IssueKey(target=namespace, actor=f"bot{i}", role="agent")
                 ).key
                 identities[i] = Identity(namespace, f"bot{i}", "agent")
-            env = {
-                **os.environ,
-                "DATABASE_URL": settings.database_url or "",
-                "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-                "MEMWARDEN_POOL_SIZE": str(max(counts) + 4),
-            }
+            env = deployment_env(settings, MEMWARDEN_POOL_SIZE=str(max(counts) + 4))
             port = _free_port()
             server = _serve(env, port, args.server_workers)
             try:

@@ -37,9 +37,9 @@ import msgspec
 import psycopg
 
 from benchmarks.common import RunStats, scratch_database, summarize, timed_threads
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.ledger.database import ConnectionParams
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
 
 TARGET = 1.5
@@ -114,7 +114,7 @@ def writer_process(
     connections open until told (the parent reads their server processes' CPU)."""
     start, results, finish = sync
     try:
-        with Core(settings) as core:
+        with open_core(settings) as core:
             make = tenant_writer(core, tenant)
             warm = make(writers)  # a writer of its own: the measured ones start at n = 0
             for n in range(WARM_UP_WRITES):
@@ -240,7 +240,7 @@ class Target(msgspec.Struct, frozen=True):
 
 def _run_threads(settings: Settings, target: Target, tenants: int, writers: int, seconds: float) -> Measured:
     """The reference: every tenant's writers as threads of this one process (one database)."""
-    with Core(msgspec.structs.replace(settings, pool_size=tenants * writers + 2)) as core:
+    with open_core(msgspec.structs.replace(settings, pool_size=tenants * writers + 2)) as core:
         makers = [tenant_writer(core, t) for t in range(tenants)]
         warm = [makers[t](writers) for t in range(tenants)]
         for n in range(WARM_UP_WRITES):
@@ -341,7 +341,7 @@ def run_mode(
 
 
 def _verifies(settings: Settings) -> bool:
-    with Core(settings) as core:
+    with open_core(settings) as core:
         return core.ledger.verify().ok
 
 
@@ -404,7 +404,7 @@ def run_chains_bench(args: argparse.Namespace) -> int:
         ratio=_median_ratio(rows, "tenant"),
         ceiling_ratio=_median_ratio(rows, "sharded"),
         target=TARGET,
-        embedder=os.environ.get("MEMWARDEN_EMBEDDER") or "minilm",
+        embedder=Settings.from_env().embedder,
     )
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")

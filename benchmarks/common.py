@@ -14,10 +14,10 @@ import psycopg
 from psycopg import sql
 
 from memwarden.bootstrap.migrate import migrate
-from memwarden.domain.embedding import Embedder, embedder_from_env
+from memwarden.domain.embedding import Embedder, embedder_from_settings
 from memwarden.domain.embedding.base import EmbedderWrapper
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, resolve_database
-from memwarden.domain.settings import Settings
+from memwarden.domain.settings import Settings, environment_with
 
 
 class RunStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,10 +37,10 @@ def bare(embedder: Embedder) -> Embedder:
     return embedder
 
 
-def configured_model(bench: str) -> Embedder:
-    """The model ``MEMWARDEN_EMBEDDER`` names (default MiniLM), bare; a bench that measures
-    vectors needs one, so ``none`` stops it with a clear message."""
-    configured = embedder_from_env()
+def configured_model(bench: str, settings: Settings) -> Embedder:
+    """The model ``settings.embedder`` names (``MEMWARDEN_EMBEDDER``, default MiniLM), bare; a
+    bench that measures vectors needs one, so ``none`` stops it with a clear message."""
+    configured = embedder_from_settings(settings)
     if configured is None:
         raise SystemExit(f"bench {bench} needs an embedder (MEMWARDEN_EMBEDDER=minilm or bge), not none")
     return bare(configured)
@@ -128,3 +128,11 @@ def summarize(label: str, threads: int, latencies: list[float], elapsed: float) 
 
 def mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
+
+
+def deployment_env(settings: Settings, **chosen: str) -> dict[str, str]:
+    """The environment of a process a bench starts on its deployment (``settings``'s database
+    and data directory), with ``chosen`` variables over this process's own."""
+    return environment_with(
+        {"DATABASE_URL": settings.database_url or "", "MEMWARDEN_DATA_DIR": str(settings.data_dir), **chosen}
+    )

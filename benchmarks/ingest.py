@@ -15,7 +15,6 @@ ledger, in the same run. Target: ingest at least 75% of the embedder's own rate.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import tempfile
@@ -30,11 +29,11 @@ import httpx
 import msgspec
 
 from benchmarks.api import _free_port, _serve
-from benchmarks.common import bare, scratch_database
+from benchmarks.common import bare, deployment_env, scratch_database
 from benchmarks.cpu import CpuPerOperation, Snapshot, cpu_ticks, per_operation, ticks_used
 from benchmarks.locomo import DEFAULT_DATA
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.domain.embedding import Embedder, embedder_from_env
+from memwarden.domain.embedding import Embedder, embedder_from_settings
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
@@ -119,9 +118,9 @@ def embed_rate(embedder: Embedder, texts: Sequence[str], size: int) -> float:
     return len(texts) / max(time.perf_counter() - began, 1e-9)
 
 
-def embedder_alone(texts: Sequence[str]) -> EmbedderRun | None:
+def embedder_alone(texts: Sequence[str], settings: Settings) -> EmbedderRun | None:
     """The configured model's rate on ``texts`` with the best of ``BATCH_SIZES``."""
-    configured = embedder_from_env()
+    configured = embedder_from_settings(settings)
     if configured is None:
         return None
     model = bare(configured)
@@ -167,11 +166,7 @@ def ingest_over_http(
     """Serve on a random port with ``embedder`` (None: the environment's) and post the texts."""
     namespace = f"{TENANT}/{label.replace(' ', '-')}"
     key = _key(settings, namespace)
-    env = {
-        **os.environ,
-        "DATABASE_URL": settings.database_url or "",
-        "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-    }
+    env = deployment_env(settings)
     if embedder is not None:
         env["MEMWARDEN_EMBEDDER"] = embedder
     port = _free_port()
@@ -190,7 +185,7 @@ def ingest_over_http(
         server.wait(timeout=30)
     return IngestRun(
         label=label,
-        embedder=embedder or os.environ.get("MEMWARDEN_EMBEDDER") or "minilm",
+        embedder=embedder or settings.embedder,
         clients=clients,
         batch=batch,
         memories=len(texts),
@@ -266,12 +261,13 @@ def run_ingest_bench(args: argparse.Namespace) -> int:
     if not texts:
         sys.stderr.write("no turns with text in the data file\n")
         return 2
-    before = embedder_alone(texts)
+    configured = Settings.from_env()
+    before = embedder_alone(texts, configured)
     with scratch_database("memwarden_bench_ingest") as (scratch, _), tempfile.TemporaryDirectory() as home:
         settings = msgspec.structs.replace(scratch, data_dir=Path(home))
         ingest = ingest_over_http(settings, texts, "ingest", None, args.clients, args.batch)
         plain = ingest_over_http(settings, texts, "plain ledger", "none", args.clients, args.batch)
-    alone = faster(before, embedder_alone(texts))
+    alone = faster(before, embedder_alone(texts, configured))
     ratio = round(ingest.per_second / alone.per_second, 3) if alone else None
     report = IngestReport(
         turns=len(texts), embedder_alone=alone, ingest=ingest, plain_ledger=plain, ratio=ratio, target=TARGET

@@ -12,7 +12,6 @@ from the ledger equals the live one (``projections rebuild --verify``).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from typing import Any
 import msgspec
 
 from benchmarks.api import HttpClient, _free_port, _serve
-from benchmarks.common import percentile, scratch_database
+from benchmarks.common import deployment_env, percentile, scratch_database
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.events import AuditRecorded
 from memwarden.domain.model.identity import Identity
@@ -269,12 +268,7 @@ def _end_checks(runtime: Runtime) -> tuple[bool, list[str]]:
 
 
 def _environment(settings: Settings, agents: int) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": settings.database_url or "",
-        "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-        "MEMWARDEN_POOL_SIZE": str(agents + 4),
-    }
+    return deployment_env(settings, MEMWARDEN_POOL_SIZE=str(agents + 4))
 
 
 def _measure(args: argparse.Namespace, settings: Settings, runtime: Runtime) -> LoadReport:

@@ -37,7 +37,7 @@ import msgspec
 
 from benchmarks.common import bare, percentile, scratch_database
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.domain.embedding.rerank import reranker_from_env
+from memwarden.domain.embedding.rerank import reranker_from_settings
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.write_results import BatchItem
@@ -209,7 +209,7 @@ def search_service(runtime: Runtime) -> SearchService:
         "lexical": LexicalDriver(),
         "vector": VectorDriver(),
     }
-    reranker, depth = reranker_from_env()
+    reranker, depth = reranker_from_settings(runtime.settings)
     if reranker is not None:
         drivers[RERANKED] = HybridDriver(reranker=reranker, rerank_depth=depth or RERANK_DEPTH)
     embedder = runtime.core.embedder

@@ -35,7 +35,7 @@ import msgspec
 from psycopg import Cursor
 
 from benchmarks.api import HttpClient, _free_port, _serve
-from benchmarks.common import percentile, scratch_database
+from benchmarks.common import deployment_env, percentile, scratch_database
 from benchmarks.time import Generator
 from memwarden.api.cli.witness import Witness, make_key, witness_once
 from memwarden.bootstrap.runtime import Runtime
@@ -166,12 +166,7 @@ def run_proofs_bench(args: argparse.Namespace) -> int:
             in_process = _in_process(runtime, head, queries)
             runtime.ledger.checkpoint(runtime.reads.tree.root)
             log_key = VerifierKey.parse(runtime.ledger.vkey)
-        env = {
-            **os.environ,
-            "DATABASE_URL": settings.database_url or "",
-            "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-            "MEMWARDEN_WITNESS_KEYS": witness.vkey.encode(),
-        }
+        env = deployment_env(settings, MEMWARDEN_WITNESS_KEYS=witness.vkey.encode())
         port = _free_port()
         server = _serve(env, port, 1)
         client = HttpClient(port, auditor)

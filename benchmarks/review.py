@@ -28,7 +28,7 @@ from uuid import UUID, uuid4
 import msgspec
 
 from benchmarks.api import HttpClient, _free_port, _serve
-from benchmarks.common import percentile, scratch_database
+from benchmarks.common import deployment_env, percentile, scratch_database
 from benchmarks.judge import load_pairs, measure, part_of
 from benchmarks.review_corpus import Statement, contradicts, statements
 from memwarden.bootstrap.runtime import Runtime
@@ -222,11 +222,7 @@ def _grow_queue(runtime: Runtime, memories: list[UUID], target: int) -> None:
 
 
 def _time_pages(settings: Settings, key: str, requests: int) -> dict[str, float | int]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": settings.database_url or "",
-        "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-    }
+    env = deployment_env(settings)
     port = _free_port()
     server = _serve(env, port, 1)
     client = HttpClient(port, key)

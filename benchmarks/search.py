@@ -49,6 +49,7 @@ from memwarden.domain.embedding.base import EmbedderWrapper, Matrix
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import ancestors
+from memwarden.domain.settings import Settings
 from memwarden.projections.search.drivers import BASELINE, SearchRequest, candidates_for
 from memwarden.projections.search.halfvec import HalfvecParam
 from memwarden.projections.search.projection import hnsw_index_name
@@ -469,7 +470,7 @@ def query_timings(
 def run_search_bench(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in str(args.sizes or "10000,100000").split(",") if s.strip()]
     began = time.perf_counter()
-    model = configured_model("search --in-process")
+    model = configured_model("search --in-process", Settings.from_env())
     rows = [run_size(size, args, model) for size in sizes]
     wall = round(time.perf_counter() - began, 1)
     ok = all(verdicts(r) == (True, True) for r in rows)

@@ -31,7 +31,7 @@ import msgspec
 import psycopg
 
 from benchmarks.api import HttpClient, _free_port, _serve
-from benchmarks.common import configured_model, mean, percentile, scratch_database
+from benchmarks.common import configured_model, deployment_env, mean, percentile, scratch_database
 from benchmarks.corpus import questions, sentences
 from benchmarks.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
 from benchmarks.search import (
@@ -48,6 +48,7 @@ from memwarden.domain.embedding import Embedder
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
+from memwarden.domain.settings import Settings
 
 K = 10
 P50_TARGET_MS = 10.0
@@ -166,11 +167,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> HttpSearch
             catch_up(runtime)
             vacuum(conn, runtime.ledger.schema)
         seed_seconds = time.perf_counter() - began
-        env = {
-            **os.environ,
-            "DATABASE_URL": settings.database_url or "",
-            "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-        }
+        env = deployment_env(settings)
         progress(f"size {size}: serving; {WARM_UP_QUERIES} warm-up and {args.queries} measured searches")
         port = _free_port()
         server = _serve(env, port, 1)
@@ -201,7 +198,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> HttpSearch
 def run_http_search_bench(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in str(args.sizes or "5000").split(",") if s.strip()]
     began = time.perf_counter()
-    model = configured_model("search")
+    model = configured_model("search", Settings.from_env())
     rows = [run_size(size, args, model) for size in sizes]
     wall = round(time.perf_counter() - began, 1)
     ok = all(met(r) for r in rows)

@@ -34,7 +34,7 @@ from uuid import UUID
 
 import msgspec
 
-from benchmarks.common import percentile, scratch_database
+from benchmarks.common import deployment_env, percentile, scratch_database
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.model.autopilot import MIN_COSINE, NEIGHBOURS_K
 from memwarden.domain.model.commands import WriteMemory
@@ -96,12 +96,7 @@ def _identity(n: int, namespaces: int) -> Identity:
 
 
 def _start_workers(settings: Settings, count: int) -> list[subprocess.Popen[str]]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": settings.database_url or "",
-        "MEMWARDEN_DATA_DIR": str(settings.data_dir),
-        "PYTHONPATH": str(ROOT),
-    }
+    env = deployment_env(settings, PYTHONPATH=str(ROOT))
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "memwarden.api.cli.main", "worker", "--threads", "2"],

@@ -12,9 +12,9 @@ import msgspec
 import psycopg
 
 from benchmarks.common import RunStats, run_threads, scratch_database
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 
 TARGETS = {1: 0.40, 16: 0.50}
 SUBJECTS = ("dana", "ravi", "mei", "omar", "lena", "tom")
@@ -86,7 +86,7 @@ def run_write_bench(args: argparse.Namespace) -> int:
         settings = msgspec.structs.replace(scratch, pool_size=max(counts) + 2)
         with psycopg.connect(params.conninfo(), autocommit=True) as conn:
             conn.execute("CREATE TABLE bench_scratch (id bigserial PRIMARY KEY, writer int, body text)")
-        with Core(settings) as core:
+        with open_core(settings) as core:
             for writers in counts:
                 run_threads("warm-up", writers, min(1.0, args.seconds), _memwarden_worker(core, writers))
                 ours = run_threads("memwarden write", writers, args.seconds, _memwarden_worker(core, writers))

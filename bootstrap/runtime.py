@@ -1,21 +1,21 @@
-"""The composition root: settings -> schema (migrated, or checked) -> core (ledger,
-services) -> read models."""
+"""A process's runtime, as the composition root builds it: settings -> storage (the schema
+migrated or checked, the ledger) -> read models -> the command side, given what it takes of
+the read models -> the services that need both. Each collaborator goes to a constructor."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from types import TracebackType
 
-from memwarden.bootstrap.migrate import prepare_database
+from memwarden.bootstrap.core import ReadSide, command_side, configured_embedder, open_storage
 from memwarden.domain.drafting import drafter_from_settings
-from memwarden.domain.embedding.rerank import reranker_from_env
+from memwarden.domain.embedding.rerank import reranker_from_settings
 from memwarden.domain.judging import judge_from_settings
 from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.services.autopilot import AutopilotService
 from memwarden.domain.services.band import SynchronousBand
 from memwarden.domain.services.checkpoints import CheckpointService
 from memwarden.domain.services.consolidation import ConsolidationService
-from memwarden.domain.services.core import Core
 from memwarden.domain.services.knowledge import KnowledgeService
 from memwarden.domain.services.leases import Leases
 from memwarden.domain.services.memory import MemoryService
@@ -28,13 +28,14 @@ from memwarden.projections.search.assemble import SearchWorkingSets
 from memwarden.projections.search.drivers import RERANK_DEPTH, Driver, policy_drivers
 from memwarden.projections.search.neighbours import SearchNeighbours
 from memwarden.projections.search.vectors import SearchVectorIndex
+from memwarden.workers.tickets import TicketStore
 
 
-def search_drivers(warm: bool = True) -> dict[str, Driver]:
+def search_drivers(settings: Settings, warm: bool = True) -> dict[str, Driver]:
     """The drivers a namespace policy may name, with the reranking stage that
-    ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default). ``warm``: its
+    ``settings.rerank`` asks for (the ms-marco cross-encoder by default). ``warm``: its
     model loads in a background thread from now, else at the first search that reranks."""
-    reranker, depth = reranker_from_env(background=warm, lazy=not warm)
+    reranker, depth = reranker_from_settings(settings, background=warm, lazy=not warm)
     return policy_drivers(reranker, depth or RERANK_DEPTH)
 
 
@@ -46,76 +47,85 @@ class Runtime:
         that answers searches (``api_runtime``); else each loads at its first use, so the
         projector, a worker or a CLI command carries only the models it actually runs (the
         projector embeds but never reranks; ``keys list`` does neither)."""
-        self.settings = settings or Settings.from_env()
-        self.core = Core(self.settings, prepare=prepare_database, warm_models=warm_models)
+        self.settings = settings = settings or Settings.from_env()
+        embedder = configured_embedder(settings, warm=warm_models)
+        storage = open_storage(settings)
         try:
             self.reads = ReadModels(
-                self.core.ledger,
-                self.core.params.conninfo(),
-                wait_seconds=self.settings.read_wait_seconds,
-                embedder=self.core.embedder,
-                drivers=search_drivers(warm_models),
+                storage.ledger,
+                storage.params.conninfo(),
+                wait_seconds=settings.read_wait_seconds,
+                embedder=embedder,
+                drivers=search_drivers(settings, warm_models),
             )
             self.reads.build_missing_indexes()
-            self.core.erasure.lookup = ProjectionErasureLookup(self.reads)
-            memory = self.core.memory
-            self.working_sets = WorkingSetService(
-                memory.runner,
-                SearchWorkingSets(self.reads.search, self.reads.runner.position),
-                self.core.governance.effective_policy,
-            )
-            governance = self.core.governance
-            neighbours, judge = (
-                SearchNeighbours(self.reads.search, self.reads.wait_for),
-                judge_from_settings(self.settings),
-            )
-            self.autopilot = AutopilotService(
-                memory,
-                Leases(
-                    self.core.ledger,
-                    lambda: memory.clock(),  # noqa: PLW0108
-                    timedelta(seconds=self.settings.lease_seconds),
-                ),
-                neighbours,
-                judge,
-                lambda namespace: governance.effective_policy(namespace).conflict_review,
-                self.reads.pending_memories,
-            )
-            if judge is not None:
-                memory.band = SynchronousBand(neighbours, judge, memory.streams)
-            memory.serving_embedder = self.reads.search.write_embedder
-            self.reembed = ReembedService(
-                self.core.ledger,
-                memory.streams,
-                self.autopilot.leases,
-                SearchVectorIndex(self.core.ledger, self.reads.wait_for),
-                self.core.embedder,
-                lambda: memory.clock(),  # noqa: PLW0108
-                lambda: memory.new_id(),  # noqa: PLW0108
-            )
-            self.consolidation = ConsolidationService(
-                memory,
-                self.autopilot.leases,
-                self.autopilot.neighbours,
-                self.reads.namespace_memories,
-                KnowledgeService(self.core.ledger, self.core.embedder, governance.write_policy),
-                self.reads.namespace_faults,
-                drafter_from_settings(self.settings),
-            )
-            self.checkpoints = CheckpointService(
-                self.core.ledger,
-                memory.runner,
-                self.autopilot.leases,
-                lambda: memory.clock(),  # noqa: PLW0108
-                self.reads.tree.root,
-                self.settings.checkpoint_every_events,
-                self.settings.checkpoint_every_seconds,
-            )
+            self.judge = judge_from_settings(settings)
+            self.neighbours = SearchNeighbours(self.reads.search, self.reads.wait_for)
+            self.core = command_side(settings, storage, embedder, self._read_side())
+            self._services(settings)
             if follow:
                 self.reads.runner.start()
         except BaseException:
-            self.core.close()
+            storage.close()
             raise
+
+    def _read_side(self) -> ReadSide:
+        """What the command side's services take from this runtime's read models."""
+        judge, neighbours = self.judge, self.neighbours
+        return ReadSide(
+            band=lambda streams: None if judge is None else SynchronousBand(neighbours, judge, streams),
+            serving_embedder=self.reads.search.write_embedder,
+            erasure_lookup=ProjectionErasureLookup(self.reads),
+        )
+
+    def _services(self, settings: Settings) -> None:
+        """The services that need the read models, each given its collaborators."""
+        memory, governance, ledger, reads = self.core.memory, self.core.governance, self.ledger, self.reads
+        clock = lambda: memory.clock()  # noqa: E731, PLW0108 - late-bound: a test swaps the clock
+        self.working_sets = WorkingSetService(
+            memory.runner,
+            SearchWorkingSets(reads.search, reads.runner.position),
+            governance.effective_policy,
+        )
+        leases = Leases(ledger, clock, timedelta(seconds=settings.lease_seconds))
+        self.autopilot = AutopilotService(
+            memory,
+            leases,
+            self.neighbours,
+            self.judge,
+            lambda namespace: governance.effective_policy(namespace).conflict_review,
+            reads.pending_memories,
+        )
+        self.reembed = ReembedService(
+            ledger,
+            memory.streams,
+            leases,
+            SearchVectorIndex(ledger, reads.wait_for),
+            self.core.embedder,
+            clock,
+            lambda: memory.new_id(),  # noqa: PLW0108
+        )
+        self.knowledge = KnowledgeService(ledger, self.core.embedder, governance.write_policy)
+        self.consolidation = ConsolidationService(
+            memory,
+            leases,
+            self.neighbours,
+            reads.namespace_memories,
+            self.knowledge,
+            reads.namespace_faults,
+            drafter_from_settings(settings),
+        )
+        self.ticket_store = TicketStore(ledger.datastore, ledger.schema, settings.ticket_stale_seconds)
+        """The async writes waiting for a thread of an API process or the workers' actor."""
+        self.checkpoints = CheckpointService(
+            ledger,
+            memory.runner,
+            leases,
+            clock,
+            reads.tree.root,
+            settings.checkpoint_every_events,
+            settings.checkpoint_every_seconds,
+        )
 
     @property
     def memory(self) -> MemoryService:

@@ -36,6 +36,18 @@ def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _chosen(name: str, values: Mapping[str, str], choices: tuple[str, ...]) -> str | None:
+    """``values[name]`` if it is one of ``choices``; None when unset or blank."""
+    value = (values.get(name) or "").strip()
+    return _one_of(name, value, choices) if value else None
+
+
+def environment_with(chosen: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment with ``chosen`` over it: what a child process is started
+    with when a command passes settings on to it (never by changing our own environment)."""
+    return {**os.environ, **chosen}
+
+
 def positive_number(values: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float | None:
     """``values[name]`` as a positive ``kind``, or None when unset or blank; ``ValueError``
     naming the variable when it is not one."""
@@ -92,9 +104,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     the process) or ``external`` (another process, e.g. ``memwarden project``; this one only
     watches how far the read models are, and a reader that must wait catches up itself
     when nothing else projects)."""
-    shared_state: str = "process"
+    shared_state: str | None = None
     """Where the API keeps each key's rate-limit bucket and last write: ``process`` (one API
-    process) or ``redis`` (several: ``serve --workers N``, several machines)."""
+    process) or ``redis`` (several: several machines; ``serve --workers N`` chooses it when
+    ``MEMWARDEN_SHARED_STATE`` is unset, None)."""
     extractor_url: str | None = None
     """The base URL of an OpenAI-compatible API whose ``chat/completions`` splits a write
     into facts (docs/architecture.md section 4, step 2); None: every write is stored verbatim."""
@@ -121,7 +134,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tickets: str = "thread"
     """Who runs the async write tickets: ``thread`` (a thread of each API process) or
     ``queue`` (the ``write_ticket`` actor of ``memwarden worker``, each ticket sent to it
-    once committed; set by ``memwarden serve`` when ``REDIS_URL`` is set)."""
+    once committed; the default of ``from_env`` when ``REDIS_URL`` is set)."""
     ticket_stale_seconds: float = 60.0
     """A ticket claimed this long ago and not finished (its claimant died) is claimed again."""
     lease_seconds: float = 30.0
@@ -156,6 +169,24 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_format: str = "text"
     """``MEMWARDEN_LOG_FORMAT``: ``text`` (one readable line per record) or ``json`` (one
     JSON object per line, the fields of a worker's pass line as keys)."""
+    embedder: str = "minilm"
+    """``MEMWARDEN_EMBEDDER``: ``minilm`` (the bundled model), ``bge``, ``openai``
+    (``embedder_url``, ``embedder_model``), ``hash`` or ``hash-<dimensions>`` (tests), ``none``
+    (no vectors: search is lexical only); domain/embedding/factory.py makes it."""
+    embedder_url: str | None = None
+    embedder_model: str = ""
+    embedder_api_key: str | None = None
+    embedder_dimensions: int | None = None
+    embedder_timeout: float = 5.0
+    """Seconds for one call of an ``openai`` embedder."""
+    rerank: str = "ms-marco"
+    """``MEMWARDEN_RERANK``: the hybrid driver's reranking stage, ``ms-marco`` or ``none``."""
+    rerank_depth: int | None = None
+    """``MEMWARDEN_RERANK_DEPTH``: how many of the hybrid driver's best it reorders (None:
+    the driver's default)."""
+    mcp_url: str | None = None
+    """``MEMWARDEN_URL``: the API ``memwarden mcp`` (stdio) calls; None: it opens the
+    deployment in its own process."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -183,9 +214,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             projector=_one_of(
                 "MEMWARDEN_PROJECTOR", values.get("MEMWARDEN_PROJECTOR") or "thread", PROJECTORS
             ),
-            shared_state=_one_of(
-                "MEMWARDEN_SHARED_STATE", values.get("MEMWARDEN_SHARED_STATE") or "process", SHARED_STATES
-            ),
+            shared_state=_chosen("MEMWARDEN_SHARED_STATE", values, SHARED_STATES),
             ledger_chains=_one_of(
                 "MEMWARDEN_LEDGER_CHAINS", values.get("MEMWARDEN_LEDGER_CHAINS") or "global", LEDGER_CHAINS
             ),
@@ -220,6 +249,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             audit_spool_max_bytes=int(
                 positive_number(values, "MEMWARDEN_AUDIT_SPOOL_MAX_BYTES", int) or AUDIT_SPOOL_MAX_BYTES
             ),
+            mcp_url=(values.get("MEMWARDEN_URL") or "").strip() or None,
+            **_models(values),
         )
 
     def __post_init__(self) -> None:
@@ -275,9 +306,35 @@ def _drafter(values: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def _models(values: Mapping[str, str]) -> dict[str, Any]:
+    """The embedder's and the reranker's settings; the factories check the choices (an
+    ``openai`` embedder's number settings are read only when it is the one chosen)."""
+    embedder = (values.get("MEMWARDEN_EMBEDDER") or "minilm").strip().lower()
+    found: dict[str, Any] = {
+        "embedder": embedder,
+        "embedder_url": (values.get("MEMWARDEN_EMBEDDER_URL") or "").strip() or None,
+        "embedder_model": (values.get("MEMWARDEN_EMBEDDER_MODEL") or "").strip(),
+        "embedder_api_key": values.get("MEMWARDEN_EMBEDDER_API_KEY") or None,
+        "rerank": (values.get("MEMWARDEN_RERANK") or "ms-marco").strip().lower(),
+    }
+    depth = positive_number(values, "MEMWARDEN_RERANK_DEPTH", int)
+    if depth is not None:
+        found["rerank_depth"] = int(depth)
+    if embedder == "openai":
+        dimensions = positive_number(values, "MEMWARDEN_EMBEDDER_DIMENSIONS", int)
+        timeout = positive_number(values, "MEMWARDEN_EMBEDDER_TIMEOUT", float)
+        found["embedder_dimensions"] = int(dimensions) if dimensions is not None else None
+        found["embedder_timeout"] = timeout if timeout is not None else 5.0
+    return found
+
+
 def _tickets(values: Mapping[str, str]) -> dict[str, Any]:
+    """Who runs the tickets: ``MEMWARDEN_TICKETS``, by default the workers' actor when
+    ``REDIS_URL`` is set (``memwarden worker`` runs the passes then), else this process."""
+    redis_url = (values.get("REDIS_URL") or "").strip()
+    default = "queue" if redis_url else "thread"
     return {
-        "tickets": _one_of("MEMWARDEN_TICKETS", values.get("MEMWARDEN_TICKETS") or "thread", TICKET_RUNNERS),
+        "tickets": _one_of("MEMWARDEN_TICKETS", values.get("MEMWARDEN_TICKETS") or default, TICKET_RUNNERS),
         "ticket_stale_seconds": positive_number(values, "MEMWARDEN_TICKET_STALE_SECONDS", float) or 60.0,
     }
 

@@ -19,9 +19,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.bootstrap.migrate import migrate
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
 from tests.processes import METRICS_TOKEN, free_port, start_redis
 
@@ -33,12 +33,15 @@ os.environ.pop("REDIS_URL", None)  # a process a test starts uses Redis only whe
 def _embedder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """``MEMWARDEN_EMBEDDER`` of the test and of the processes it starts (they inherit the
     environment): ``minilm`` for a test marked ``minilm``, else ``hash``; no reranker."""
-    monkeypatch.setenv(
-        "MEMWARDEN_EMBEDDER", "minilm" if request.node.get_closest_marker("minilm") else "hash"
-    )
+    monkeypatch.setenv("MEMWARDEN_EMBEDDER", embedder_of(request))
     # Rankings in tests are the lanes' own; the reranking stage is tested with its drivers
     # built explicitly (tests/integration/test_search_rerank.py).
     monkeypatch.setenv("MEMWARDEN_RERANK", "none")
+
+
+def embedder_of(request: pytest.FixtureRequest) -> str:
+    """``minilm`` for a test marked ``minilm``, else ``hash``."""
+    return "minilm" if request.node.get_closest_marker("minilm") else "hash"
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -166,11 +169,18 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, database: ConnectionParams) -> Settings:
+def settings(request: pytest.FixtureRequest, tmp_path: Path, database: ConnectionParams) -> Settings:
     """A deployment on the test's database; no ``REDIS_URL``, as by default (a module whose
-    tests run workers on Redis overrides this fixture with ``on_redis``)."""
+    tests run workers on Redis overrides this fixture with ``on_redis``). Its models are the
+    ones ``_embedder`` gives the processes a test starts: the hash embedder (MiniLM for a
+    test marked ``minilm``), no reranker."""
     return Settings(
-        data_dir=tmp_path / "data", database_url=url_of(database), pool_size=4, metrics_token=METRICS_TOKEN
+        data_dir=tmp_path / "data",
+        database_url=url_of(database),
+        pool_size=4,
+        metrics_token=METRICS_TOKEN,
+        embedder=embedder_of(request),
+        rerank="none",
     )
 
 
@@ -181,5 +191,5 @@ def on_redis(settings: Settings, redis_url: str) -> Settings:
 
 @pytest.fixture
 def core(settings: Settings) -> Iterator[Core]:
-    with Core(settings) as opened:
+    with open_core(settings) as opened:
         yield opened

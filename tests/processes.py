@@ -115,14 +115,14 @@ def ready(base: str) -> bool:
 
 @contextmanager
 def serving(
-    env: dict[str, str], host: str = "127.0.0.1", log: IO[bytes] | None = None
+    env: dict[str, str], host: str = "127.0.0.1", log: IO[bytes] | None = None, flags: tuple[str, ...] = ()
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A real ``memwarden serve`` on a free loopback port, ready; its base URL names ``host``
-    (``localhost`` for a browser that keeps Secure cookies there); its output goes to ``log``
-    when given. Stopped on the way out."""
+    """A real ``memwarden serve`` (with ``flags``) on a free loopback port, ready; its base URL
+    names ``host`` (``localhost`` for a browser that keeps Secure cookies there); its output
+    goes to ``log`` when given. Stopped on the way out."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port)],
+        [sys.executable, "-m", "memwarden.api.cli.main", "serve", "--port", str(port), *flags],
         cwd=REPO_ROOT,
         env=env,
         stdout=log,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
@@ -130,11 +129,10 @@ class ServeAutopilot:
 
 def serve_autopilot(settings: Settings) -> ServeAutopilot | None:
     """The in-process autopilot, unless ``REDIS_URL`` is set (then `memwarden worker` runs
-    it, and the async write tickets too: the API processes send them to it, unless
-    ``MEMWARDEN_TICKETS`` says otherwise). Nothing is probed: with ``REDIS_URL`` set and no
+    it, and the async write tickets too: with ``REDIS_URL``, ``Settings.tickets`` is
+    ``queue`` unless ``MEMWARDEN_TICKETS`` says otherwise). Nothing is probed: with ``REDIS_URL`` set and no
     worker consuming, ``/readyz``, ``stats`` and ``/metrics`` say so."""
     if settings.passes_on_redis:
-        os.environ.setdefault("MEMWARDEN_TICKETS", "queue")
         log.info("REDIS_URL is set: the passes go to `memwarden worker` through Redis")
         return None
     log.info("REDIS_URL is unset: the conflict autopilot and consolidation run inside `memwarden serve`")

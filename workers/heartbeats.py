@@ -24,6 +24,7 @@ import msgspec
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from memwarden.domain.model.passes import PassesHealth
 from memwarden.domain.settings import Settings, deployment_key
 from memwarden.workers.actors import QUEUES, redis_broker
 from memwarden.workers.dispatcher import Ticker
@@ -115,24 +116,6 @@ class Heartbeat(Ticker):
         super().stop()
         with contextlib.suppress(redis.RedisError, OSError):  # else it expires by itself
             self.client.delete(self.key)
-
-
-class PassesHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """Who runs the passes, and whether anyone is consuming them (``/readyz``, ``stats``,
-    ``/metrics``). ``consuming`` is false when no worker has sent a heartbeat within the stale
-    time, or messages wait and no live worker has consumed one for that long."""
-
-    runner: str
-    """``redis`` (``memwarden worker`` processes) or ``in-process`` (``memwarden serve``)."""
-    consuming: bool
-    workers: int | None = None
-    """Workers with a live heartbeat (Redis only)."""
-    queued: int | None = None
-    """Messages waiting on the deployment's queues (Redis only)."""
-    idle_seconds: float | None = None
-    """Since the newest consumption by a live worker (or its start, if it consumed none)."""
-    detail: str | None = None
-    """Why nobody consumes, when nobody does."""
 
 
 IN_PROCESS = PassesHealth(runner="in-process", consuming=True)

@@ -52,11 +52,6 @@ TICKET_SWEEP_SECONDS = 5.0
 """How often, at most, it looks for tickets left pending or stale past the stale time."""
 
 
-def ticket_store(runtime: Runtime) -> TicketStore:
-    ledger = runtime.ledger
-    return TicketStore(ledger.datastore, ledger.schema, runtime.settings.ticket_stale_seconds)
-
-
 def ticket_sweeper(store: TicketStore, send: Callable[[UUID], object]) -> Ticker:
     """Sends again every ticket left pending, or claimed and not finished, for longer than
     the stale time (a message lost with Redis, or with an API process that died between
@@ -94,7 +89,7 @@ class WorkerProcess:
             self.broker, lambda: self.runtime.consolidation, self.holder
         )
         self.checkpoints = declare_checkpoints(self.broker, lambda: self.runtime.checkpoints, self.holder)
-        self.tickets = ticket_store(self.runtime)
+        self.tickets = self.runtime.ticket_store
         self.ticket_actor = declare_tickets(
             self.broker, lambda: self.tickets, lambda: self.runtime.memory.run_queued
         )

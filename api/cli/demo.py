@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import msgspec
 from psycopg.sql import SQL, Identifier
 
 from memwarden.bootstrap.runtime import Runtime
@@ -19,29 +20,29 @@ from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, Ver
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.write_results import WriteResult
-from memwarden.domain.settings import Settings
+from memwarden.domain.settings import Settings, default_data_dir
 from memwarden.projections.search.service import SearchQuery
 
 Say = Callable[[str], None]
 
 
 @contextmanager
-def demo_settings(env: Mapping[str, str] | None = None, say: Say = print) -> Iterator[Settings]:
+def demo_settings(configured: Settings, say: Say = print) -> Iterator[Settings]:
     """The settings the tour runs on.
 
-    With ``MEMWARDEN_DATA_DIR`` or ``DATABASE_URL`` set, the configured deployment, as for
-    every command. Otherwise a fresh data directory in the system temp dir, removed when the
-    tour ends (its embedded server stopped first): a guided tour starts from an empty ledger
-    and leaves no demo tenant, keys or server behind in the default data directory.
+    With a database (``DATABASE_URL``) or a data directory other than the default one
+    (``MEMWARDEN_DATA_DIR``), the configured deployment, as for every command. Otherwise a
+    fresh data directory in the system temp dir, removed when the tour ends (its embedded
+    server stopped first): a guided tour starts from an empty ledger and leaves no demo
+    tenant, keys or server behind in the default data directory.
     """
-    values = dict(os.environ if env is None else env)
-    if values.get("MEMWARDEN_DATA_DIR") or values.get("DATABASE_URL"):
-        yield Settings.from_env(values)
+    if configured.database_url is not None or configured.data_dir != default_data_dir().resolve():
+        yield configured
         return
     with tempfile.TemporaryDirectory(prefix="memwarden-demo-") as scratch:
         say("no MEMWARDEN_DATA_DIR or DATABASE_URL: the tour runs in a fresh temporary data directory")
         say("(removed when it ends; set MEMWARDEN_DATA_DIR to keep its data)")
-        yield Settings.from_env({**values, "MEMWARDEN_DATA_DIR": scratch})
+        yield msgspec.structs.replace(configured, data_dir=Path(scratch).resolve())
 
 
 def _step(say: Say, number: int, title: str) -> None:

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from memwarden.domain.embedding import ModelFileRejected, embedder_from_env
+from memwarden.domain.embedding import ModelFileRejected, embedder_from_settings
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import check_actor_name
 from memwarden.domain.model.namespaces import tenant_of, validate_namespace
 from memwarden.domain.model.storable import check_storable
-from memwarden.domain.services.knowledge import KnowledgeLoadResult, KnowledgeService, chunk_count
+from memwarden.domain.services.knowledge import KnowledgeLoadResult, chunk_count
+from memwarden.domain.settings import Settings
 
 OPERATOR = "operator@cli"
 
@@ -55,9 +56,12 @@ def result_line(result: KnowledgeLoadResult) -> str:
 
 
 def cmd_knowledge_load(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
     try:
         identity, namespace = publisher(args.namespace, args.acting_as)
-        embedder = embedder_from_env()  # MEMWARDEN_EMBEDDER; default: the bundled MiniLM
+        # the model loads now (MEMWARDEN_EMBEDDER; default: the bundled MiniLM): a bad one is
+        # refused here, before anything is published without its vectors
+        embedder_from_settings(settings)
     except DomainError as error:
         sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
         return 2
@@ -66,10 +70,9 @@ def cmd_knowledge_load(args: argparse.Namespace) -> int:
         return 2
     from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
 
-    with Runtime(follow=False) as runtime:
-        service = KnowledgeService(runtime.ledger, embedder, runtime.core.governance.write_policy)
+    with Runtime(settings, follow=False) as runtime:
         try:
-            results = service.load_directory(identity, Path(args.directory), namespace)
+            results = runtime.knowledge.load_directory(identity, Path(args.directory), namespace)
         except DomainError as error:
             sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
             return 2

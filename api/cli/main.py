@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.namespaces import tenant_of, validate_namespace
 from memwarden.domain.model.text import storable_text_problem
 from memwarden.domain.model.trust import SOURCE_RANKS
-from memwarden.domain.settings import Settings
+from memwarden.domain.settings import Settings, environment_with
 from memwarden.projections.governance.views import KeyView
 from memwarden.projections.listing import every
 from memwarden.workers.cli import register_worker_command
@@ -55,7 +54,7 @@ def cmd_demo(_args: argparse.Namespace) -> int:
     from memwarden.api.cli.demo import demo_settings, run_demo  # noqa: PLC0415 - only this command needs it
     from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
 
-    with demo_settings() as settings, Runtime(settings) as runtime:
+    with demo_settings(Settings.from_env()) as settings, Runtime(settings) as runtime:
         facts = run_demo(runtime)
     ok = facts["report"].ok and not facts["tampered"].ok
     sys.stdout.write("\ndemo complete.\n" if ok else "\ndemo FAILED.\n")
@@ -215,28 +214,27 @@ def _say(line: str) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """The API; by default with a projector process beside it (see workers/projector.py)."""
-    import uvicorn  # noqa: PLC0415 - only this command needs it
-
+    from memwarden.api.http.serving import serve_http  # noqa: PLC0415 - only this command needs it
     from memwarden.workers.cli import serve_autopilot  # noqa: PLC0415
     from memwarden.workers.projector import ProjectorProcess  # noqa: PLC0415
 
-    # The API processes (uvicorn's workers included) inherit these.
+    configured = Settings.from_env()
     # Several API processes agree on buckets and last writes through Redis.
-    if args.workers > 1 and Settings.from_env().redis_url is None:
+    if args.workers > 1 and configured.redis_url is None:
         sys.stderr.write(
             "memwarden serve: --workers above 1 needs REDIS_URL: the API processes share each key's"
             " rate limit and last write there\n"
         )
         return 2
-    if args.workers > 1 and os.environ.setdefault("MEMWARDEN_SHARED_STATE", "redis") != "redis":
+    if args.workers > 1 and configured.shared_state not in (None, "redis"):
         sys.stderr.write(
             "memwarden serve: --workers above 1 needs MEMWARDEN_SHARED_STATE=redis: each process"
             " would keep its own rate limits and know only its own writes\n"
         )
         return 2
-    os.environ["MEMWARDEN_PROJECTOR"] = "thread" if args.projector == "thread" else "external"
-    os.environ["MEMWARDEN_LOG_LEVEL"] = args.log_level  # the app's loggers follow uvicorn's
-    settings = Settings.from_env()
+    # What every API process (uvicorn's workers included) runs with, passed on explicitly.
+    environment = environment_with(_serve_choices(args))
+    settings = Settings.from_env(environment)
     check_configured_database(settings)  # before any child process starts on it
     projector = ProjectorProcess() if args.projector == "process" else None
     autopilot = serve_autopilot(settings)
@@ -244,25 +242,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # uvicorn re-raises the SIGTERM it caught once it has shut down; with the default
     # handler that kills this process before the ``finally`` stops the projector.
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    from memwarden.api.http.protocol import JsonErrorsProtocol  # noqa: PLC0415 - only serve needs uvicorn's protocols
-
     try:
-        uvicorn.run(
-            "memwarden.api.http.app:app_from_env",
-            factory=True,
+        return serve_http(
+            settings,
+            environment,
             host=args.host,
             port=args.port,
             workers=args.workers,
             log_level=args.log_level,
-            access_log=False,
-            http=JsonErrorsProtocol,
         )
     finally:
         if projector is not None:
             projector.stop()
         if autopilot is not None:
             autopilot.stop()
-    return 0
+
+
+def _serve_choices(args: argparse.Namespace) -> dict[str, str]:
+    """The settings ``serve``'s flags choose: where the read models are projected, the log
+    level (the app's loggers follow uvicorn's), and Redis shared state for several workers."""
+    chosen = {
+        "MEMWARDEN_PROJECTOR": "thread" if args.projector == "thread" else "external",
+        "MEMWARDEN_LOG_LEVEL": args.log_level,
+    }
+    if args.workers > 1:
+        chosen["MEMWARDEN_SHARED_STATE"] = "redis"
+    return chosen
 
 
 def _exit_on_signal(_signum: int, _frame: object) -> None:

@@ -30,6 +30,7 @@ from memwarden.api.http.routes.health import HEALTH_ROUTES
 from memwarden.api.http.routes.mem import MemController
 from memwarden.api.http.routes.proofs import CosignaturesController, ProofsController, ProveController
 from memwarden.api.http.routes.timetravel import AsOfController, OpsController
+from memwarden.api.http.services import SERVICES
 from memwarden.api.http.state import MAX_BODY_BYTES, STATE_KEY, ApiState
 from memwarden.api.mcp.http import McpEndpoint
 from memwarden.bootstrap.runtime import Runtime
@@ -72,6 +73,7 @@ def create_app(
             docs_assets(),
             mcp.handler(),
         ],
+        dependencies=SERVICES,
         on_startup=[startup],
         on_shutdown=[shutdown],
         lifespan=[mcp.lifespan],

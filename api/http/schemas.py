@@ -21,6 +21,7 @@ from memwarden.domain.model.events import (
     MemoryScope,
     MemoryType,
 )
+from memwarden.domain.model.passes import PassesHealth
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.model.storable import unstorable_field
 from memwarden.domain.model.text import escape_unprintable, quote_text
@@ -35,7 +36,6 @@ from memwarden.domain.services.write_results import (
     WriteResult,
 )
 from memwarden.projections.search.service import SearchQuery
-from memwarden.workers.heartbeats import PassesHealth
 
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A time on the wire must carry its zone (API.md): a naive time is refused (400)."""

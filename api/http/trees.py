@@ -3,22 +3,22 @@ per tenant — its own tenant's only (docs/architecture.md §12)."""
 
 from __future__ import annotations
 
-from memwarden.api.http.state import ApiState
-from memwarden.domain.ledger.app import TenantTree
+from memwarden.domain.ledger.app import Ledger, TenantTree
 from memwarden.domain.ledger.checkpoints import Checkpoint
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import tenant_of
+from memwarden.projections.merkle.reads import TreeReads
 
 
-def tree_of(state: ApiState, identity: Identity) -> str | None:
+def tree_of(ledger: Ledger, identity: Identity) -> str | None:
     """Whose tree a caller proves against: with a chain per tenant, its tenant's only."""
-    return tenant_of(identity.namespace) if state.runtime.ledger.tenant_chains else None
+    return tenant_of(identity.namespace) if ledger.tenant_chains else None
 
 
-def checkpoint_now(state: ApiState, identity: Identity) -> Checkpoint:
+def checkpoint_now(ledger: Ledger, trees: TreeReads, identity: Identity) -> Checkpoint:
     """A checkpoint of the caller's tree (the ledger's, or its tenant's), signed now."""
-    tree, reads = tree_of(state, identity), state.reads.tree
+    tree = tree_of(ledger, identity)
     if tree is None:
-        return state.runtime.ledger.checkpoint(reads.root)
-    size = reads.size(tree)
-    return state.runtime.ledger.checkpoint(tree=TenantTree(tree, size, lambda s: reads.root(s, tree)))
+        return ledger.checkpoint(trees.root)
+    size = trees.size(tree)
+    return ledger.checkpoint(tree=TenantTree(tree, size, lambda s: trees.root(s, tree)))

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from memwarden.domain.model.keys import parse_key
+from memwarden.domain.settings import Settings
 
 KEY_VARIABLE = "MEMWARDEN_API_KEY"
 URL_VARIABLE = "MEMWARDEN_URL"
 
 
 def cmd_mcp(_args: argparse.Namespace) -> int:
-    key = os.environ.get(KEY_VARIABLE, "").strip()
+    settings = Settings.from_env()
+    key = settings.api_key or ""
     if parse_key(key) is None:
         sys.stderr.write(f"memwarden mcp: set {KEY_VARIABLE} to an API key (mw_…)\n")
         return 2
@@ -22,7 +23,7 @@ def cmd_mcp(_args: argparse.Namespace) -> int:
 
     from memwarden.api.mcp.stdio import serve_stdio  # noqa: PLC0415
 
-    anyio.run(serve_stdio, key, os.environ.get(URL_VARIABLE, "").strip() or None)
+    anyio.run(serve_stdio, key, settings)
     return 0
 
 

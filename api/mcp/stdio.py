@@ -21,8 +21,10 @@ async def _run(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def serve_stdio(key: str, url: str | None) -> None:
-    header = f"Bearer {key}"
+async def serve_stdio(key: str, settings: Settings) -> None:
+    """Serve MCP on stdio with ``key``: against the API at ``settings.mcp_url``, else
+    against the deployment ``settings`` name, opened in this process."""
+    header, url = f"Bearer {key}", settings.mcp_url
 
     def authorization(_ctx: ServerRequestContext[Any, Any]) -> str:
         return header
@@ -36,7 +38,7 @@ async def serve_stdio(key: str, url: str | None) -> None:
         return
     from memwarden.api.http.app import create_app  # noqa: PLC0415 - the local app only when no URL is given
 
-    app = create_app(Settings.from_env(), document=False)
+    app = create_app(settings, document=False)
     async with app.lifespan():
         role = _local_role(app, key)
 

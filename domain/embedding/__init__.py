@@ -16,7 +16,7 @@ from memwarden.domain.embedding.base import (
     vector_to_bytes,
 )
 from memwarden.domain.embedding.batching import BatchingEmbedder
-from memwarden.domain.embedding.factory import embedder_for_model, embedder_from_env
+from memwarden.domain.embedding.factory import embedder_for_model, embedder_from_settings
 from memwarden.domain.embedding.hashing import HashEmbedder
 from memwarden.domain.embedding.minilm import MiniLMEmbedder, shared_minilm
 from memwarden.domain.embedding.openai import OpenAIEmbedder
@@ -33,7 +33,7 @@ __all__ = [
     "embed_one",
     "embed_rows",
     "embedder_for_model",
-    "embedder_from_env",
+    "embedder_from_settings",
     "normalize_rows",
     "shared_minilm",
     "vector_from_bytes",

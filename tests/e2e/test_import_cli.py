@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from memwarden.api.cli.importer import ProgressFile, read_source, run_import
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.model.events import AuditRecorded, MemoryWritten
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def run_import_cli(env: dict[str, str], path: Path, *extra: str) -> tuple[int, d
 
 
 def written(settings: Settings) -> list[MemoryWritten]:
-    with Core(settings) as core:
+    with open_core(settings) as core:
         return [r.event for r in core.ledger.read(0, 100_000) if isinstance(r.event, MemoryWritten)]
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
-from tests.processes import alive, wait_until
+from tests.processes import alive, cli_key, serving, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,3 +81,59 @@ def test_sigterm_stops_the_projector_before_serve_exits(
     server.terminate()
     assert server.wait(timeout=30) == 0
     assert not alive(projector)
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for child in _children(pid):
+        found += [child, *_descendants(child)]
+    return found
+
+
+def _environment(pid: int) -> dict[str, str]:
+    pairs = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
+def _api_processes(server: subprocess.Popen[bytes]) -> list[int]:
+    """uvicorn's workers under ``server`` (spawned by multiprocessing)."""
+    return [
+        p
+        for p in _descendants(server.pid)
+        if b"spawn_main" in (Path("/proc") / str(p) / "cmdline").read_bytes()
+    ]
+
+
+@pytest.mark.slow
+def test_several_workers_get_the_settings_serve_chose_and_serve_keeps_its_environment(
+    env: dict[str, str], redis_url: str
+) -> None:
+    """``serve --workers 2``: every API process shares state through Redis (the flag chose
+    it; the environment did not say), and ``serve`` passed that on to them without writing
+    its own environment; SIGTERM stops them all."""
+    env = {**env, "REDIS_URL": redis_url}
+    key = cli_key(env, "acme/eng", "bot", "agent")
+    with serving(env, flags=("--workers", "2")) as (server, base):
+        for n in range(4):  # each request may land on either worker
+            _write_then_read(base, key, f"Written through either worker, read at once ({n})")
+        shared = redis.Redis.from_url(redis_url)
+        assert list(shared.scan_iter(match="memwarden:*:last_write:*"))  # the callers' state is Redis's
+        shared.close()
+        api_processes = _api_processes(server)
+        assert len(api_processes) == 2
+        assert {_environment(p).get("MEMWARDEN_SHARED_STATE") for p in api_processes} == {"redis"}
+        assert "MEMWARDEN_SHARED_STATE" not in _environment(server.pid)
+        everyone = _descendants(server.pid)
+        server.terminate()
+        assert server.wait(timeout=60) == 0
+        wait_until(lambda: not any(alive(p) for p in everyone), 30)
+
+
+@pytest.mark.slow
+def test_a_killed_serve_leaves_no_api_process_behind(env: dict[str, str], redis_url: str) -> None:
+    with serving({**env, "REDIS_URL": redis_url}, flags=("--workers", "2")) as (server, _base):
+        everyone = _descendants(server.pid)
+        assert len(_api_processes(server)) == 2
+        server.kill()
+        server.wait(timeout=30)
+        wait_until(lambda: not any(alive(p) for p in everyone), 30)

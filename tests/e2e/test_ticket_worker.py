@@ -21,8 +21,8 @@ from litestar.testing import TestClient
 
 from memwarden.api.http.app import create_app
 from memwarden.api.http.schemas import WriteBody
-from memwarden.api.http.state import WriteTickets
 from memwarden.bootstrap.runtime import Runtime
+from memwarden.bootstrap.tickets import WriteTickets
 from memwarden.domain.model.events import AuditRecorded, MemoryWritten
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.write_results import QUEUED_OP
@@ -62,7 +62,7 @@ class Deployment:
         self.tickets = WriteTickets(self.store, self.runtime.memory, self.fallback, self.sender)
 
     def submit(self, content: str) -> UUID:
-        return self.tickets.submit(AGENT, "k-test", WriteBody(content=content, run_async=True))
+        return self.tickets.submit(AGENT, "k-test", WriteBody(content=content, run_async=True).batch_item())
 
     def state(self, ticket: UUID) -> str:
         status = self.store.status(ticket, AGENT)

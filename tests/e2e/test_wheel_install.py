@@ -23,6 +23,7 @@ import pytest
 
 from memwarden.api.cli.demo import demo_settings
 from memwarden.domain.embedding.minilm import TOKENIZER_SHA256
+from memwarden.domain.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (
@@ -177,7 +178,7 @@ def test_plain_pip_install_runs_the_demo_and_writes_nothing_under_home(wheel: Pa
 
 def test_the_demo_runs_in_a_temporary_data_dir_it_removes_unless_one_is_configured(tmp_path: Path) -> None:
     lines: list[str] = []
-    with demo_settings({}, lines.append) as settings:
+    with demo_settings(Settings.from_env({}), lines.append) as settings:
         scratch = settings.data_dir
         assert scratch.is_dir()
         assert scratch.parent == Path(tempfile.gettempdir()).resolve()
@@ -185,9 +186,9 @@ def test_the_demo_runs_in_a_temporary_data_dir_it_removes_unless_one_is_configur
     assert "fresh temporary data directory" in lines[0]
 
     configured = tmp_path / "mine"
-    with demo_settings({"MEMWARDEN_DATA_DIR": str(configured)}, lines.append) as settings:
+    with demo_settings(Settings.from_env({"MEMWARDEN_DATA_DIR": str(configured)}), lines.append) as settings:
         assert settings.data_dir == configured.resolve()
     url = "postgresql://u@/db?host=/nowhere"
-    with demo_settings({"DATABASE_URL": url}, lines.append) as settings:
+    with demo_settings(Settings.from_env({"DATABASE_URL": url}), lines.append) as settings:
         assert settings.database_url == url
     assert len(lines) == 2  # the temporary directory was announced once, for the first tour only

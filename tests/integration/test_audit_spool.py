@@ -16,12 +16,12 @@ import msgspec
 import psycopg
 import pytest
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.ledger.app import StreamConflict
 from memwarden.domain.ledger.audit_spool import AuditSpool, SpoolFull
 from memwarden.domain.model.events import AuditRecorded
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.audit import audit_record
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
 from tests.processes import wait_until
 
@@ -55,7 +55,7 @@ def _refusing(_record: AuditRecorded) -> None:
 
 
 def test_kept_records_reach_the_ledger_once_with_their_ids_and_times(settings: Settings) -> None:
-    with Core(settings, embedder=None) as core:
+    with open_core(settings, embedder=None) as core:
         spool = _spool(core, settings.data_dir / "spool")
         kept = [_record(f"read {n}") for n in range(3)]
         for record in kept:
@@ -71,7 +71,7 @@ def test_kept_records_reach_the_ledger_once_with_their_ids_and_times(settings: S
 
 
 def test_records_wait_while_the_ledger_refuses_and_go_in_after(settings: Settings) -> None:
-    with Core(settings, embedder=None) as core:
+    with open_core(settings, embedder=None) as core:
         spool = AuditSpool(settings.data_dir / "spool", _refusing, _on_ledger, 1 << 20, 3600)
         spool.keep(_record("while read only"))
         assert not spool.drain()
@@ -84,7 +84,7 @@ def test_records_wait_while_the_ledger_refuses_and_go_in_after(settings: Setting
 
 def test_a_record_already_on_the_ledger_is_not_appended_again(settings: Settings) -> None:
     """A crash between the append and the truncation: the next drain meets the record's id."""
-    with Core(settings, embedder=None) as core:
+    with open_core(settings, embedder=None) as core:
         record = _record("appended, then the process died")
         core.ledger.append_spooled(record)
         orphan = settings.data_dir / "spool" / f"{uuid4()}.jsonl"
@@ -99,7 +99,7 @@ def test_a_record_already_on_the_ledger_is_not_appended_again(settings: Settings
 
 
 def test_a_torn_last_line_is_dropped_and_the_rest_appended(settings: Settings) -> None:
-    with Core(settings, embedder=None) as core:
+    with open_core(settings, embedder=None) as core:
         orphan = settings.data_dir / "spool" / f"{uuid4()}.jsonl"
         orphan.parent.mkdir(parents=True)
         whole = msgspec.json.encode(_record("whole")) + b"\n"
@@ -109,7 +109,7 @@ def test_a_torn_last_line_is_dropped_and_the_rest_appended(settings: Settings) -
 
 
 def test_a_full_spool_refuses_to_keep(settings: Settings) -> None:
-    with Core(settings, embedder=None) as core:
+    with open_core(settings, embedder=None) as core:
         one_line = len(msgspec.json.encode(_record("fits"))) + 1
         spool = AuditSpool(settings.data_dir / "spool", _refusing, _on_ledger, 2 * one_line, 3600)
         spool.keep(_record("fits"))
@@ -123,7 +123,7 @@ def test_a_full_spool_refuses_to_keep(settings: Settings) -> None:
 
 
 def test_a_live_process_s_file_is_left_to_it(settings: Settings) -> None:
-    with Core(settings, embedder=None) as core:
+    with open_core(settings, embedder=None) as core:
         directory = settings.data_dir / "spool"
         owner = AuditSpool(directory, _refusing, _on_ledger, 1 << 20, 3600)
         owner.keep(_record("the owner's"))
@@ -172,6 +172,6 @@ def test_a_dead_process_s_records_are_appended_by_the_next_core(settings: Settin
     assert died.returncode == -signal.SIGKILL, died.stderr
     assert died.stdout.strip() == "kept"
     assert [p.stat().st_size > 0 for p in directory.glob("*.jsonl")] == [True]
-    with Core(settings, embedder=None) as core:  # it drains what the dead process left
+    with open_core(settings, embedder=None) as core:  # it drains what the dead process left
         wait_until(lambda: [r.record_id for r in _audit_records(core)] == ids, 15)
         wait_until(lambda: not list(directory.glob("*.jsonl")), 15)

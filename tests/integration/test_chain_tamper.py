@@ -24,13 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.sql import SQL, Identifier
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.ledger.chain import GENESIS, canonical, link
 from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from memwarden.domain.ledger.keys import SigningKey
 from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
 from memwarden.domain.model.events import EVENT_TYPES
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import SCHEMA
 from memwarden.domain.settings import Settings as MwSettings
 
@@ -504,12 +504,12 @@ def test_an_altered_checkpoint_is_refused(built: tuple[Core, list[Row]], change:
 
 
 def test_a_checkpoint_verifies_after_reopening(settings: MwSettings) -> None:
-    with Core(settings) as first:
+    with open_core(settings) as first:
         populate(first)
         checkpoint = first.ledger.checkpoint()
         key_id = first.ledger.signing_key.key_id
     assert (settings.data_dir / "keys" / "signing.pem").exists()
-    with Core(settings) as reopened:
+    with open_core(settings) as reopened:
         assert reopened.ledger.signing_key.key_id == key_id
         report = reopened.ledger.verify(checkpoint)
         assert report.ok, report

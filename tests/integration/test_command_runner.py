@@ -10,13 +10,13 @@ from uuid import UUID
 
 import pytest
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.ledger.entropy import new_uuid
 from memwarden.domain.model.errors import DomainError, Forbidden, NotFound
 from memwarden.domain.model.events import AuditRecorded, LeaseEvent, LeaseTaken
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.leases import decide_take, lease_from, lease_id
 from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry, TooMuchContention
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
 
 WHO = Identity(namespace="acme/eng", actor="tester", role="agent")
@@ -36,7 +36,7 @@ class Ids:
 
 @pytest.fixture
 def core(settings: Settings) -> Iterator[Core]:
-    with Core(settings, embedder=None) as opened:
+    with open_core(settings, embedder=None) as opened:
         yield opened
 
 

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.ledger.app import StreamConflict
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
 from memwarden.domain.model.commands import WriteMemory
@@ -28,7 +29,6 @@ from memwarden.domain.model.events import AuditRecorded, ClaimSet
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.memory import MemoryState
 from memwarden.domain.model.text import normalize
-from memwarden.domain.services.core import Core
 from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import SCHEMA, Settings
 
@@ -54,7 +54,7 @@ def race(calls: Sequence[Callable[[], T]]) -> list[T]:
 
 @pytest.fixture
 def cores(settings: Settings) -> Iterator[list[Core]]:
-    opened = [Core(settings) for _ in range(RACERS)]
+    opened = [open_core(settings) for _ in range(RACERS)]
     try:
         yield opened
     finally:
@@ -84,7 +84,7 @@ class ConflictCounter:
 
 @pytest.fixture
 def reader(settings: Settings) -> Iterator[Core]:
-    with Core(settings) as opened:
+    with open_core(settings) as opened:
         yield opened
 
 
@@ -237,7 +237,7 @@ def _process_writer(
 ) -> None:
     """Runs in a spawned process: open a Core, wait for the others, write ``count`` facts."""
     try:
-        with Core(settings) as core:
+        with open_core(settings) as core:
             barrier.wait(timeout=120)
             identity = Identity(NS, f"proc-{index}", "agent")
 
@@ -289,7 +289,7 @@ def test_processes_write_concurrently_on_one_gapless_chain(settings: Settings) -
     assert len({memory_id for _, memory_id, _ in written}) == len(written)
     assert len({position for _, _, position in written}) == len(written)
 
-    with Core(settings) as core:
+    with open_core(settings) as core:
         head = assert_gapless(core)
         assert max(position for _, _, position in written) <= head
         assert topic_counts(core)["MemoryWritten"] == processes * count

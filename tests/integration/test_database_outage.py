@@ -20,6 +20,7 @@ from eventsourcing.postgres import PostgresDatastore
 from psycopg import Cursor
 
 from memwarden.api.http.errors import Unavailable, classify
+from memwarden.bootstrap.core import open_core
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer, unavailable
 from memwarden.domain.ledger.group_commit import GroupCommitter
@@ -295,7 +296,9 @@ def test_every_503_says_when_to_come_back() -> None:
         assert int(headers["Retry-After"]) >= 1
 
 
-def test_sessions_read_times_in_utc_whatever_the_database_default_zone(database: ConnectionParams) -> None:
+def test_sessions_read_times_in_utc_whatever_the_database_default_zone(
+    database: ConnectionParams, settings: Settings
+) -> None:
     """The read models clamp times to years 1-9999 in UTC; a session in a zone west of UTC
     could not read the earliest of them back (``timestamp too small``, a 500)."""
     with psycopg.connect(database.conninfo(), autocommit=True) as conn:
@@ -307,3 +310,7 @@ def test_sessions_read_times_in_utc_whatever_the_database_default_zone(database:
     assert row is not None
     assert row[0] == "UTC"
     assert row[1].year == 1
+    with open_core(settings) as core, core.ledger.datastore.get_connection() as pooled:
+        pooled_row = pooled.execute("SELECT current_setting('TimeZone') AS zone").fetchone()
+    assert pooled_row is not None
+    assert pooled_row["zone"] == "UTC"  # the ledger's pool too

@@ -21,11 +21,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from memwarden.bootstrap.migrate import prepare_database
+from memwarden.bootstrap.core import open_core
 from memwarden.domain.ledger.database import EmbeddedServer
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,14 +217,14 @@ def test_a_server_stopped_in_this_process_starts_again(data_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_core_on_the_embedded_default_survives_a_reopen(data_dir: Path) -> None:
-    settings = Settings(data_dir=data_dir, pool_size=2)
+    settings = Settings(data_dir=data_dir, pool_size=2, embedder="hash")
     agent = Identity("acme/eng", "agent-1", "agent")
-    with Core(settings, prepare=prepare_database) as core:
+    with open_core(settings) as core:
         assert core.server is not None
         written = core.memory.write(agent, WriteMemory(content="The embedded ledger keeps this fact"))
         checkpoint = core.ledger.checkpoint()
     assert written.id is not None
-    with Core(settings, prepare=prepare_database) as reopened:
+    with open_core(settings) as reopened:
         state = reopened.memory.memory(written.id)
         assert state is not None
         assert state.content == "The embedded ledger keeps this fact"

@@ -14,7 +14,7 @@ from memwarden.domain.embedding import (
     MiniLMEmbedder,
     ModelFileRejected,
     embed_one,
-    embedder_from_env,
+    embedder_from_settings,
     shared_minilm,
 )
 from memwarden.domain.embedding.factory import WarmingModel
@@ -25,6 +25,7 @@ from memwarden.domain.embedding.minilm import (
     default_tokenizer_path,
     read_pinned,
 )
+from memwarden.domain.settings import Settings
 
 pytestmark = pytest.mark.minilm
 
@@ -135,7 +136,7 @@ def test_texts_are_deterministic_and_distinct(minilm: MiniLMEmbedder) -> None:
 
 def test_shared_instance_and_factory_default(minilm: MiniLMEmbedder) -> None:
     assert shared_minilm() is minilm
-    embedder = embedder_from_env({})
+    embedder = embedder_from_settings(Settings.from_env({}))
     assert isinstance(embedder, CachingEmbedder)
     assert isinstance(embedder.inner, BatchingEmbedder)  # concurrent callers share model calls
     assert embedder.inner.inner is minilm
@@ -210,7 +211,7 @@ def test_missing_file_is_rejected(tmp_path: Path, which: str) -> None:
 def test_a_model_loading_in_the_background_answers_as_the_model(minilm: MiniLMEmbedder) -> None:
     """What a starting process gets (``background=True``): the id and dimensions at once,
     the model's own vectors once it has loaded."""
-    embedder = embedder_from_env({}, background=True)
+    embedder = embedder_from_settings(Settings.from_env({}), background=True)
     assert isinstance(embedder, CachingEmbedder)
     assert isinstance(embedder.inner, BatchingEmbedder)
     assert isinstance(embedder.inner.inner, WarmingModel)

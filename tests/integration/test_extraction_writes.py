@@ -13,10 +13,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.events import AuditRecorded
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import Settings
 from tests.integration.test_concurrency import RACERS, race
@@ -44,7 +44,7 @@ def test_racing_split_writes_store_a_shared_fact_once(
     monkeypatch.setenv("MEMWARDEN_EMBEDDER", "hash")
     with LocalServer(facts_of_each_transcript) as server:
         configured = msgspec.structs.replace(settings, extractor_url=server.url, extractor_model="m")
-        cores = [Core(configured) for _ in range(RACERS)]
+        cores = [open_core(configured) for _ in range(RACERS)]
         try:
             results = race([incident(core, n) for n, core in enumerate(cores)])
             audits = [r.event for r in cores[0].ledger.read(0, 10_000) if isinstance(r.event, AuditRecorded)]

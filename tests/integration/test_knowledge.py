@@ -15,6 +15,7 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 from psycopg.sql import SQL, Identifier
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.embedding import EmbedderUnavailable, HashEmbedder, vector_from_bytes
 from memwarden.domain.embedding.base import Matrix
@@ -26,7 +27,6 @@ from memwarden.domain.model.events import AuditRecorded, KnowledgePublished
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.knowledge import KnowledgeState, decide_publish, knowledge_stream, parse_document
 from memwarden.domain.model.policies import PolicyBody
-from memwarden.domain.services.core import Core
 from memwarden.domain.services.knowledge import KnowledgeService
 from memwarden.domain.settings import SCHEMA, Settings
 from memwarden.projections.rebuild import Rebuilder
@@ -431,7 +431,7 @@ def test_a_published_document_leaves_no_plaintext_in_the_events_table(
     assert data_key_owners(conninfo) == [first.document_id]
 
     # a process with nothing cached reads every version whole
-    with Core(settings) as fresh:
+    with open_core(settings) as fresh:
         assert [r.event for r in fresh.ledger.streams([first.document_id])[first.document_id]] == [v1, v2]
         assert fresh.ledger.verify().ok
 
@@ -462,7 +462,7 @@ def test_a_version_recorded_in_the_clear_before_sealing_still_decodes(
     [(_, _, v2_state)] = [s for s in all_states(core.params.conninfo()) if s[1] == "KnowledgePublished"][1:]
     assert v2_state.startswith(b'{"e":')
     assert b"ten minutes" not in v2_state
-    with Core(settings) as fresh:
+    with open_core(settings) as fresh:
         v1, v2 = [r.event for r in fresh.ledger.streams([old.document_id])[old.document_id]]
         assert v1 == old
         assert isinstance(v2, KnowledgePublished)
@@ -496,7 +496,7 @@ def test_racing_first_publications_share_the_stored_key(core: Core, settings: Se
     assert first.document_id is not None
     assert data_key_owners(core.params.conninfo()) == [first.document_id]
     assert [e.version for e in stream(core, first.document_id)] == [1, 2]
-    with Core(settings) as fresh:
+    with open_core(settings) as fresh:
         bodies = [
             getattr(r.event, "body", "") for r in fresh.ledger.streams([first.document_id])[first.document_id]
         ]

@@ -106,6 +106,8 @@ def old_settings(tmp_path: Path, params: ConnectionParams) -> Settings:
         kek_b64=OLD_KEYS["kek_b64"],
         signing_key_pem=OLD_KEYS["signing_key_pem"],
         pool_size=4,
+        embedder="hash",
+        rerank="none",
     )
 
 

@@ -8,10 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memwarden.domain.embedding import ModelFileRejected, embedder_from_env
+from memwarden.domain.embedding import ModelFileRejected, embedder_from_settings
 from memwarden.domain.embedding.bge import BGE_SMALL, MODEL_ID, shared_bge_small
 from memwarden.domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, read_pinned
-from memwarden.domain.embedding.rerank import MS_MARCO, CrossEncoder, reranker_from_env, shared_cross_encoder
+from memwarden.domain.embedding.rerank import (
+    MS_MARCO,
+    CrossEncoder,
+    reranker_from_settings,
+    shared_cross_encoder,
+)
+from memwarden.domain.settings import Settings
 
 pytestmark = pytest.mark.models
 
@@ -45,7 +51,7 @@ def test_bge_rows_are_unit_length_and_independent_of_the_batch() -> None:
 
 
 def test_the_setting_selects_bge_behind_the_cache() -> None:
-    embedder = embedder_from_env({"MEMWARDEN_EMBEDDER": "bge"})
+    embedder = embedder_from_settings(Settings.from_env({"MEMWARDEN_EMBEDDER": "bge"}))
     assert embedder is not None
     assert (embedder.model_id, embedder.dimensions) == (MODEL_ID, 384)
     assert np.allclose(embedder.embed(["hello"]), shared_bge_small().embed(["hello"]))
@@ -74,9 +80,11 @@ def test_a_tampered_cross_encoder_tokenizer_is_rejected(tmp_path: Path) -> None:
 
 
 def test_the_rerank_settings() -> None:
-    assert reranker_from_env({}) == (shared_cross_encoder(), None)  # the default
-    assert reranker_from_env({"MEMWARDEN_RERANK": " None "}) == (None, None)
-    reranker, depth = reranker_from_env({"MEMWARDEN_RERANK": "ms-marco", "MEMWARDEN_RERANK_DEPTH": "12"})
+    assert reranker_from_settings(Settings.from_env({})) == (shared_cross_encoder(), None)  # the default
+    assert reranker_from_settings(Settings.from_env({"MEMWARDEN_RERANK": " None "})) == (None, None)
+    reranker, depth = reranker_from_settings(
+        Settings.from_env({"MEMWARDEN_RERANK": "ms-marco", "MEMWARDEN_RERANK_DEPTH": "12"})
+    )
     assert reranker is shared_cross_encoder()
     assert depth == 12
 
@@ -92,4 +100,4 @@ def test_the_rerank_settings() -> None:
 )
 def test_bad_rerank_settings_are_refused_by_name(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        reranker_from_env(env)
+        reranker_from_settings(Settings.from_env(env))

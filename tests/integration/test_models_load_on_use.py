@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import threading
 
+import msgspec
 import numpy as np
 import pytest
 
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.domain.embedding import embedder_from_env
+from memwarden.domain.embedding import embedder_from_settings
 from memwarden.domain.embedding.base import CachingEmbedder
 from memwarden.domain.embedding.batching import BatchingEmbedder
 from memwarden.domain.embedding.factory import WarmingModel
 from memwarden.domain.embedding.minilm import MiniLMEmbedder
 from memwarden.domain.embedding.onnx import Shared
-from memwarden.domain.embedding.rerank import CrossEncoder, WarmingCrossEncoder, reranker_from_env
+from memwarden.domain.embedding.rerank import CrossEncoder, WarmingCrossEncoder, reranker_from_settings
 from memwarden.domain.settings import Settings
 
 WARMING = ("rerank-warm", "warm-")
@@ -38,8 +39,8 @@ def test_a_lazy_cross_encoder_loads_at_its_first_score_only() -> None:
 
 def test_the_lazy_setting_starts_no_load() -> None:
     before = _warming_threads()
-    reranker, _depth = reranker_from_env({"MEMWARDEN_RERANK": "ms-marco"}, lazy=True)
-    embedder = embedder_from_env({"MEMWARDEN_EMBEDDER": "minilm"}, lazy=True)
+    reranker, _depth = reranker_from_settings(Settings.from_env({"MEMWARDEN_RERANK": "ms-marco"}), lazy=True)
+    embedder = embedder_from_settings(Settings.from_env({"MEMWARDEN_EMBEDDER": "minilm"}), lazy=True)
     assert isinstance(reranker, WarmingCrossEncoder)
     assert isinstance(embedder, CachingEmbedder)
     assert isinstance(embedder.inner, BatchingEmbedder)
@@ -49,16 +50,15 @@ def test_the_lazy_setting_starts_no_load() -> None:
 
 @pytest.mark.minilm
 def test_a_lazy_embedder_answers_as_the_model() -> None:
-    embedder = embedder_from_env({"MEMWARDEN_EMBEDDER": "minilm"}, lazy=True)
+    embedder = embedder_from_settings(Settings.from_env({"MEMWARDEN_EMBEDDER": "minilm"}), lazy=True)
     assert embedder is not None
     np.testing.assert_allclose(embedder.embed(["Dana"]), MiniLMEmbedder().embed(["Dana"]), atol=1e-6)
 
 
 @pytest.mark.minilm
-def test_a_cli_runtime_starts_no_model_load(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cli_runtime_starts_no_model_load(settings: Settings) -> None:
     """What ``memwarden keys list``, the projector and a worker build: no warming thread,
     so a command that neither embeds nor reranks neither loads nor waits for a model."""
-    monkeypatch.setenv("MEMWARDEN_RERANK", "ms-marco")
     before = _warming_threads()
-    with Runtime(settings, follow=False):
+    with Runtime(msgspec.structs.replace(settings, rerank="ms-marco"), follow=False):
         assert _warming_threads() - before == set()

@@ -52,12 +52,9 @@ def old_ledger(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dict[str,
 
 
 @pytest.fixture
-def new_runtime(
-    settings: Settings, old_ledger: dict[str, UUID], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Runtime]:
+def new_runtime(settings: Settings, old_ledger: dict[str, UUID]) -> Iterator[Runtime]:
     """A process configured with the new model, on the old ledger."""
-    monkeypatch.setenv("MEMWARDEN_EMBEDDER", "hash-256")
-    with Runtime(settings, follow=False) as rt:
+    with Runtime(msgspec.structs.replace(settings, embedder="hash-256"), follow=False) as rt:
         yield rt
 
 

@@ -13,11 +13,11 @@ import psycopg
 import pytest
 from psycopg.sql import SQL, Identifier
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
 from memwarden.domain.model.errors import DomainError, Forbidden, InvalidRequest, ProvenanceNotAllowed
 from memwarden.domain.model.events import AuditRecorded
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 from memwarden.domain.services.write_results import WriteResult
 from memwarden.domain.settings import SCHEMA, Settings
 
@@ -94,7 +94,7 @@ def test_the_ledger_holds_no_plaintext_of_sealed_fields(core: Core, settings: Se
     assert len(bytes(keys[0][1])) > 32  # wrapped: nonce + key + tag, never the raw key
 
     # round trip through a process that has nothing cached
-    with Core(settings) as fresh:
+    with open_core(settings) as fresh:
         state = fresh.memory.memory(result.id)
         assert state is not None
         assert state.content == content
@@ -127,7 +127,7 @@ def test_a_destroyed_data_key_leaves_a_tombstone_and_a_verified_chain(core: Core
         ).rowcount
     assert deleted == 1
 
-    with Core(settings) as fresh:
+    with open_core(settings) as fresh:
         state = fresh.memory.memory(shredded.id)
         assert state is not None
         assert state.content is None
@@ -357,7 +357,7 @@ def test_a_wrongly_typed_write_does_not_poison_the_notification_log(core: Core, 
     with pytest.raises(InvalidRequest, match=r"tags"):
         core.memory.write(AGENT, WriteMemory(content="Team standup is at 9:30 every day", tags="urgent"))  # type: ignore[arg-type]
     assert_only_a_denial_was_recorded(core, before, AGENT)
-    with Core(settings) as fresh:
+    with open_core(settings) as fresh:
         log = fresh.ledger.read(0, 1000)  # raises if an undecodable event was stored
         assert len(log) == fresh.ledger.head_position()
         assert good.id is not None
@@ -367,7 +367,7 @@ def test_a_wrongly_typed_write_does_not_poison_the_notification_log(core: Core, 
 def test_the_configured_content_limit_is_enforced(settings: Settings) -> None:
     """MEMWARDEN_MAX_CONTENT_BYTES (Settings.max_content_bytes) bounds what a write stores."""
     limited = msgspec.structs.replace(settings, max_content_bytes=200)
-    with Core(limited) as core:
+    with open_core(limited) as core:
         before = core.ledger.head_position()
         result = core.memory.write(AGENT, WriteMemory(content="Release checklist: " + "step " * 60))
         assert result.outcome == "rejected", f"{result.outcome}: a 320-byte write passed a 200-byte limit"

@@ -1,6 +1,6 @@
+from memwarden.bootstrap.core import Core
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 
 
 def test_a_write_is_on_a_verified_chain(core: Core) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from memwarden.bootstrap.core import open_core
 from memwarden.domain.ledger.database import ConnectionParams
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import Settings
 from tests.conftest import url_of
 
@@ -19,7 +19,7 @@ def test_a_statement_longer_than_the_timeout_is_cancelled(tmp_path: Path, databa
     settings = Settings(
         data_dir=tmp_path / "data", database_url=url_of(database), pool_size=2, statement_timeout_seconds=0.5
     )
-    with Core(settings) as core, core.ledger.datastore.get_connection() as conn:
+    with open_core(settings) as core, core.ledger.datastore.get_connection() as conn:
         shown = conn.execute("SHOW statement_timeout").fetchone()
         assert shown is not None
         assert next(iter(shown.values())) == "500ms"
@@ -35,7 +35,7 @@ def test_every_connection_the_pool_opens_carries_the_timeout(
     settings = Settings(
         data_dir=tmp_path / "data", database_url=url_of(database), pool_size=2, statement_timeout_seconds=0.25
     )
-    with Core(settings) as core, contextlib.ExitStack() as held:
+    with open_core(settings) as core, contextlib.ExitStack() as held:
         pool = core.ledger.datastore.pool
         connections = [
             held.enter_context(core.ledger.datastore.get_connection()) for _ in range(pool.max_size)

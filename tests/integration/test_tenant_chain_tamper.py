@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.sql import SQL, Identifier
 
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.domain.ledger.chain import ANCHOR_PROBLEM
 from memwarden.domain.ledger.recorder import verify_tenant_tables
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.events import EVENT_TYPES
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import SCHEMA
 from memwarden.domain.settings import Settings as MwSettings
 from tests.integration.test_chain_tamper import populate
@@ -48,7 +48,7 @@ class Row:
 
 @pytest.fixture
 def built(settings: MwSettings) -> Iterator[tuple[Core, list[Row]]]:
-    with Core(msgspec.structs.replace(settings, ledger_chains="tenant")) as core:
+    with open_core(msgspec.structs.replace(settings, ledger_chains="tenant")) as core:
         populate(core)
         for fact in ("Globex ships on Mondays", "Globex pages the on-call by SMS"):
             assert core.memory.write(GLOBEX, WriteMemory(content=fact)).outcome == "stored"

@@ -20,6 +20,7 @@ import pytest
 from psycopg.sql import SQL, Identifier
 
 from memwarden.api.http.routes.compliance import public_problem
+from memwarden.bootstrap.core import Core, open_core
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.ledger.chain import canonical, link, tenant_genesis
 from memwarden.domain.ledger.mapper import Recorded
@@ -28,7 +29,6 @@ from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.erasure import Forget
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.services.audit import audit_record
-from memwarden.domain.services.core import Core
 from memwarden.domain.settings import SCHEMA, Settings
 
 ACME = Identity("acme/eng", "agent-1", "agent")
@@ -133,7 +133,7 @@ def test_the_tenant_chain_is_the_documented_formula(runtime: Runtime) -> None:
 def test_a_tenants_append_never_waits_on_another_tenants_lock(core: Core, settings: Settings) -> None:
     """globex appends while a transaction holds acme's head row; acme's own append waits
     for it (so the lock is real), and goes through once it is released."""
-    with Core(tenant_mode(settings)) as tenants:
+    with open_core(tenant_mode(settings)) as tenants:
         for who in (ACME, GLOBEX):
             tenants.memory.write(who, WriteMemory(content=f"{who.namespace} keeps its runbooks in git"))
         with psycopg.connect(tenants.params.conninfo()) as holder:
@@ -222,7 +222,7 @@ def test_a_row_left_pending_is_sequenced_by_the_ledger_and_projected(tenant_sett
 def test_the_ledger_sequences_a_row_left_pending_without_any_read_side(tenant_settings: Settings) -> None:
     """The ledger's own sequencer, not a projection runner, keeps the notification log whole:
     a core that follows nothing sequences what a dead appender left, after a second look."""
-    with Core(tenant_settings) as core:
+    with open_core(tenant_settings) as core:
         left = leave_pending(core, "acme", "acme/eng")
         assert core.ledger.oldest_pending() is not None
         assert wait_until(lambda: core.ledger.oldest_pending() is None, 10), "left pending"
@@ -237,7 +237,10 @@ def test_the_positions_an_append_answers_are_durable(tenant_settings: Settings) 
     A flush that never happened (an empty transaction's commit does not wait) fails this every
     time; the margin is for WAL a background process may write in between."""
     flushed = 0
-    with Core(tenant_settings) as core, psycopg.connect(core.params.conninfo(), autocommit=True) as probe:
+    with (
+        open_core(tenant_settings) as core,
+        psycopg.connect(core.params.conninfo(), autocommit=True) as probe,
+    ):
         for n in range(20):
             core.memory.write(ACME, WriteMemory(content=f"{FACTS[n % len(FACTS)]} ({n})"))
             row = probe.execute("SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn()").fetchone()
@@ -249,7 +252,7 @@ def test_the_positions_an_append_answers_are_durable(tenant_settings: Settings) 
 def test_single_chain_and_tenant_chain_processes_share_one_database(core: Core, settings: Settings) -> None:
     """Appends of both modes at once never hand out one position twice nor leave a gap, and
     both the global chain and the tenant chains verify."""
-    with Core(tenant_mode(settings)) as tenants:
+    with open_core(tenant_mode(settings)) as tenants:
         errors: list[BaseException] = []
 
         def writer(target: Core, who: Identity, label: str) -> None:

@@ -20,11 +20,12 @@ from memwarden.domain.embedding import (
     HashEmbedder,
     OpenAIEmbedder,
     embed_one,
-    embedder_from_env,
+    embedder_from_settings,
     normalize_rows,
     vector_from_bytes,
     vector_to_bytes,
 )
+from memwarden.domain.settings import Settings
 from tests.local_http import Handler, LocalServer, send
 
 # -- hashing ------------------------------------------------------------------------------
@@ -364,26 +365,28 @@ def test_openai_embedder_rejects_bad_settings(args: tuple[str, str], message: st
 
 
 def test_factory_none_means_no_embedder() -> None:
-    assert embedder_from_env({"MEMWARDEN_EMBEDDER": "none"}) is None
-    assert embedder_from_env({"MEMWARDEN_EMBEDDER": " None "}) is None
+    assert embedder_from_settings(Settings.from_env({"MEMWARDEN_EMBEDDER": "none"})) is None
+    assert embedder_from_settings(Settings.from_env({"MEMWARDEN_EMBEDDER": " None "})) is None
 
 
 def test_factory_hash() -> None:
-    embedder = embedder_from_env({"MEMWARDEN_EMBEDDER": "hash"})
+    embedder = embedder_from_settings(Settings.from_env({"MEMWARDEN_EMBEDDER": "hash"}))
     assert isinstance(embedder, HashEmbedder)
     assert embedder.dimensions == 384
 
 
 def test_factory_openai_is_cached_and_configured(api: LocalServer) -> None:
-    embedder = embedder_from_env(
-        {
-            "MEMWARDEN_EMBEDDER": "openai",
-            "MEMWARDEN_EMBEDDER_URL": api.url,
-            "MEMWARDEN_EMBEDDER_MODEL": "nomic-embed",
-            "MEMWARDEN_EMBEDDER_API_KEY": "sk-env",
-            "MEMWARDEN_EMBEDDER_DIMENSIONS": "8",
-            "MEMWARDEN_EMBEDDER_TIMEOUT": "2.5",
-        }
+    embedder = embedder_from_settings(
+        Settings.from_env(
+            {
+                "MEMWARDEN_EMBEDDER": "openai",
+                "MEMWARDEN_EMBEDDER_URL": api.url,
+                "MEMWARDEN_EMBEDDER_MODEL": "nomic-embed",
+                "MEMWARDEN_EMBEDDER_API_KEY": "sk-env",
+                "MEMWARDEN_EMBEDDER_DIMENSIONS": "8",
+                "MEMWARDEN_EMBEDDER_TIMEOUT": "2.5",
+            }
+        )
     )
     assert isinstance(embedder, CachingEmbedder)
     assert isinstance(embedder.inner, OpenAIEmbedder)
@@ -434,11 +437,11 @@ def test_factory_openai_is_cached_and_configured(api: LocalServer) -> None:
 )
 def test_factory_errors_are_clear(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        embedder_from_env(env)
+        embedder_from_settings(Settings.from_env(env))
 
 
-def test_factory_reads_the_process_environment_when_given_none(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_settings_read_the_embedder_from_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMWARDEN_EMBEDDER", "hash")
-    assert isinstance(embedder_from_env(), HashEmbedder)
+    assert isinstance(embedder_from_settings(Settings.from_env()), HashEmbedder)
     monkeypatch.setenv("MEMWARDEN_EMBEDDER", "none")
-    assert embedder_from_env() is None
+    assert embedder_from_settings(Settings.from_env()) is None

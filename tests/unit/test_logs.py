@@ -64,6 +64,9 @@ def test_redis_url_is_optional_and_never_a_default_address() -> None:
     given = Settings.from_env({"REDIS_URL": "redis://cache:6380/2"})
     assert given.redis_url == "redis://cache:6380/2"
     assert given.passes_on_redis
+    assert (unset.tickets, given.tickets) == ("thread", "queue")  # the workers run them with Redis
+    chosen = Settings.from_env({"REDIS_URL": "redis://cache:6380/2", "MEMWARDEN_TICKETS": "thread"})
+    assert chosen.tickets == "thread"
     for needs in ({"MEMWARDEN_SHARED_STATE": "redis"}, {"MEMWARDEN_TICKETS": "queue"}):
         with pytest.raises(ValueError, match="REDIS_URL"):
             Settings.from_env(needs)

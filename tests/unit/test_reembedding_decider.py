@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memwarden.domain.embedding import embedder_for_model, embedder_from_env
+from memwarden.domain.embedding import embedder_for_model, embedder_from_settings
 from memwarden.domain.model.events import EmbeddingModelAdopted, MemoryErased, MemoryReembedded
 from memwarden.domain.model.memory import erased_tombstone, evolve_memory
 from memwarden.domain.model.reembedding import (
@@ -13,6 +13,7 @@ from memwarden.domain.model.reembedding import (
     decide_reembed,
     needs_vector,
 )
+from memwarden.domain.settings import Settings
 from tests.unit.builders import NS, T0, memory, uid
 
 OLD, NEW = "feature-hash-v1-384", "feature-hash-v1-256"
@@ -88,12 +89,12 @@ def test_adoption_needs_dimensions() -> None:
 
 
 def test_the_factory_builds_hashing_models_by_choice_and_by_id() -> None:
-    chosen = embedder_from_env({"MEMWARDEN_EMBEDDER": "hash-256"})
+    chosen = embedder_from_settings(Settings.from_env({"MEMWARDEN_EMBEDDER": "hash-256"}))
     assert chosen is not None
     assert (chosen.model_id, chosen.dimensions) == (NEW, 256)
-    by_id = embedder_for_model(NEW, {})
+    by_id = embedder_for_model(NEW)
     assert by_id is not None
     assert by_id.dimensions == 256
-    assert embedder_for_model("some-remote-model", {}) is None
+    assert embedder_for_model("some-remote-model") is None
     with pytest.raises(ValueError, match="not one of"):
-        embedder_from_env({"MEMWARDEN_EMBEDDER": "hash-x"})
+        embedder_from_settings(Settings.from_env({"MEMWARDEN_EMBEDDER": "hash-x"}))

@@ -10,7 +10,7 @@ from uuid import UUID
 from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody, QueryParameter
 
-from memwarden.api.http.gate import Call, api_state, command, current_call, query
+from memwarden.api.http.gate import Call, command, current_call, query
 from memwarden.api.http.lists import (
     LIST_DEPENDENCIES,
     PAGE_PARAMETERS,
@@ -46,7 +46,12 @@ from memwarden.domain.model.identity import REVIEWER_ROLES
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.memory import DisputeState
 from memwarden.domain.model.policies import check_policy_admin, effective_policy
+from memwarden.domain.services.autopilot import AutopilotService
+from memwarden.domain.services.consolidation import ConsolidationService
+from memwarden.domain.services.governance import GovernanceService
+from memwarden.domain.services.memory import MemoryService
 from memwarden.projections.listing import ListQuery
+from memwarden.projections.reads import ReadModels
 
 Req = Request[Any, Any, Any]
 
@@ -78,65 +83,69 @@ class AdminController(Controller):
     dependencies = LIST_DEPENDENCIES
 
     @syscall_post("/keys", admin("admin.keys.create", allow=frozenset({"actor", "role"})))
-    def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
-        state = api_state(request)
+    def create_key(
+        self, request: Req, governance: GovernanceService, data: JSONBody[NewKeyBody]
+    ) -> NewKeyResponse:
         cmd = IssueKey(
             target=data.target, actor=data.actor, role=data.role, max_provenance=data.max_provenance
         )
-        issued = command(request, lambda c: state.governance.issue_key(c.identity, cmd))
+        issued = command(request, lambda c: governance.issue_key(c.identity, cmd))
         return NewKeyResponse(issued.key_id, issued.key)
 
     @syscall_post("/keys/revoke", admin("admin.keys.revoke"))
-    def revoke_key(self, request: Req, data: JSONBody[RevokeBody]) -> RevokeResponse:
-        state = api_state(request)
-        command(request, lambda c: state.governance.revoke_key(c.identity, data.key_id))
+    def revoke_key(
+        self, request: Req, governance: GovernanceService, data: JSONBody[RevokeBody]
+    ) -> RevokeResponse:
+        command(request, lambda c: governance.revoke_key(c.identity, data.key_id))
         return RevokeResponse(revoked=True)
 
     @syscall_get("/keys", admin("admin.keys.list", query=PAGE_PARAMETERS))
-    def list_keys(self, request: Req, page: PagingAsked) -> KeysPage:
-        state = api_state(request)
-
+    def list_keys(self, request: Req, reads: ReadModels, page: PagingAsked) -> KeysPage:
         def run(c: Call) -> KeysPage:
-            state.reads.wait_for(c.last_write)
+            reads.wait_for(c.last_write)
             asked = ListQuery(limit=page.limit, newest=page.newest, cursor=page.cursor)
-            return KeysPage.of(state.reads.keys(c.identity.namespace, asked))
+            return KeysPage.of(reads.keys(c.identity.namespace, asked))
 
         return query(request, run, _counted("keys"))
 
     @syscall_get("/policies/{namespace:path}", admin("admin.policies.get", tenant_gate=False))
-    def get_policy(self, request: Req, namespace: FromPath[str]) -> OwnPolicyResponse:
-        state = api_state(request)
+    def get_policy(
+        self, request: Req, namespace: FromPath[str], governance: GovernanceService
+    ) -> OwnPolicyResponse:
         target = _target(namespace)
 
         def run(c: Call) -> OwnPolicyResponse:
             check_policy_admin(c.identity, target)
-            return _own_policy(state, c, target)
+            return _own_policy(governance, c, target)
 
         return query(request, run, lambda _p: target)
 
     @syscall_put("/policies/{namespace:path}", admin("admin.policies.put", tenant_gate=False))
     def put_policy(
-        self, request: Req, namespace: FromPath[str], data: JSONBody[PolicyPutBody]
+        self,
+        request: Req,
+        namespace: FromPath[str],
+        data: JSONBody[PolicyPutBody],
+        governance: GovernanceService,
     ) -> OwnPolicyResponse:
-        state, target, expected = api_state(request), _target(namespace), _expected_version(request, data)
-        command(request, lambda c: state.governance.set_policy(c.identity, target, data.policy(), expected))
-        return _own_policy(state, current_call(request), target)
+        target, expected = _target(namespace), _expected_version(request, data)
+        command(request, lambda c: governance.set_policy(c.identity, target, data.policy(), expected))
+        return _own_policy(governance, current_call(request), target)
 
     @syscall_get("/disputes", admin("admin.disputes.list", query=REVIEW_PARAMETERS, allow=WITHIN))
     def list_disputes(
-        self, request: Req, filters: FiltersAsked, status: DisputeStatus = "open"
+        self, request: Req, reads: ReadModels, filters: FiltersAsked, status: DisputeStatus = "open"
     ) -> DisputesPage:
-        state = api_state(request)
-
         def run(c: Call) -> DisputesPage:
             asked = filters.query(c.identity, status)
-            return DisputesPage.of(state.reads.disputes(c.identity, asked, after=c.last_write))
+            return DisputesPage.of(reads.disputes(c.identity, asked, after=c.last_write))
 
         return query(request, run, _counted("disputes"))
 
     @syscall_post("/disputes/{dispute_id:uuid}/resolve", admin("resolve_dispute"))
-    def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
-        state = api_state(request)
+    def resolve(
+        self, request: Req, memory: MemoryService, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]
+    ) -> DisputeState:
         cmd = ResolveDispute(
             dispute_id=dispute_id,
             decision=data.decision,
@@ -144,7 +153,7 @@ class AdminController(Controller):
             value=data.value,
             reason=data.reason,
         )
-        result = command(request, lambda c: state.memory.resolve_dispute(c.identity, cmd))
+        result = command(request, lambda c: memory.resolve_dispute(c.identity, cmd))
         dispute: DisputeState = result.dispute
         return dispute
 
@@ -154,6 +163,7 @@ class AdminController(Controller):
     def list_findings(
         self,
         request: Req,
+        reads: ReadModels,
         filters: FiltersAsked,
         status: FindingStatus = "open",
         rule: Rule = None,
@@ -162,43 +172,50 @@ class AdminController(Controller):
             QueryParameter(description="only the findings about one statement (a finding's `group_id`)"),
         ] = None,
     ) -> FindingsPage:
-        state = api_state(request)
-
         def run(c: Call) -> FindingsPage:
             asked = replace(filters.query(c.identity, status, rule), group=group)
-            return FindingsPage.of(state.reads.findings(c.identity, asked, after=c.last_write))
+            return FindingsPage.of(reads.findings(c.identity, asked, after=c.last_write))
 
         return query(request, run, _counted("findings"))
 
     @syscall_post("/findings/{finding_id:uuid}/resolve", admin("resolve_finding"))
     def resolve_finding(
-        self, request: Req, finding_id: FromPath[UUID], data: JSONBody[FindingResolveBody]
+        self,
+        request: Req,
+        autopilot: AutopilotService,
+        finding_id: FromPath[UUID],
+        data: JSONBody[FindingResolveBody],
     ) -> FindingState:
-        state = api_state(request)
         cmd = ResolveFinding(finding_id=finding_id, decision=data.decision, reason=data.reason)
-        result = command(request, lambda c: state.runtime.autopilot.resolve_finding(c.identity, cmd))
+        result = command(request, lambda c: autopilot.resolve_finding(c.identity, cmd))
         finding: FindingState = result.finding
         return finding
 
     @syscall_get("/decisions", admin("admin.decisions.list", query=RULED, allow=WITHIN))
     def list_decisions(
-        self, request: Req, filters: FiltersAsked, status: DecisionStatus = "all", rule: Rule = None
+        self,
+        request: Req,
+        reads: ReadModels,
+        filters: FiltersAsked,
+        status: DecisionStatus = "all",
+        rule: Rule = None,
     ) -> DecisionsPage:
-        state = api_state(request)
-
         def run(c: Call) -> DecisionsPage:
             asked = filters.query(c.identity, status, rule)
-            return DecisionsPage.of(state.reads.decisions(c.identity, asked, after=c.last_write))
+            return DecisionsPage.of(reads.decisions(c.identity, asked, after=c.last_write))
 
         return query(request, run, _counted("decisions"))
 
     @syscall_post("/decisions/{decision_id:uuid}/overturn", admin("overturn_decision"))
     def overturn(
-        self, request: Req, decision_id: FromPath[UUID], data: JSONBody[OverturnBody]
+        self,
+        request: Req,
+        autopilot: AutopilotService,
+        decision_id: FromPath[UUID],
+        data: JSONBody[OverturnBody],
     ) -> DecisionState:
-        state = api_state(request)
         cmd = OverturnDecision(decision_id=decision_id, reason=data.reason)
-        result = command(request, lambda c: state.runtime.autopilot.overturn(c.identity, cmd))
+        result = command(request, lambda c: autopilot.overturn(c.identity, cmd))
         decision: DecisionState = result.decision
         return decision
 
@@ -208,38 +225,40 @@ class AdminController(Controller):
     def list_proposals(
         self,
         request: Req,
+        reads: ReadModels,
         filters: FiltersAsked,
         status: ProposalStatus = "pending_review",
         rule: Rule = None,
     ) -> ProposalsPage:
-        state = api_state(request)
-
         def run(c: Call) -> ProposalsPage:
             asked = filters.query(c.identity, status, rule)
-            return ProposalsPage.of(state.reads.proposals(c.identity, asked, after=c.last_write))
+            return ProposalsPage.of(reads.proposals(c.identity, asked, after=c.last_write))
 
         return query(request, run, _counted("proposals"))
 
     @syscall_post("/proposals/{proposal_id:uuid}/approve", admin("approve_proposal"))
-    def approve_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
-        state = api_state(request)
-        result = command(request, lambda c: state.runtime.consolidation.approve(c.identity, proposal_id))
+    def approve_proposal(
+        self, request: Req, consolidation: ConsolidationService, proposal_id: FromPath[UUID]
+    ) -> ProposalResponse:
+        result = command(request, lambda c: consolidation.approve(c.identity, proposal_id))
         return ProposalResponse(proposal=result.proposal, content=result.content)
 
     @syscall_post("/proposals/{proposal_id:uuid}/edit", admin("edit_proposal"))
     def edit_proposal(
-        self, request: Req, proposal_id: FromPath[UUID], data: JSONBody[ProposalEditBody]
+        self,
+        request: Req,
+        consolidation: ConsolidationService,
+        proposal_id: FromPath[UUID],
+        data: JSONBody[ProposalEditBody],
     ) -> ProposalResponse:
-        state = api_state(request)
-        result = command(
-            request, lambda c: state.runtime.consolidation.edit(c.identity, proposal_id, data.content)
-        )
+        result = command(request, lambda c: consolidation.edit(c.identity, proposal_id, data.content))
         return ProposalResponse(proposal=result.proposal, content=result.content)
 
     @syscall_post("/proposals/{proposal_id:uuid}/reject", admin("reject_proposal"))
-    def reject_proposal(self, request: Req, proposal_id: FromPath[UUID]) -> ProposalResponse:
-        state = api_state(request)
-        result = command(request, lambda c: state.runtime.consolidation.reject(c.identity, proposal_id))
+    def reject_proposal(
+        self, request: Req, consolidation: ConsolidationService, proposal_id: FromPath[UUID]
+    ) -> ProposalResponse:
+        result = command(request, lambda c: consolidation.reject(c.identity, proposal_id))
         return ProposalResponse(proposal=result.proposal, content=result.content)
 
 
@@ -259,9 +278,9 @@ def _counted(what: str) -> Callable[[CountedPage], str]:
     return lambda found: f"{len(found.items)} of {found.count} {what}"
 
 
-def _own_policy(state: Any, call: Call, target: str) -> OwnPolicyResponse:
-    own = state.governance.own_policy(target)
-    effective = effective_policy(target, state.governance.own_policies(target))
+def _own_policy(governance: GovernanceService, call: Call, target: str) -> OwnPolicyResponse:
+    own = governance.own_policy(target)
+    effective = effective_policy(target, governance.own_policies(target))
     return OwnPolicyResponse(
         namespace=target,
         version=own.version,
@@ -272,5 +291,5 @@ def _own_policy(state: Any, call: Call, target: str) -> OwnPolicyResponse:
         driver=own.driver,
         suspended=own.suspended,
         provenance_over_cap=own.provenance_over_cap,
-        effective=policy_view(state.governance, call, effective),
+        effective=policy_view(governance, call, effective),
     )

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from litestar import Controller, Request
 from litestar.params import JSONBody, QueryParameter
 
-from memwarden.api.http.gate import Call, api_state, query
+from memwarden.api.http.gate import Call, query
 from memwarden.api.http.lists import (
     LIST_DEPENDENCIES,
     PAGE_PARAMETERS,
@@ -30,6 +30,7 @@ from memwarden.api.http.schemas import (
     compliance_time,
 )
 from memwarden.api.http.trees import checkpoint_now, tree_of
+from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.ledger.chain import ChainReport
 from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
 from memwarden.domain.model.errors import InvalidRequest
@@ -37,6 +38,7 @@ from memwarden.domain.model.identity import COMPLIANCE_ROLES
 from memwarden.domain.model.text import quote_text
 from memwarden.projections.governance.views import AuditFilter, AuditView
 from memwarden.projections.listing import DEFAULT_LIMIT
+from memwarden.projections.reads import ReadModels
 
 Req = Request[Any, Any, Any]
 
@@ -79,13 +81,14 @@ class ComplianceController(Controller):
     dependencies = LIST_DEPENDENCIES
 
     @syscall_post("/ledger/verify", compliance("compliance.ledger.verify"))
-    def verify(self, request: Req, data: JSONBody[VerifyLedgerBody | None] = None) -> VerifyLedgerResponse:
-        state = api_state(request)
+    def verify(
+        self, request: Req, ledger: Ledger, data: JSONBody[VerifyLedgerBody | None] = None
+    ) -> VerifyLedgerResponse:
         checkpoint = data.checkpoint if data is not None else None
 
         def run(_c: Call) -> VerifyLedgerResponse:
             try:
-                report = state.runtime.ledger.verify(checkpoint)
+                report = ledger.verify(checkpoint)
             except InvalidCheckpoint as error:
                 raise InvalidRequest(str(error)) from error
             return VerifyLedgerResponse(
@@ -99,28 +102,31 @@ class ComplianceController(Controller):
         return query(request, run, lambda r: "ok" if r.ok else f"broken at {r.first_bad_position}")
 
     @syscall_post("/ledger/checkpoint", compliance("compliance.ledger.checkpoint"))
-    def checkpoint(self, request: Req) -> Checkpoint:
-        state = api_state(request)
+    def checkpoint(self, request: Req, ledger: Ledger, reads: ReadModels) -> Checkpoint:
         return query(
             request,
-            lambda c: checkpoint_now(state, c.identity),
+            lambda c: checkpoint_now(ledger, reads.tree, c.identity),
             lambda c: f"position {c.position}",
         )
 
     @syscall_get("/checkpoints", compliance("compliance.checkpoints", query=PAGE_PARAMETERS))
     def checkpoints(
-        self, request: Req, cursor: Cursor = None, limit: Limit = DEFAULT_LIMIT, order: Order = "newest"
+        self,
+        request: Req,
+        ledger: Ledger,
+        cursor: Cursor = None,
+        limit: Limit = DEFAULT_LIMIT,
+        order: Order = "newest",
     ) -> CheckpointsPage:
         """Newest first unless asked otherwise: the checkpoint a verifier wants is the latest."""
-        state = api_state(request)
         page = paging(cursor, limit, order)
 
         def run(c: Call) -> CheckpointsPage:
             if page.cursor is not None and not _position(page.cursor):
                 raise InvalidRequest("malformed cursor")
             past = int(page.cursor) if page.cursor is not None else None
-            kept = state.runtime.ledger.checkpoint_log.listed(
-                page.limit, past, tree_of(state, c.identity), newest=page.newest
+            kept = ledger.checkpoint_log.listed(
+                page.limit, past, tree_of(ledger, c.identity), newest=page.newest
             )
             cursor = str(kept[-1].seq) if len(kept) == page.limit else None
             return CheckpointsPage(items=[k.checkpoint for k in kept], cursor=cursor)
@@ -131,6 +137,8 @@ class ComplianceController(Controller):
     def audit(
         self,
         request: Req,
+        reads: ReadModels,
+        ledger: Ledger,
         page: PagingAsked,
         since: Since = None,
         until: Until = None,
@@ -144,10 +152,8 @@ class ComplianceController(Controller):
             str | None, QueryParameter(description="only this outcome (`ok`, `forbidden` ...)", max_length=64)
         ] = None,
     ) -> AuditPage:
-        state = api_state(request)
-
         def run(c: Call) -> AuditPage:
-            bound, upto = audit_cursor(page.cursor, state.runtime.ledger.head_position)
+            bound, upto = audit_cursor(page.cursor, ledger.head_position)
             where = AuditFilter(
                 since=compliance_time("since", since),
                 until=compliance_time("until", until),
@@ -160,7 +166,7 @@ class ComplianceController(Controller):
                 limit=page.limit,
                 newest=page.newest,
             )
-            records = state.reads.audit(c.identity.namespace, where)
+            records = reads.audit(c.identity.namespace, where)
             cursor = f"{records[-1].position}:{upto}" if len(records) == page.limit else None
             return AuditPage(items=list(records), cursor=cursor)
 

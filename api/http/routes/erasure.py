@@ -14,14 +14,17 @@ import msgspec
 from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
-from memwarden.api.http.gate import Call, api_state, command, query
+from memwarden.api.http.gate import Call, command, query
 from memwarden.api.http.routing import Syscall, syscall_get, syscall_post
 from memwarden.api.http.schemas import Body
+from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.ledger.certificates import CertificateCheck
 from memwarden.domain.model.certificates import DeletionCertificate
 from memwarden.domain.model.erasure import Forget
 from memwarden.domain.model.identity import COMPLIANCE_ROLES
 from memwarden.domain.model.namespaces import is_within
+from memwarden.domain.services.erasure import ErasureService
+from memwarden.projections.reads import ReadModels
 from memwarden.projections.runner import ProjectionLag
 
 Req = Request[Any, Any, Any]
@@ -45,25 +48,26 @@ class ErasureController(Controller):
     path = "/v1"
 
     @syscall_post("/mem/forget", Syscall(name="forget", roles=FORGET_ROLES))
-    def forget(self, request: Req, data: JSONBody[ForgetBody]) -> ForgetResponse:
-        state = api_state(request)
+    def forget(
+        self, request: Req, reads: ReadModels, erasure: ErasureService, data: JSONBody[ForgetBody]
+    ) -> ForgetResponse:
         cmd = Forget(ids=data.ids, subject=data.subject, subtree=data.subtree, reason=data.reason)
-        result = command(request, lambda c: state.runtime.core.erasure.forget(c.identity, cmd))
+        result = command(request, lambda c: erasure.forget(c.identity, cmd))
         # the keys are gone already; also let the read models drop the plaintext before
         # answering, so no reader of this deployment sees it afterwards (best effort)
         with contextlib.suppress(ProjectionLag):
-            state.reads.wait_for(result.position)
+            reads.wait_for(result.position)
         return ForgetResponse(erased=result.erased, certificate=result.certificate, position=result.position)
 
     @syscall_get(
         "/compliance/certificates/{certificate_id:uuid}",
         Syscall(name="compliance.certificates.get", roles=COMPLIANCE_ROLES, tenant_gate=False),
     )
-    def certificate(self, request: Req, certificate_id: FromPath[UUID]) -> DeletionCertificate:
-        state = api_state(request)
-
+    def certificate(
+        self, request: Req, erasure: ErasureService, certificate_id: FromPath[UUID]
+    ) -> DeletionCertificate:
         def run(c: Call) -> DeletionCertificate | None:
-            found = state.runtime.core.erasure.certificate(certificate_id)
+            found = erasure.certificate(certificate_id)
             if found is None or not (
                 is_within(found.scope, c.identity.namespace)
                 or is_within(found.requester_namespace, c.identity.namespace)
@@ -77,11 +81,10 @@ class ErasureController(Controller):
         "/compliance/certificates/verify",
         Syscall(name="compliance.certificates.verify", roles=COMPLIANCE_ROLES, tenant_gate=False),
     )
-    def verify(self, request: Req, data: JSONBody[DeletionCertificate]) -> CertificateCheck:
-        state = api_state(request)
+    def verify(self, request: Req, ledger: Ledger, data: JSONBody[DeletionCertificate]) -> CertificateCheck:
         return query(
             request,
-            lambda _c: state.runtime.ledger.verify_certificate(data),
+            lambda _c: ledger.verify_certificate(data),
             lambda r: "valid" if r.valid else f"invalid: {r.problem}",
             subject=data.id,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -11,14 +11,19 @@ import msgspec
 from litestar import Request, Response, get, head
 
 from memwarden.api.http.errors import RateLimited, Unauthenticated
-from memwarden.api.http.gate import api_state
 from memwarden.api.http.metrics import Gauge, Labels
+from memwarden.api.http.state import ApiState
+from memwarden.bootstrap.api import ApiProcess
+from memwarden.bootstrap.tickets import WriteTickets
+from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.identity import COMPLIANCE_ROLES
 from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.namespaces import tenant_of
+from memwarden.domain.model.passes import PassesHealth
+from memwarden.domain.services.governance import GovernanceService
+from memwarden.domain.settings import Settings
 from memwarden.projections.autopilot.views import WorkerGauges
-from memwarden.workers.heartbeats import PassesHealth, passes_probe
-from memwarden.workers.metrics import queue_depth
+from memwarden.projections.reads import ReadModels
 
 Req = Request[Any, Any, Any]
 READY_MAX_LAG = 10_000
@@ -35,24 +40,31 @@ async def healthz_head() -> None:
 
 
 @get("/readyz")
-async def readyz(request: Req) -> Response[dict[str, Any]]:
-    return await bounded_readiness(request)
+async def readyz(settings: Settings, reads: ReadModels, process: ApiProcess) -> Response[dict[str, Any]]:
+    return await bounded_readiness(settings, Readiness(reads, process))
 
 
 @head("/readyz")
-async def readyz_head(request: Req) -> Response[None]:
+async def readyz_head(settings: Settings, reads: ReadModels, process: ApiProcess) -> Response[None]:
     """The status and headers of ``GET /readyz``, no body. (Both handlers are async: with a
     HEAD handler on its path, Litestar 2.25 fails a GET handler run with ``sync_to_thread``.)"""
-    ready = await bounded_readiness(request)
+    ready = await bounded_readiness(settings, Readiness(reads, process))
     return Response(None, status_code=ready.status_code, headers=ready.headers)
 
 
-async def bounded_readiness(request: Req) -> Response[dict[str, Any]]:
+class Readiness(NamedTuple):
+    """What readiness looks at: the projections, and who runs the passes."""
+
+    reads: ReadModels
+    process: ApiProcess
+
+
+async def bounded_readiness(settings: Settings, ready: Readiness) -> Response[dict[str, Any]]:
     """``readiness``, or not ready when the database has not answered within the database
     timeout (a frozen server never answers; its check is left to finish in its thread)."""
-    seconds = api_state(request).readiness_seconds()
+    seconds = settings.db_timeout_seconds
     with anyio.move_on_after(seconds):
-        return await anyio.to_thread.run_sync(readiness, request, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(readiness, ready, abandon_on_cancel=True)
     silent: dict[str, Any] = {
         "error": "unavailable",
         "detail": f"the database did not answer within {seconds:g} s",
@@ -60,15 +72,14 @@ async def bounded_readiness(request: Req) -> Response[dict[str, Any]]:
     return Response(silent, status_code=503, headers={"Retry-After": "1"})
 
 
-def readiness(request: Req) -> Response[dict[str, Any]]:
+def readiness(looked_at: Readiness) -> Response[dict[str, Any]]:
     """200 when the ledger answers and every projection runs within ``READY_MAX_LAG``; else
     503. With the passes on Redis and nobody consuming them (no worker heartbeat, or messages
     waiting and none consumed, for ``worker_stale_seconds``), still 200 (writes and reads
     work; §9: the passes are delayed, not lost) but ``"status": "degraded"`` and ``detail``
     say so: never ready-and-fine while nobody runs the passes."""
-    state = api_state(request)
     try:
-        statuses = state.reads.runner.status()
+        statuses = looked_at.reads.runner.status()
     except Exception as error:  # noqa: BLE001 - not ready is the answer, whatever the cause
         failed: dict[str, Any] = {
             "error": "unavailable",
@@ -83,7 +94,7 @@ def readiness(request: Req) -> Response[dict[str, Any]]:
     projections = {
         s.name: {"position": s.position, "lag": s.lag, "stopped": s.error is not None} for s in statuses
     }
-    passes = passes_probe(state.runtime.settings).health()
+    passes = looked_at.process.passes()
     if problems:
         body: dict[str, Any] = {
             "error": "unavailable",
@@ -99,19 +110,27 @@ def readiness(request: Req) -> Response[dict[str, Any]]:
 
 
 @get("/metrics", sync_to_thread=True, media_type="text/plain; version=0.0.4; charset=utf-8")
-def metrics(request: Req) -> str:
+def metrics(
+    request: Req,
+    reads: ReadModels,
+    ledger: Ledger,
+    governance: GovernanceService,
+    settings: Settings,
+    tickets: WriteTickets,
+    process: ApiProcess,
+    edge: ApiState,
+) -> str:
     """The operator's scrape (``MEMWARDEN_METRICS_TOKEN``) sees everything; a tenant's
     auditor, admin or owner key sees that tenant's series only; anyone else gets 401."""
-    state = api_state(request)
-    scrape = _scraper(request)
+    scrape = _scraper(request, governance, settings, edge)
     if scrape != OPERATOR:
-        return state.metrics.render_tenant(scrape)
+        return edge.metrics.render_tenant(scrape)
     gauges: list[Gauge] = []
     try:
-        head = state.runtime.ledger.head_position()
-        statuses = state.reads.runner.status()
-        workers = state.reads.worker_gauges()
-        tickets, oldest = state.tickets.store.open_counts()
+        head = ledger.head_position()
+        statuses = reads.runner.status()
+        workers = reads.worker_gauges()
+        open_tickets, oldest = tickets.open_counts()
     except Exception:  # noqa: BLE001 - metrics must answer even when the database does not
         reachable = 0
     else:
@@ -120,14 +139,14 @@ def metrics(request: Req) -> str:
         lags: list[tuple[Labels, float]] = [((("projection", s.name),), float(s.lag)) for s in statuses]
         gauges.append(Gauge("projection_lag", "Events a projection is behind the ledger head", lags))
         gauges.extend(_worker_gauges(head, workers))
-        gauges.extend(_ticket_gauges(tickets, oldest))
-    gauges.extend(_passes_gauges(passes_probe(state.runtime.settings).health()))
-    depth = queue_depth(state.runtime.settings).rows()
+        gauges.extend(_ticket_gauges(open_tickets, oldest))
+    gauges.extend(_passes_gauges(process.passes()))
+    depth = process.queue_depth()
     gauges.append(
         Gauge("worker_queue_depth", "Messages queued for the workers (Redis), or unsent in-process", depth)
     )
     gauges.append(Gauge("ledger_reachable", "1 when the ledger answered this scrape", [((), reachable)]))
-    spool = state.runtime.ledger.audit_spool
+    spool = ledger.audit_spool
     if spool is not None:
         counts: list[tuple[Labels, float]] = [
             ((("state", "kept"),), spool.kept),
@@ -140,7 +159,7 @@ def metrics(request: Req) -> str:
                 counts,
             )
         )
-    rendered: str = state.metrics.render(gauges)
+    rendered: str = edge.metrics.render(gauges)
     return rendered
 
 
@@ -148,25 +167,24 @@ OPERATOR = "/operator"
 """The scrape that sees every tenant (no tenant is named so: a tenant holds no '/')."""
 
 
-def _scraper(request: Req) -> str:
+def _scraper(request: Req, governance: GovernanceService, settings: Settings, edge: ApiState) -> str:
     """``OPERATOR``, or the tenant whose key scrapes; Unauthenticated (401) otherwise. Failed
     guesses are throttled like any other authentication."""
-    state = api_state(request)
     scheme, _, presented = request.headers.get("authorization", "").partition(" ")
     presented = presented.strip() if scheme.lower() == "bearer" else ""
-    token = state.runtime.settings.metrics_token
+    token = settings.metrics_token
     if token and presented and hmac.compare_digest(presented.encode(), token.encode()):
         return OPERATOR
     source = request.client.host if request.client else "unknown"
     parsed = parse_key(presented)
-    wait = state.auth_throttle.retry_after(source, parsed[0] if parsed else None)
+    wait = edge.auth_throttle.retry_after(source, parsed[0] if parsed else None)
     if wait:
         raise RateLimited("too many failed authentications from here; wait before trying again", wait)
-    key = state.governance.authenticate(presented) if parsed else None
+    key = governance.authenticate(presented) if parsed else None
     if key is not None and key.role in COMPLIANCE_ROLES:
         return tenant_of(key.namespace)
     if presented:
-        state.auth_throttle.failed(source, parsed[0] if parsed else None)
+        edge.auth_throttle.failed(source, parsed[0] if parsed else None)
     raise Unauthenticated("the metrics token, or an auditor, admin or owner key of a tenant, is required")
 
 

@@ -10,7 +10,7 @@ from litestar import Controller, Request, Response
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
-from memwarden.api.http.gate import Call, api_state, command, query
+from memwarden.api.http.gate import Call, command, query
 from memwarden.api.http.routing import Syscall, syscall_post
 from memwarden.api.http.schemas import (
     AckBody,
@@ -38,15 +38,20 @@ from memwarden.api.http.schemas import (
     WriteResponse,
     compliance_time,
 )
+from memwarden.api.http.state import ApiState
+from memwarden.bootstrap.api import ApiProcess
+from memwarden.bootstrap.tickets import WriteTickets
+from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.commands import VerifyMemory
 from memwarden.domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
 from memwarden.domain.model.policies import EffectivePolicy
 from memwarden.domain.services.governance import GovernanceService
-from memwarden.domain.services.working_sets import Capsule, FaultAnswer
+from memwarden.domain.services.memory import MemoryService
+from memwarden.domain.services.working_sets import Capsule, FaultAnswer, WorkingSetService
 from memwarden.projections.memory_objects.views import MemoryView
+from memwarden.projections.reads import ReadModels
 from memwarden.projections.search.service import SearchAnswer
 from memwarden.projections.timeline.memory_at import MemoryAt, read_at
-from memwarden.workers.heartbeats import passes_probe
 
 Req = Request[Any, Any, Any]
 
@@ -83,107 +88,102 @@ class MemController(Controller):
             )
         },
     )
-    def write(self, request: Req, data: JSONBody[WriteBody]) -> Response[WriteResponse | TicketResponse]:
-        state = api_state(request)
+    def write(
+        self, request: Req, data: JSONBody[WriteBody], memory: MemoryService, tickets: WriteTickets
+    ) -> Response[WriteResponse | TicketResponse]:
         if data.run_async:
-            ticket = command(request, lambda c: state.tickets.submit(c.identity, c.key_id, data))
+            ticket = command(request, lambda c: tickets.submit(c.identity, c.key_id, data.batch_item()))
             return Response(TicketResponse(ticket), status_code=202)
-        result = command(
-            request, lambda c: state.memory.write(c.identity, data.command(), verbatim=data.verbatim)
-        )
+        result = command(request, lambda c: memory.write(c.identity, data.command(), verbatim=data.verbatim))
         return Response(WriteResponse.of(result))
 
     @syscall_post(
         "/write_batch", Syscall(name="write_batch", roles=WRITER_ROLES, per_item=frozenset({"items"}))
     )
-    def write_batch(self, request: Req, data: JSONBody[WriteBatchBody]) -> WriteBatchResponse:
+    def write_batch(
+        self, request: Req, data: JSONBody[WriteBatchBody], memory: MemoryService
+    ) -> WriteBatchResponse:
         """Up to 256 writes decided in order and appended together; a bad item is rejected
         with its reasons, the rest go in (a malformed batch is a 400 for all of it)."""
-        state = api_state(request)
         entries = data.entries()  # before the service: a malformed item refuses the batch
-        batch = command(request, lambda c: state.memory.write_batch(c.identity, entries))
+        batch = command(request, lambda c: memory.write_batch(c.identity, entries))
         return WriteBatchResponse(results=[WriteResponse.of(r) for r in batch.results])
 
     @syscall_post("/write_status", Syscall(name="write_status", roles=WRITER_ROLES))
-    def write_status(self, request: Req, data: JSONBody[TicketBody]) -> TicketStatus:
-        state = api_state(request)
-
+    def write_status(
+        self, request: Req, data: JSONBody[TicketBody], tickets: WriteTickets, edge: ApiState
+    ) -> TicketStatus:
         def run(c: Call) -> TicketStatus | None:
-            status = state.tickets.status(data.ticket, c.identity)
-            position = (status.result or {}).get("position") if status is not None else None
+            found = tickets.status(data.ticket, c.identity)
+            if found is None:
+                return None
+            position = (found.result or {}).get("position")
             if isinstance(position, int):  # read-your-writes, wherever the ticket ran
-                state.callers.note_write(c.key_id, position)
-            return status
+                edge.callers.note_write(c.key_id, position)
+            return TicketStatus(state=found.state, result=found.result)
 
         return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
 
     @syscall_post("/read", Syscall(name="read"))
-    def read(self, request: Req, data: JSONBody[ReadBody]) -> MemoryView | MemoryAt:
-        state = api_state(request)
+    def read(self, request: Req, data: JSONBody[ReadBody], reads: ReadModels) -> MemoryView | MemoryAt:
         if data.as_of is not None or data.valid_at is not None:
             as_of = compliance_time("as_of", data.as_of)
             valid_at = compliance_time("valid_at", data.valid_at)
             return query(
                 request,
-                lambda c: read_at(state.reads, c.identity, data.id, as_of, valid_at, after=c.last_write),
+                lambda c: read_at(reads, c.identity, data.id, as_of, valid_at, after=c.last_write),
                 subject=data.id,
             )
         return query(
             request,
-            lambda c: state.reads.read(c.identity, data.id, after=c.last_write),
+            lambda c: reads.read(c.identity, data.id, after=c.last_write),
             subject=data.id,
         )
 
     @syscall_post("/search", Syscall(name="search"))
-    def search(self, request: Req, data: JSONBody[SearchBody]) -> SearchAnswer:
-        state = api_state(request)
+    def search(self, request: Req, data: JSONBody[SearchBody], reads: ReadModels) -> SearchAnswer:
         return query(
             request,
-            lambda c: state.reads.search.search(
+            lambda c: reads.search.search(
                 c.identity, data.search_query(), c.policy.driver if c.policy else None, after=c.last_write
             ),
             lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
         )
 
     @syscall_post("/assemble", Syscall(name="assemble"))
-    def assemble(self, request: Req, data: JSONBody[AssembleBody]) -> Capsule:
-        sets = api_state(request).runtime.working_sets
+    def assemble(
+        self, request: Req, data: JSONBody[AssembleBody], working_sets: WorkingSetService
+    ) -> Capsule:
         return command(
             request,
-            lambda c: sets.assemble(c.identity, data.budget_tokens, data.task_hint, c.last_write),
+            lambda c: working_sets.assemble(c.identity, data.budget_tokens, data.task_hint, c.last_write),
         )
 
     @syscall_post("/fault", Syscall(name="fault"))
-    def fault(self, request: Req, data: JSONBody[FaultBody]) -> FaultAnswer:
-        sets = api_state(request).runtime.working_sets
-        return command(request, lambda c: sets.fault(c.identity, data.question, c.last_write))
+    def fault(self, request: Req, data: JSONBody[FaultBody], working_sets: WorkingSetService) -> FaultAnswer:
+        return command(request, lambda c: working_sets.fault(c.identity, data.question, c.last_write))
 
     @syscall_post("/history", Syscall(name="history"))
-    def history(self, request: Req, data: JSONBody[IdBody]) -> HistoryResponse:
-        state = api_state(request)
-
+    def history(self, request: Req, data: JSONBody[IdBody], reads: ReadModels) -> HistoryResponse:
         def run(c: Call) -> HistoryResponse | None:
-            steps = state.reads.history(c.identity, data.id, after=c.last_write)
+            steps = reads.history(c.identity, data.id, after=c.last_write)
             return None if steps is None else HistoryResponse(versions=list(steps))
 
         return query(request, run, lambda h: f"{len(h.versions)} versions", subject=data.id)
 
     @syscall_post("/verify", Syscall(name="verify", roles=WRITER_ROLES))
-    def verify(self, request: Req, data: JSONBody[VerifyBody]) -> VerifyResponse:
-        state = api_state(request)
+    def verify(self, request: Req, data: JSONBody[VerifyBody], memory: MemoryService) -> VerifyResponse:
         cmd = VerifyMemory(memory_id=data.id, supports=data.supports, note=data.note)
-        result = command(request, lambda c: state.memory.verify(c.identity, cmd))
+        result = command(request, lambda c: memory.verify(c.identity, cmd))
         return VerifyResponse(id=result.id, trust_tier=result.trust_tier, position=result.position)
 
     @syscall_post("/stats", Syscall(name="stats"))
-    def stats(self, request: Req) -> StatsResponse:
-        state = api_state(request)
-
+    def stats(self, request: Req, reads: ReadModels, ledger: Ledger, process: ApiProcess) -> StatsResponse:
         def run(c: Call) -> StatsResponse:
-            counts = state.reads.counts(c.identity, after=c.last_write)
-            autopilot = state.reads.autopilot_counts(c.identity)
-            lag = max(0, state.runtime.ledger.head_position() - state.reads.runner.position())
-            passes = passes_probe(state.runtime.settings).health()
+            counts = reads.counts(c.identity, after=c.last_write)
+            autopilot = reads.autopilot_counts(c.identity)
+            lag = max(0, ledger.head_position() - reads.runner.position())
+            passes = process.passes()
             return StatsResponse(
                 namespace=c.identity.namespace,
                 **msgspec.structs.asdict(counts),
@@ -197,45 +197,46 @@ class MemController(Controller):
         return query(request, run)
 
     @syscall_post("/policy", Syscall(name="policy"))
-    def policy(self, request: Req) -> PolicyResponse:
-        state = api_state(request)
-
+    def policy(self, request: Req, governance: GovernanceService) -> PolicyResponse:
         def run(c: Call) -> PolicyResponse:
             assert c.policy is not None
-            return policy_view(state.governance, c, c.policy)
+            return policy_view(governance, c, c.policy)
 
         return query(request, run)
 
     @syscall_post("/policy_ack", Syscall(name="policy_ack"))
-    def policy_ack(self, request: Req, data: JSONBody[AckBody]) -> AckResponse:
-        state = api_state(request)
-        command(request, lambda c: state.governance.acknowledge(c.identity, data.directive_id))
+    def policy_ack(self, request: Req, data: JSONBody[AckBody], governance: GovernanceService) -> AckResponse:
+        command(request, lambda c: governance.acknowledge(c.identity, data.directive_id))
         return AckResponse(acknowledged=True)
 
     @syscall_post("/pin", Syscall(name="pin", roles=WRITER_ROLES))
-    def pin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
-        return _pin(request, data, pinned=True)
+    def pin(
+        self, request: Req, data: JSONBody[IdBody], reads: ReadModels, governance: GovernanceService
+    ) -> PinResponse:
+        return _pin(request, data, reads, governance, pinned=True)
 
     @syscall_post("/unpin", Syscall(name="unpin", roles=WRITER_ROLES))
-    def unpin(self, request: Req, data: JSONBody[IdBody]) -> PinResponse:
-        return _pin(request, data, pinned=False)
+    def unpin(
+        self, request: Req, data: JSONBody[IdBody], reads: ReadModels, governance: GovernanceService
+    ) -> PinResponse:
+        return _pin(request, data, reads, governance, pinned=False)
 
     @syscall_post("/share", Syscall(name="share", roles=REVIEWER_ROLES))
-    def share(self, request: Req, data: JSONBody[ShareBody]) -> ShareResponse:
-        state = api_state(request)
+    def share(
+        self, request: Req, data: JSONBody[ShareBody], memory: MemoryService, governance: GovernanceService
+    ) -> ShareResponse:
         share_id, _ = command(
-            request,
-            lambda c: state.governance.share(c.identity, state.memory.memory(data.id), data.with_namespace),
+            request, lambda c: governance.share(c.identity, memory.memory(data.id), data.with_namespace)
         )
         return ShareResponse(share_id)
 
 
-def _pin(request: Req, data: IdBody, pinned: bool) -> PinResponse:
-    state = api_state(request)
-
+def _pin(
+    request: Req, data: IdBody, reads: ReadModels, governance: GovernanceService, *, pinned: bool
+) -> PinResponse:
     def run(c: Call) -> int:
-        visible = state.reads.read(c.identity, data.id, after=c.last_write) is not None
-        position: int = state.governance.pin(c.identity, data.id, visible, pinned)
+        visible = reads.read(c.identity, data.id, after=c.last_write) is not None
+        position: int = governance.pin(c.identity, data.id, visible, pinned)
         return position
 
     command(request, run)

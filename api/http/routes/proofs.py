@@ -12,14 +12,17 @@ import msgspec
 from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody, QueryParameter
 
-from memwarden.api.http.gate import Call, api_state, query
+from memwarden.api.http.gate import Call, query
 from memwarden.api.http.routes.compliance import compliance
 from memwarden.api.http.routing import syscall_get, syscall_post
 from memwarden.api.http.schemas import Body
 from memwarden.api.http.trees import tree_of
+from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.errors import Forbidden, InvalidRequest, NotFound
 from memwarden.domain.model.text import quote_text
+from memwarden.domain.settings import Settings
 from memwarden.projections.merkle.reads import InclusionProof
+from memwarden.projections.reads import ReadModels
 from memwarden_client.proofs import Checkpoint, Note, ProofError, VerifierKey, cosignature_time
 
 Req = Request[Any, Any, Any]
@@ -81,11 +84,11 @@ class ProofsController(Controller):
         request: Req,
         position: Annotated[int, QueryParameter(ge=1, le=2**62, description="the ledger position to prove")],
         size: Size,
+        reads: ReadModels,
+        ledger: Ledger,
     ) -> InclusionResponse:
-        tree = api_state(request).reads.tree
-
         def run(c: Call) -> InclusionResponse:
-            return _inclusion(tree.inclusion(position, size, tree_of(api_state(request), c.identity)))
+            return _inclusion(reads.tree.inclusion(position, size, tree_of(ledger, c.identity)))
 
         return query(request, run, lambda r: f"position {r.position} in {r.size}")
 
@@ -97,11 +100,11 @@ class ProofsController(Controller):
             int, QueryParameter(name="from", ge=1, le=2**62, description="the earlier tree size")
         ],
         second: Annotated[int, QueryParameter(name="to", ge=1, le=2**62, description="the later tree size")],
+        reads: ReadModels,
+        ledger: Ledger,
     ) -> ConsistencyResponse:
-        tree = api_state(request).reads.tree
-
         def run(c: Call) -> ConsistencyResponse:
-            found = tree.consistency(first, second, tree_of(api_state(request), c.identity))
+            found = reads.tree.consistency(first, second, tree_of(ledger, c.identity))
             return ConsistencyResponse(
                 first=found.first,
                 second=found.second,
@@ -149,21 +152,25 @@ class CosignaturesController(Controller):
 
     @syscall_post("/{size:int}/cosignatures", compliance("compliance.checkpoints.cosign"))
     def cosign(
-        self, request: Req, size: FromPath[int], data: JSONBody[CosignatureBody]
+        self,
+        request: Req,
+        ledger: Ledger,
+        settings: Settings,
+        size: FromPath[int],
+        data: JSONBody[CosignatureBody],
     ) -> CosignatureResponse:
-        state = api_state(request)
         body = data
 
         def run(c: Call) -> CosignatureResponse:
-            log = state.runtime.ledger.checkpoint_log
-            kept = log.with_size(size, tree_of(state, c.identity))
+            log = ledger.checkpoint_log
+            kept = log.with_size(size, tree_of(ledger, c.identity))
             if kept is None or kept.checkpoint.note is None:
                 raise NotFound("no signed-note checkpoint of that size")
             log_signed = _log_signed_part(kept.checkpoint.note)
-            witness, at = check_cosignature(log_signed, body.cosignature, state.runtime.settings.witness_keys)
+            witness, at = check_cosignature(log_signed, body.cosignature, settings.witness_keys)
             when = datetime.fromtimestamp(at, UTC)
             log.cosign(kept.seq, witness, body.cosignature.strip(), when)
-            again = log.with_size(size, tree_of(state, c.identity))
+            again = log.with_size(size, tree_of(ledger, c.identity))
             assert again is not None
             return CosignatureResponse(size=size, witness=witness, note=again.checkpoint.note or "")
 
@@ -196,13 +203,14 @@ class ProveController(Controller):
     path = "/v1/mem"
 
     @syscall_post("/prove", compliance("prove"))
-    def prove(self, request: Req, data: JSONBody[ProveBody]) -> ProveResponse:
+    def prove(
+        self, request: Req, reads: ReadModels, ledger: Ledger, data: JSONBody[ProveBody]
+    ) -> ProveResponse:
         """One package an auditor checks offline: inclusion proof and signed checkpoint."""
-        state = api_state(request)
-        ledger, tree = state.runtime.ledger, state.reads.tree
+        tree = reads.tree
 
         def run(c: Call) -> ProveResponse:
-            own = tree_of(state, c.identity)
+            own = tree_of(ledger, c.identity)
             kept = ledger.checkpoint_log.with_size(data.size, own)
             if kept is None or kept.checkpoint.size is None or kept.checkpoint.note is None:
                 raise NotFound(

@@ -16,13 +16,15 @@ from litestar import Controller, Request
 from litestar.params import FromPath, JSONBody
 
 from memwarden.api.http.errors import Unavailable
-from memwarden.api.http.gate import api_state, query
+from memwarden.api.http.gate import query
 from memwarden.api.http.routing import Syscall, syscall_get, syscall_post
 from memwarden.api.http.schemas import Body, ComplianceTime, compliance_time
+from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.asof import AsOfMemory
 from memwarden.domain.model.commands import AwareDatetime
 from memwarden.domain.model.errors import NotFound
 from memwarden.domain.model.identity import COMPLIANCE_ROLES, OWNER_ROLES
+from memwarden.projections.reads import ReadModels
 from memwarden.projections.rebuild import Rebuilder, RebuildFailed, RebuildReport
 from memwarden.projections.runner import ProjectionStatus
 from memwarden.projections.timeline.service import AsOfQuestion, check_limit, parse_cursor, scope_for
@@ -61,9 +63,7 @@ class AsOfController(Controller):
     path = "/v1/compliance"
 
     @syscall_post("/asof", Syscall(name="compliance.asof", roles=COMPLIANCE_ROLES, tenant_gate=False))
-    def asof(self, request: Req, data: JSONBody[AsOfBody]) -> AsOfResponse:
-        state = api_state(request)
-
+    def asof(self, request: Req, reads: ReadModels, data: JSONBody[AsOfBody]) -> AsOfResponse:
         def run(c: Any) -> AsOfResponse:
             question = AsOfQuestion(
                 scope=scope_for(c.identity, data.target),
@@ -73,7 +73,7 @@ class AsOfController(Controller):
                 limit=check_limit(data.limit),
                 after=parse_cursor(data.cursor),
             )
-            answer = state.reads.time_travel.sql(question)
+            answer = reads.time_travel.sql(question)
             return AsOfResponse(
                 memories=answer.memories,
                 position=answer.position,
@@ -93,25 +93,20 @@ class OpsController(Controller):
     path = "/v1/ops"
 
     @syscall_get("/projections", Syscall(name="ops.projections", roles=OWNER))
-    def projections(self, request: Req) -> ProjectionsResponse:
-        state = api_state(request)
-
+    def projections(self, request: Req, reads: ReadModels, ledger: Ledger) -> ProjectionsResponse:
         def run(_c: Any) -> ProjectionsResponse:
-            return ProjectionsResponse(
-                head=state.runtime.ledger.head_position(), projections=state.reads.runner.status()
-            )
+            return ProjectionsResponse(head=ledger.head_position(), projections=reads.runner.status())
 
         return query(request, run, lambda r: f"{len(r.projections)} projections")
 
     @syscall_post("/projections/{name:str}/rebuild", Syscall(name="ops.projections.rebuild", roles=OWNER))
     def rebuild(
-        self, request: Req, name: FromPath[str], data: JSONBody[RebuildBody | None] = None
+        self, request: Req, reads: ReadModels, name: FromPath[str], data: JSONBody[RebuildBody | None] = None
     ) -> RebuildReport:
-        state = api_state(request)
         verify = data.verify if data is not None else False
 
         def run(_c: Any) -> RebuildReport:
-            rebuilder = Rebuilder(state.reads.runner)
+            rebuilder = Rebuilder(reads.runner)
             try:
                 rebuilder.projection(name)
             except KeyError as error:
