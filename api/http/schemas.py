@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, overload
+from typing import Annotated, Any, Literal, TypeVar, overload
 from uuid import UUID
 
 import msgspec
 
 from memwarden.domain.ledger.checkpoints import Checkpoint
 from memwarden.domain.model.classification import Classification
-from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.commands import DisputeRuling, ResolveDispute, VerifyMemory, WriteMemory
 from memwarden.domain.model.consolidation import ProposalState
 from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.events import (
     ConflictReview,
     Directive,
-    DisputeDecision,
     FindingDecision,
-    MemoryScope,
-    MemoryType,
 )
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.model.storable import unstorable_field
@@ -36,10 +33,6 @@ from memwarden.domain.services.memory import (
 )
 from memwarden.projections.search.service import SearchQuery
 from memwarden.workers.heartbeats import PassesHealth
-
-AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
-"""A time on the wire must carry its zone (API.md): a naive time is refused (400)."""
-
 
 ComplianceTime = Annotated[
     str,
@@ -69,6 +62,17 @@ def compliance_time(name: str, text: str | None) -> datetime | None:
         raise InvalidRequest(f"{name} {error}") from None
 
 
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def command_of(body: msgspec.Struct, kind: type[S], **edge: Any) -> S:
+    """The domain struct ``kind`` that ``body`` carries: each of its fields read from the body
+    by its name, but those the edge names otherwise or takes from elsewhere (the path),
+    given in ``edge``. One conversion for every body, never a field copied by hand."""
+    fields = {name: getattr(body, name) for name in kind.__struct_fields__ if name not in edge}
+    return kind(**fields, **edge)
+
+
 class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of every request body. Every field of every body holds only what PostgreSQL can
     store: text without NUL or lone surrogates, times within years 1-9999 in UTC (else the
@@ -80,41 +84,23 @@ class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             raise ValueError(problem)
 
 
-class WriteItemBody(Body, frozen=True, kw_only=True):
+class WriteItemBody(WriteMemory, Body, frozen=True, kw_only=True):
     """A write's fields and how to take its content: one item of ``write_batch``. The wire
     form of ``WriteMemory`` (the command), which ``command()`` makes."""
 
-    content: str
-    type: MemoryType = "fact"
-    scope: MemoryScope = "team"
-    subject: str | None = None
-    attribute: str | None = None
-    value: str | None = None
-    tags: tuple[str, ...] = ()
-    selectors: tuple[str, ...] = ()
-    provenance: ProvenanceClaim = ProvenanceClaim()
-    event_time: AwareTime | None = None
-    valid_from: AwareTime | None = None
+    # It extends the command, so its fields are the command's by construction; the docstring
+    # above is part of the MCP tool listing (write_batch's item), kept as it was.
+
     verbatim: bool = False
     """True: store the content as it is, even when an extractor is configured to split it."""
 
     def command(self) -> WriteMemory:
-        return WriteMemory(
-            content=self.content,
-            type=self.type,
-            scope=self.scope,
-            subject=self.subject,
-            attribute=self.attribute,
-            value=self.value,
-            tags=self.tags,
-            selectors=self.selectors,
-            provenance=self.provenance,
-            event_time=self.event_time,
-            valid_from=self.valid_from,
-        )
+        """The command this body is: the service reads it as exactly a ``WriteMemory``
+        (``validated``), the one conversion on its way to the ledger."""
+        return self
 
     def batch_item(self) -> BatchItem:
-        return BatchItem(command=self.command(), verbatim=self.verbatim)
+        return BatchItem(command=self, verbatim=self.verbatim)
 
 
 class WriteBody(WriteItemBody, frozen=True, kw_only=True):
@@ -241,9 +227,15 @@ class ReadBody(Body, frozen=True, kw_only=True):
 
 
 class VerifyBody(Body, frozen=True, kw_only=True):
+    """``VerifyMemory`` with its ``memory_id`` named ``id`` on the wire, as every body names
+    the memory it is about (tests/unit/test_wire_shapes.py holds the two equal)."""
+
     id: UUID
     supports: bool
     note: str | None = None
+
+    def command(self) -> VerifyMemory:
+        return command_of(self, VerifyMemory, memory_id=self.id)
 
 
 class VerifyResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -337,34 +329,14 @@ class RevokeResponse(msgspec.Struct, frozen=True):
     revoked: bool
 
 
-class PolicyPutBody(Body, frozen=True, kw_only=True):
-    """A namespace's own policy (the wire form of ``PolicyBody``; ``None`` = inherit);
+class PolicyPutBody(PolicyBody, Body, frozen=True, kw_only=True):
+    """A namespace's own policy (``PolicyBody``'s fields; ``None`` = inherit);
     ``expected_version`` (or If-Match) guards a concurrent change."""
 
-    conflict_review: ConflictReview | None = None
-    forbid_secrets: bool | None = None
-    rate_limit_per_minute: int | None = None
-    directives: tuple[Directive, ...] = ()
-    driver: str | None = None
-    suspended: bool | None = None
-    members_forget_own: bool | None = None
-    """Members may erase (``forget``) memories they wrote themselves (default: no)."""
-    provenance_over_cap: OverCap | None = None
-    """A write claiming more provenance than its key may: ``cap`` lowers it to the key's cap
-    and says so in the result and the audit (default); ``refuse`` answers 400."""
     expected_version: int | None = None
 
     def policy(self) -> PolicyBody:
-        return PolicyBody(
-            conflict_review=self.conflict_review,
-            forbid_secrets=self.forbid_secrets,
-            rate_limit_per_minute=self.rate_limit_per_minute,
-            directives=self.directives,
-            driver=self.driver,
-            suspended=self.suspended,
-            members_forget_own=self.members_forget_own,
-            provenance_over_cap=self.provenance_over_cap,
-        )
+        return command_of(self, PolicyBody)
 
 
 class OwnPolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -380,11 +352,11 @@ class OwnPolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
     effective: PolicyResponse
 
 
-class ResolveBody(Body, frozen=True, kw_only=True):
-    decision: DisputeDecision
-    content: str | None = None
-    value: str | None = None
-    reason: str | None = None
+class ResolveBody(DisputeRuling, Body, frozen=True, kw_only=True):
+    """A ruling on the dispute the path names: ``ResolveDispute`` bar its ``dispute_id``."""
+
+    def command(self, dispute_id: UUID) -> ResolveDispute:
+        return command_of(self, ResolveDispute, dispute_id=dispute_id)
 
 
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]

@@ -10,7 +10,6 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
 from uuid import UUID
 
 import msgspec
@@ -26,6 +25,7 @@ from memwarden.domain.model.commands import (
     VerifyMemory,
     WriteMemory,
     WritePolicy,
+    validated,
 )
 from memwarden.domain.model.disputes import ResolveState, check_reviewer, decide_resolve
 from memwarden.domain.model.errors import DomainError, InvalidRequest
@@ -158,18 +158,6 @@ class VerifyResult(msgspec.Struct, frozen=True, kw_only=True):
     position: int
 
 
-C = TypeVar("C", WriteMemory, ResolveDispute, VerifyMemory)
-
-
-def validated(command: C) -> C:
-    """Check a command's field types: a Struct built in Python is not validated, and a
-    wrongly typed value must never reach the ledger (it could not be decoded again)."""
-    try:
-        return msgspec.convert(msgspec.to_builtins(command), type(command))
-    except (msgspec.ValidationError, TypeError) as error:
-        raise InvalidRequest(f"invalid {type(command).__name__}: {error}") from error
-
-
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -276,11 +264,12 @@ class MemoryService:
 
     def run_queued(self, identity: Identity, item: BatchItem) -> WriteResult:
         """Run a queued write: as ``write``, audited as ``QUEUED_OP`` (the syscall, ``write``,
-        was audited when it was queued)."""
+        was audited when it was queued). ``item`` was checked when it was queued and read
+        back by a typed decode (the ticket store's), so it is not converted again."""
         return self.runner.audited(
             identity,
             QUEUED_OP,
-            lambda: self._write(identity, QUEUED_OP, validated(item.command), None, item.verbatim),
+            lambda: self._write(identity, QUEUED_OP, item.command, None, item.verbatim),
         )
 
     def write_batch(

@@ -41,7 +41,6 @@ from memwarden.api.http.schemas import (
     RevokeResponse,
 )
 from memwarden.domain.model.autopilot import DecisionState, FindingState, OverturnDecision, ResolveFinding
-from memwarden.domain.model.commands import ResolveDispute
 from memwarden.domain.model.identity import REVIEWER_ROLES
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.memory import DisputeState
@@ -137,13 +136,7 @@ class AdminController(Controller):
     @syscall_post("/disputes/{dispute_id:uuid}/resolve", admin("resolve_dispute"))
     def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
         state = api_state(request)
-        cmd = ResolveDispute(
-            dispute_id=dispute_id,
-            decision=data.decision,
-            content=data.content,
-            value=data.value,
-            reason=data.reason,
-        )
+        cmd = data.command(dispute_id)
         result = command(request, lambda c: state.memory.resolve_dispute(c.identity, cmd))
         dispute: DisputeState = result.dispute
         return dispute
