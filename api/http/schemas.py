@@ -95,12 +95,10 @@ class WriteItemBody(WriteMemory, Body, frozen=True, kw_only=True):
     """True: store the content as it is, even when an extractor is configured to split it."""
 
     def command(self) -> WriteMemory:
-        """The command this body is: the service reads it as exactly a ``WriteMemory``
-        (``validated``), the one conversion on its way to the ledger."""
-        return self
+        return command_of(self, WriteMemory)
 
     def batch_item(self) -> BatchItem:
-        return BatchItem(command=self, verbatim=self.verbatim)
+        return BatchItem(command=self.command(), verbatim=self.verbatim)
 
 
 class WriteBody(WriteItemBody, frozen=True, kw_only=True):

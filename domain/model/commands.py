@@ -1,9 +1,8 @@
 """Commands: what a caller asks for, imperative. Identity is never part of a command.
 
 A command is also the one definition of its request body: the HTTP edge's body extends it
-(api/http/schemas.py) with only what the edge adds (how to run it, a field the path
-carries), so the two cannot drift apart; ``validated`` reads such a body as the command it
-is."""
+(api/http/schemas.py) with only what the edge adds (how to run the write, a version guard)
+and leaves out what the path carries, so the two cannot drift apart."""
 
 from __future__ import annotations
 

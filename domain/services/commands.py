@@ -20,13 +20,14 @@ from uuid import UUID
 
 import msgspec
 
-from memwarden.domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
+from memwarden.domain.ledger.app import NewMemoryKey, StreamConflict
 from memwarden.domain.ledger.database import unavailable
 from memwarden.domain.ledger.mapper import Recorded
 from memwarden.domain.model.errors import DomainError, InvalidState, NotFound
 from memwarden.domain.model.events import AuditOutcome, Event
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
+from memwarden.domain.ports import CommandLedger
 from memwarden.domain.services.audit import audit_record
 from memwarden.domain.services.streams import Streams
 
@@ -115,7 +116,7 @@ class CommandRunner:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: CommandLedger,
         streams: Streams | None,
         clock: Callable[[], datetime],
         new_id: Callable[[], UUID],

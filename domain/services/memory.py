@@ -16,7 +16,7 @@ import msgspec
 
 from memwarden.domain.embedding import Embedder, EmbedderUnavailable, embed_rows, vector_to_bytes
 from memwarden.domain.extraction import ExtractionFailed, Extractor
-from memwarden.domain.ledger.app import Ledger, NewMemoryKey
+from memwarden.domain.ledger.app import NewMemoryKey
 from memwarden.domain.ledger.entropy import new_uuid
 from memwarden.domain.model.classification import Classification
 from memwarden.domain.model.commands import (
@@ -57,6 +57,7 @@ from memwarden.domain.model.write import (
     check_write_allowed,
     decide_write,
 )
+from memwarden.domain.ports import CommandLedger
 from memwarden.domain.services.band import Banded, SynchronousBand, banded
 from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
 from memwarden.domain.services.streams import Streams
@@ -187,7 +188,7 @@ class ClaimIds:
 class MemoryService:
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: CommandLedger,
         claim_ids: ClaimIds,
         policy_for: Callable[[str], WritePolicy] | None = None,
         clock: Callable[[], datetime] = utcnow,
