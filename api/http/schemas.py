@@ -65,12 +65,12 @@ def compliance_time(name: str, text: str | None) -> datetime | None:
 S = TypeVar("S", bound=msgspec.Struct)
 
 
-def command_of(body: msgspec.Struct, kind: type[S], **edge: Any) -> S:
-    """The domain struct ``kind`` that ``body`` carries: each of its fields read from the body
-    by its name, but those the edge names otherwise or takes from elsewhere (the path),
-    given in ``edge``. One conversion for every body, never a field copied by hand."""
-    fields = {name: getattr(body, name) for name in kind.__struct_fields__ if name not in edge}
-    return kind(**fields, **edge)
+def struct_of(source: msgspec.Struct, kind: type[S], **given: Any) -> S:
+    """The struct ``kind`` made of ``source``'s fields of the same names (a body's command,
+    a result's response), but those ``given``: named otherwise at the edge, or taken from
+    elsewhere (the path). One conversion for every such pair, never a field copied by hand."""
+    fields = {name: getattr(source, name) for name in kind.__struct_fields__ if name not in given}
+    return kind(**fields, **given)
 
 
 class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -95,7 +95,7 @@ class WriteItemBody(WriteMemory, Body, frozen=True, kw_only=True):
     """True: store the content as it is, even when an extractor is configured to split it."""
 
     def command(self) -> WriteMemory:
-        return command_of(self, WriteMemory)
+        return struct_of(self, WriteMemory)
 
     def batch_item(self) -> BatchItem:
         return BatchItem(command=self.command(), verbatim=self.verbatim)
@@ -177,21 +177,7 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def of(cls, result: WriteResult) -> WriteResponse:
-        return cls(
-            outcome=result.outcome,
-            id=result.id,
-            supersedes=result.supersedes,
-            dispute_id=result.dispute_id,
-            position=result.position,
-            classification=result.classification,
-            rejected=result.rejected,
-            extracted=result.extracted,
-            verbatim_reason=result.verbatim_reason,
-            facts=result.facts,
-            provenance_capped=result.provenance_capped,
-            findings=result.findings,
-            decisions=result.decisions,
-        )
+        return struct_of(result, cls)
 
 
 class WriteBatchResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -233,7 +219,7 @@ class VerifyBody(Body, frozen=True, kw_only=True):
     note: str | None = None
 
     def command(self) -> VerifyMemory:
-        return command_of(self, VerifyMemory, memory_id=self.id)
+        return struct_of(self, VerifyMemory, memory_id=self.id)
 
 
 class VerifyResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -334,7 +320,7 @@ class PolicyPutBody(PolicyBody, Body, frozen=True, kw_only=True):
     expected_version: int | None = None
 
     def policy(self) -> PolicyBody:
-        return command_of(self, PolicyBody)
+        return struct_of(self, PolicyBody)
 
 
 class OwnPolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -354,7 +340,7 @@ class ResolveBody(DisputeRuling, Body, frozen=True, kw_only=True):
     """A ruling on the dispute the path names: ``ResolveDispute`` bar its ``dispute_id``."""
 
     def command(self, dispute_id: UUID) -> ResolveDispute:
-        return command_of(self, ResolveDispute, dispute_id=dispute_id)
+        return struct_of(self, ResolveDispute, dispute_id=dispute_id)
 
 
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]

@@ -1,6 +1,7 @@
 """The in-memory ledger's contracts (tests/unit/ledger_contract.py) on the PostgreSQL
-ledger: the port, the command runner and the memory service pass the same assertions on
-both, so the in-memory ledger the unit tests run on cannot drift from the real one."""
+ledger: the port and the memory service pass the same assertions on both (the command
+runner's: tests/integration/test_command_runner.py), so the in-memory ledger the unit
+tests run on cannot drift from the real one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.services.core import Core
-from tests.unit.ledger_contract import PortContract, RunnerContract, WriteServiceContract
+from tests.unit.ledger_contract import PortContract, WriteServiceContract
 
 
 @pytest.fixture
@@ -17,10 +18,6 @@ def ledger(core: Core) -> Ledger:
 
 
 class TestPort(PortContract):
-    pass
-
-
-class TestCommandRunner(RunnerContract):
     pass
 
 

@@ -4,25 +4,26 @@ the port itself, the command runner and the memory service running on it.
 Each class here is a contract, not collected on its own: a test module subclasses it with
 a ``ledger`` fixture. tests/unit/test_in_memory_ledger.py runs it on the in-memory ledger
 (no database: the command runner and the write service's fast unit tests), and
-tests/integration/test_ledger_conformance.py on the PostgreSQL ledger, so the in-memory
-ledger cannot drift from the one it stands in for."""
+tests/integration/test_ledger_conformance.py and test_command_runner.py on the PostgreSQL
+ledger, so the in-memory ledger cannot drift from the one it stands in for."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import pytest
 from eventsourcing.persistence import IntegrityError
 
+from memwarden.domain.ledger.app import Ledger as PostgresLedger
 from memwarden.domain.ledger.app import StreamConflict
 from memwarden.domain.ledger.entropy import new_uuid
+from memwarden.domain.ledger.in_memory import InMemoryLedger
 from memwarden.domain.ledger.mapper import Recorded
 from memwarden.domain.ledger.sealing import SealingError
 from memwarden.domain.model.classification import Classification
-from memwarden.domain.model.commands import ProvenanceClaim, ResolveDispute, VerifyMemory, WriteMemory
+from memwarden.domain.model.commands import ResolveDispute, VerifyMemory, WriteMemory
 from memwarden.domain.model.errors import DomainError, Forbidden, InvalidRequest, NotFound
 from memwarden.domain.model.events import (
     AuditRecorded,
@@ -33,21 +34,17 @@ from memwarden.domain.model.events import (
     MemoryWritten,
     Provenance,
 )
-from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.leases import decide_take, lease_from, lease_id
 from memwarden.domain.model.write import Rejection
 from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry, TooMuchContention
 from memwarden.domain.services.memory import BatchItem, ClaimIds, MemoryService
 from memwarden.domain.services.streams import Streams
+from tests.unit.builders import ADMIN, AGENT, NS, OTHER_AGENT, T0, cmd
 
-Ledger = Any
-"""The ledger under test: the in-memory one or the PostgreSQL one (each has, besides the
-port, ``head_position`` and ``read``, what these tests read the log with)."""
+Ledger = InMemoryLedger | PostgresLedger
+"""The ledger under test (each has, besides the port, ``head_position``, ``read`` and
+``verify``, what these tests read the log with)."""
 
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-AGENT = Identity(namespace="acme/eng", actor="agent-a", role="agent", max_provenance="document")
-OTHER = Identity(namespace="acme/eng", actor="agent-b", role="agent", max_provenance="document")
-ADMIN = Identity(namespace="acme/eng", actor="admin-x", role="admin")
 CLAIM_KEY = bytes(range(32))
 
 
@@ -90,7 +87,7 @@ def audit(record_id: UUID, detail: str = "x") -> Recorded:
     event = AuditRecorded(
         record_id=record_id,
         actor="a",
-        namespace="acme/eng",
+        namespace=NS,
         role="agent",
         op="t",
         outcome="ok",
@@ -103,7 +100,7 @@ def audit(record_id: UUID, detail: str = "x") -> Recorded:
 def written(memory_id: UUID, content: str = "Dana lives in Lisbon") -> MemoryWritten:
     return MemoryWritten(
         memory_id=memory_id,
-        namespace="acme/eng",
+        namespace=NS,
         actor="agent-a",
         type="fact",
         scope="team",
@@ -148,11 +145,12 @@ class PortContract:
         twice itself is the caller's mistake (an integrity error). Either way nothing of the
         append goes in, not even its new data key."""
         stream, bystander = new_uuid(), new_uuid()
+        refusal: type[Exception] = StreamConflict
+        clash = [Recorded(stream, 1, _claim(stream))]
         if collision == "taken before":
             ledger.append([Recorded(stream, 1, _claim(stream))], tenant="acme")
-            clash, refusal = [Recorded(stream, 1, _claim(stream))], StreamConflict
         else:
-            clash = [Recorded(stream, 1, _claim(stream)), Recorded(stream, 1, _claim(stream))]
+            clash.append(Recorded(stream, 1, _claim(stream)))
             refusal = IntegrityError
         memory_id = new_uuid()
         key = ledger.new_data_key(memory_id)
@@ -187,7 +185,7 @@ class PortContract:
         (found,) = ledger.streams([memory_id])[memory_id]
         assert isinstance(found.event, MemoryWritten)
         assert found.event.content is None
-        assert found.event.namespace == "acme/eng"  # what is not sealed stays
+        assert found.event.namespace == NS  # what is not sealed stays
 
     def test_the_chain_verifies(self, ledger: Ledger) -> None:
         ledger.append([audit(new_uuid()), audit(new_uuid())], tenant="acme")
@@ -197,7 +195,7 @@ class PortContract:
 
 
 def _claim(stream: UUID) -> ClaimSet:
-    return ClaimSet(claim_id=stream, kind="text", namespace="acme/eng", holders=(new_uuid(),), at=T0)
+    return ClaimSet(claim_id=stream, kind="text", namespace=NS, holders=(new_uuid(),), at=T0)
 
 
 # -- the command runner -----------------------------------------------------------------------
@@ -305,13 +303,7 @@ class RunnerContract:
 
 
 def slot(content: str, value: str, source: str = "conversation") -> WriteMemory:
-    return WriteMemory(
-        content=content,
-        subject="dana",
-        attribute="city",
-        value=value,
-        provenance=ProvenanceClaim(source=source),
-    )
+    return cmd(content, subject="dana", attribute="city", value=value, source=source)
 
 
 class WriteServiceContract:
@@ -376,7 +368,7 @@ class WriteServiceContract:
     ) -> None:
         incumbent = memory.write(AGENT, slot("Dana lives in Porto", "Porto", source="document"))
         clock.tick(hours=1)
-        challenger = memory.write(OTHER, slot("Dana lives in Lisbon", "Lisbon"))
+        challenger = memory.write(OTHER_AGENT, slot("Dana lives in Lisbon", "Lisbon"))
         assert challenger.outcome == "disputed"
         assert challenger.dispute_id is not None
         clock.tick(hours=1)
@@ -397,7 +389,7 @@ class WriteServiceContract:
         assert stored.id is not None
         with pytest.raises(DomainError):  # one's own write cannot be verified by oneself
             memory.verify(AGENT, VerifyMemory(memory_id=stored.id, supports=True))
-        verified = memory.verify(OTHER, VerifyMemory(memory_id=stored.id, supports=True))
+        verified = memory.verify(OTHER_AGENT, VerifyMemory(memory_id=stored.id, supports=True))
         assert verified.id == stored.id
         assert verified.position == ledger.head_position()
 

@@ -22,8 +22,9 @@ from memwarden.api.http.schemas import (
     WriteBatchBody,
     WriteBody,
     WriteItemBody,
+    WriteResponse,
     batch_entry,
-    command_of,
+    struct_of,
 )
 from memwarden.domain.model.commands import (
     ProvenanceClaim,
@@ -35,7 +36,7 @@ from memwarden.domain.model.commands import (
 from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.events import MemoryScope
 from memwarden.domain.model.policies import PolicyBody
-from memwarden.domain.services.memory import BatchItem
+from memwarden.domain.services.memory import BatchItem, WriteResult
 
 
 class Pair(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,4 +213,20 @@ def test_the_other_bodies_convert_to_their_commands() -> None:
     policy = put.policy()
     assert type(policy) is PolicyBody
     assert policy == PolicyBody(forbid_secrets=False, driver="hybrid")
-    assert command_of(put, PolicyBody) == policy
+    assert struct_of(put, PolicyBody) == policy
+
+
+def test_a_write_response_carries_the_result_field_for_field() -> None:
+    """The response is the result as the wire shows it (every field required, the outcome a
+    plain string): the same fields, copied by their names."""
+    assert set(WriteResponse.__struct_fields__) == set(WriteResult.__struct_fields__)
+    result = WriteResult(
+        outcome="superseded",
+        id=UUID(int=1),
+        supersedes=(UUID(int=2),),
+        position=7,
+        extracted=False,
+        verbatim_reason="no_extractor",
+        findings=(UUID(int=3),),
+    )
+    assert msgspec.to_builtins(WriteResponse.of(result)) == msgspec.to_builtins(result)
