@@ -9,6 +9,7 @@ from uuid import UUID
 import msgspec
 
 from memwarden.domain.ledger.checkpoints import Checkpoint
+from memwarden.domain.model.autopilot import OverturnDecision, Reason, ResolveFinding
 from memwarden.domain.model.classification import Classification
 from memwarden.domain.model.commands import DisputeRuling, ResolveDispute, VerifyMemory, WriteMemory
 from memwarden.domain.model.consolidation import ProposalState
@@ -18,6 +19,7 @@ from memwarden.domain.model.events import (
     Directive,
     FindingDecision,
 )
+from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.model.storable import unstorable_field
 from memwarden.domain.model.text import escape_unprintable, quote_text
@@ -291,13 +293,11 @@ class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
     """Who runs the conflict autopilot and consolidation, and whether anyone consumes them."""
 
 
-class NewKeyBody(Body, frozen=True, kw_only=True):
-    target: str
-    actor: str
-    role: str
-    max_provenance: str | None = None
-    """The highest provenance source the key may claim (default: ``conversation`` for agents,
-    ``manual`` for members, admins and owners); never above the caller's own."""
+class NewKeyBody(IssueKey, Body, frozen=True, kw_only=True):
+    """``IssueKey``, as the admin route takes it."""
+
+    def command(self) -> IssueKey:
+        return struct_of(self, IssueKey)
 
 
 class NewKeyResponse(msgspec.Struct, frozen=True):
@@ -343,12 +343,12 @@ class ResolveBody(DisputeRuling, Body, frozen=True, kw_only=True):
         return struct_of(self, ResolveDispute, dispute_id=dispute_id)
 
 
-Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
-
-
 class FindingResolveBody(Body, frozen=True, kw_only=True):
     decision: FindingDecision
     reason: Reason | None = None
+
+    def command(self, finding_id: UUID) -> ResolveFinding:
+        return struct_of(self, ResolveFinding, finding_id=finding_id)
 
 
 class ProposalEditBody(Body, frozen=True, kw_only=True):
@@ -364,6 +364,9 @@ class ProposalResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 class OverturnBody(Body, frozen=True, kw_only=True):
     reason: Reason | None = None
+
+    def command(self, decision_id: UUID) -> OverturnDecision:
+        return struct_of(self, OverturnDecision, decision_id=decision_id)
 
 
 class VerifyLedgerBody(Body, frozen=True, kw_only=True):

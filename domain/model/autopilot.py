@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
@@ -174,10 +174,14 @@ def evolve_finding(state: FindingState | None, event: Event) -> FindingState:
     raise TypeError(msg)
 
 
+Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
+"""A reviewer's reason for a ruling: said, and short (the wire refuses any other)."""
+
+
 class ResolveFinding(msgspec.Struct, frozen=True, kw_only=True):
     finding_id: UUID
     decision: FindingDecision
-    reason: str | None = None
+    reason: Reason | None = None
 
 
 def check_reviewer(reviewer: Identity, namespace: str | None, what: str) -> None:
@@ -274,7 +278,7 @@ def evolve_decision(state: DecisionState | None, event: Event) -> DecisionState:
 
 class OverturnDecision(msgspec.Struct, frozen=True, kw_only=True):
     decision_id: UUID
-    reason: str | None = None
+    reason: Reason | None = None
 
 
 def decide_overturn(

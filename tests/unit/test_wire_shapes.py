@@ -14,8 +14,12 @@ from uuid import UUID
 import msgspec
 import pytest
 
+from memwarden.api.http.routes.erasure import ForgetBody
 from memwarden.api.http.schemas import (
     Body,
+    FindingResolveBody,
+    NewKeyBody,
+    OverturnBody,
     PolicyPutBody,
     ResolveBody,
     VerifyBody,
@@ -26,6 +30,7 @@ from memwarden.api.http.schemas import (
     batch_entry,
     struct_of,
 )
+from memwarden.domain.model.autopilot import OverturnDecision, ResolveFinding
 from memwarden.domain.model.commands import (
     ProvenanceClaim,
     ResolveDispute,
@@ -33,8 +38,10 @@ from memwarden.domain.model.commands import (
     WriteMemory,
     validated,
 )
+from memwarden.domain.model.erasure import Forget
 from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.events import MemoryScope
+from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.services.memory import BatchItem, WriteResult
 
@@ -57,6 +64,10 @@ PAIRS = (
     Pair(body=ResolveBody, command=ResolveDispute, elsewhere=frozenset({"dispute_id"})),
     Pair(body=VerifyBody, command=VerifyMemory, renamed={"id": "memory_id"}),
     Pair(body=PolicyPutBody, command=PolicyBody, edge=frozenset({"expected_version"})),
+    Pair(body=NewKeyBody, command=IssueKey),
+    Pair(body=ForgetBody, command=Forget),
+    Pair(body=FindingResolveBody, command=ResolveFinding, elsewhere=frozenset({"finding_id"})),
+    Pair(body=OverturnBody, command=OverturnDecision, elsewhere=frozenset({"decision_id"})),
 )
 
 
@@ -230,3 +241,17 @@ def test_a_write_response_carries_the_result_field_for_field() -> None:
         findings=(UUID(int=3),),
     )
     assert msgspec.to_builtins(WriteResponse.of(result)) == msgspec.to_builtins(result)
+
+
+def test_the_admin_and_erasure_bodies_convert_to_their_commands() -> None:
+    finding, decision, memory = UUID(int=1), UUID(int=2), UUID(int=3)
+    assert FindingResolveBody(decision="dismiss", reason="noise").command(finding) == ResolveFinding(
+        finding_id=finding, decision="dismiss", reason="noise"
+    )
+    assert OverturnBody(reason="wrong call").command(decision) == OverturnDecision(
+        decision_id=decision, reason="wrong call"
+    )
+    key = NewKeyBody(target="acme/eng", actor="bot", role="agent").command()
+    assert (type(key), key) == (IssueKey, IssueKey(target="acme/eng", actor="bot", role="agent"))
+    forget = ForgetBody(ids=(memory,), reason="request 12").command()
+    assert (type(forget), forget) == (Forget, Forget(ids=(memory,), reason="request 12"))
