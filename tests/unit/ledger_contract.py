@@ -363,6 +363,22 @@ class WriteServiceContract:
         assert retired is not None
         assert not retired.is_current(clock())
 
+    def test_a_write_on_a_stale_cache_conflicts_and_is_decided_again(
+        self, ledger: Ledger, memory: MemoryService, clock: Clock
+    ) -> None:
+        """Another process (its own stream cache) moved the slot on: this one's cached claim
+        is stale, its append conflicts, and it decides again on the ledger's state."""
+        elsewhere = MemoryService(ledger, ClaimIds(CLAIM_KEY), clock=clock)
+        memory.write(AGENT, slot("Dana lives in Porto", "Porto"))
+        clock.tick(hours=1)
+        moved = elsewhere.write(AGENT, slot("Dana lives in Lisbon", "Lisbon"))
+        clock.tick(hours=1)
+        start = ledger.head_position()
+        latest = memory.write(AGENT, slot("Dana lives in Madrid", "Madrid"))
+        assert latest.outcome == "superseded"
+        assert latest.supersedes == (moved.id,)  # not the Porto memory its cache named
+        assert [a.op for a in audits(ledger, start)] == ["write"]  # the refused attempt left none
+
     def test_a_weaker_contradiction_is_disputed_and_a_reviewer_resolves_it(
         self, ledger: Ledger, memory: MemoryService, clock: Clock
     ) -> None:
