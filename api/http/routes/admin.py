@@ -40,10 +40,8 @@ from memwarden.api.http.schemas import (
     RevokeBody,
     RevokeResponse,
 )
-from memwarden.domain.model.autopilot import DecisionState, FindingState, OverturnDecision, ResolveFinding
-from memwarden.domain.model.commands import ResolveDispute
+from memwarden.domain.model.autopilot import DecisionState, FindingState
 from memwarden.domain.model.identity import REVIEWER_ROLES
-from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.memory import DisputeState
 from memwarden.domain.model.policies import check_policy_admin, effective_policy
 from memwarden.projections.listing import ListQuery
@@ -80,9 +78,7 @@ class AdminController(Controller):
     @syscall_post("/keys", admin("admin.keys.create", allow=frozenset({"actor", "role"})))
     def create_key(self, request: Req, data: JSONBody[NewKeyBody]) -> NewKeyResponse:
         state = api_state(request)
-        cmd = IssueKey(
-            target=data.target, actor=data.actor, role=data.role, max_provenance=data.max_provenance
-        )
+        cmd = data.command()
         issued = command(request, lambda c: state.governance.issue_key(c.identity, cmd))
         return NewKeyResponse(issued.key_id, issued.key)
 
@@ -137,13 +133,7 @@ class AdminController(Controller):
     @syscall_post("/disputes/{dispute_id:uuid}/resolve", admin("resolve_dispute"))
     def resolve(self, request: Req, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]) -> DisputeState:
         state = api_state(request)
-        cmd = ResolveDispute(
-            dispute_id=dispute_id,
-            decision=data.decision,
-            content=data.content,
-            value=data.value,
-            reason=data.reason,
-        )
+        cmd = data.command(dispute_id)
         result = command(request, lambda c: state.memory.resolve_dispute(c.identity, cmd))
         dispute: DisputeState = result.dispute
         return dispute
@@ -175,7 +165,7 @@ class AdminController(Controller):
         self, request: Req, finding_id: FromPath[UUID], data: JSONBody[FindingResolveBody]
     ) -> FindingState:
         state = api_state(request)
-        cmd = ResolveFinding(finding_id=finding_id, decision=data.decision, reason=data.reason)
+        cmd = data.command(finding_id)
         result = command(request, lambda c: state.runtime.autopilot.resolve_finding(c.identity, cmd))
         finding: FindingState = result.finding
         return finding
@@ -197,7 +187,7 @@ class AdminController(Controller):
         self, request: Req, decision_id: FromPath[UUID], data: JSONBody[OverturnBody]
     ) -> DecisionState:
         state = api_state(request)
-        cmd = OverturnDecision(decision_id=decision_id, reason=data.reason)
+        cmd = data.command(decision_id)
         result = command(request, lambda c: state.runtime.autopilot.overturn(c.identity, cmd))
         decision: DecisionState = result.decision
         return decision

@@ -16,7 +16,7 @@ from litestar.params import FromPath, JSONBody
 
 from memwarden.api.http.gate import Call, api_state, command, query
 from memwarden.api.http.routing import Syscall, syscall_get, syscall_post
-from memwarden.api.http.schemas import Body
+from memwarden.api.http.schemas import Body, struct_of
 from memwarden.domain.ledger.certificates import CertificateCheck
 from memwarden.domain.model.certificates import DeletionCertificate
 from memwarden.domain.model.erasure import Forget
@@ -28,11 +28,11 @@ Req = Request[Any, Any, Any]
 FORGET_ROLES = frozenset({"member", "admin", "owner"})
 
 
-class ForgetBody(Body, frozen=True, kw_only=True):
-    ids: tuple[UUID, ...] | None = None
-    subject: str | None = None
-    subtree: str | None = None
-    reason: str
+class ForgetBody(Forget, Body, frozen=True, kw_only=True):
+    """``Forget``, as the route takes it."""
+
+    def command(self) -> Forget:
+        return struct_of(self, Forget)
 
 
 class ForgetResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,7 +47,7 @@ class ErasureController(Controller):
     @syscall_post("/mem/forget", Syscall(name="forget", roles=FORGET_ROLES))
     def forget(self, request: Req, data: JSONBody[ForgetBody]) -> ForgetResponse:
         state = api_state(request)
-        cmd = Forget(ids=data.ids, subject=data.subject, subtree=data.subtree, reason=data.reason)
+        cmd = data.command()
         result = command(request, lambda c: state.runtime.core.erasure.forget(c.identity, cmd))
         # the keys are gone already; also let the read models drop the plaintext before
         # answering, so no reader of this deployment sees it afterwards (best effort)
