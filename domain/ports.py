@@ -1,7 +1,12 @@
 """The ports: what the services need from the read side, as Protocols a projection
 implements (the composition root, bootstrap/, wires them; docs/architecture.md §2 and §10). A read model is only
 ever a hint to a command: what it decides on is loaded from the ledger, except where a
-service reads to record what a caller was shown (assemble, fault)."""
+service reads to record what a caller was shown (assemble, fault).
+
+And what the command side needs of the ledger itself (``CommandLedger``, at the end): the
+PostgreSQL ledger (``domain.ledger.app.Ledger``) in a deployment, the in-memory one
+(``domain.ledger.in_memory``) in unit tests; tests/unit/ledger_contract.py holds both to
+the same assertions."""
 
 from __future__ import annotations
 
@@ -13,6 +18,10 @@ from uuid import UUID
 
 import msgspec
 
+from memwarden.domain.ledger.app import NewMemoryKey
+from memwarden.domain.ledger.audit_spool import AuditSpool
+from memwarden.domain.ledger.mapper import Recorded
+from memwarden.domain.ledger.sealing import DataKeys
 from memwarden.domain.model.identity import Identity
 
 
@@ -193,3 +202,45 @@ class VectorIndex(Protocol):
         ...
 
     def count_lacking(self, model: str) -> int: ...
+
+
+# -- the ledger, as the command side uses it ------------------------------------------------
+
+
+class CommandLedger(Protocol):
+    """The ledger as the command side uses it: load streams, append a syscall's events
+    atomically with optimistic concurrency, make the data keys its sealed events need.
+
+    ``append``: every event goes in at its stream version, or none does
+    (``StreamConflict`` when another writer took one of those versions); returns the
+    global position of the last. ``new_keys``: data keys stored with the append (the
+    events are sealed with them); ``destroy_keys``: owners whose data keys the append
+    deletes (erasure), after which their events read back with sealed fields empty.
+    ``tenant``: whose chain the append goes on (a chain per tenant)."""
+
+    @property
+    def audit_spool(self) -> AuditSpool | None:
+        """Where an audit record waits while the ledger takes no writes (None: nowhere)."""
+        ...
+
+    @property
+    def data_keys(self) -> DataKeys: ...
+
+    def new_data_key(self, owner: UUID) -> NewMemoryKey: ...
+
+    def append(
+        self,
+        events: Sequence[Recorded],
+        new_keys: Sequence[NewMemoryKey] = (),
+        destroy_keys: Sequence[UUID] = (),
+        *,
+        tenant: str,
+    ) -> int: ...
+
+    def stream_heads(self, stream_ids: Sequence[UUID]) -> dict[UUID, Recorded]:
+        """The latest event of each stream that exists."""
+        ...
+
+    def streams(self, stream_ids: Sequence[UUID]) -> dict[UUID, list[Recorded]]:
+        """Every event of each stream, in version order."""
+        ...

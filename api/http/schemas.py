@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, overload
+from typing import Annotated, Any, Literal, TypeVar, overload
 from uuid import UUID
 
 import msgspec
 
 from memwarden.domain.ledger.checkpoints import Checkpoint
+from memwarden.domain.model.autopilot import OverturnDecision, Reason, ResolveFinding
 from memwarden.domain.model.classification import Classification
-from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory
+from memwarden.domain.model.commands import DisputeRuling, ResolveDispute, VerifyMemory, WriteMemory
 from memwarden.domain.model.consolidation import ProposalState
 from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.events import (
     ConflictReview,
     Directive,
-    DisputeDecision,
     FindingDecision,
-    MemoryScope,
-    MemoryType,
 )
+from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.passes import PassesHealth
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.model.storable import unstorable_field
@@ -36,10 +35,6 @@ from memwarden.domain.services.write_results import (
     WriteResult,
 )
 from memwarden.projections.search.service import SearchQuery
-
-AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
-"""A time on the wire must carry its zone (API.md): a naive time is refused (400)."""
-
 
 ComplianceTime = Annotated[
     str,
@@ -69,6 +64,17 @@ def compliance_time(name: str, text: str | None) -> datetime | None:
         raise InvalidRequest(f"{name} {error}") from None
 
 
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def struct_of(source: msgspec.Struct, kind: type[S], **given: Any) -> S:
+    """The struct ``kind`` made of ``source``'s fields of the same names (a body's command,
+    a result's response), but those ``given``: named otherwise at the edge, or taken from
+    elsewhere (the path). One conversion for every such pair, never a field copied by hand."""
+    fields = {name: getattr(source, name) for name in kind.__struct_fields__ if name not in given}
+    return kind(**fields, **given)
+
+
 class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of every request body. Every field of every body holds only what PostgreSQL can
     store: text without NUL or lone surrogates, times within years 1-9999 in UTC (else the
@@ -80,38 +86,18 @@ class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             raise ValueError(problem)
 
 
-class WriteItemBody(Body, frozen=True, kw_only=True):
+class WriteItemBody(WriteMemory, Body, frozen=True, kw_only=True):
     """A write's fields and how to take its content: one item of ``write_batch``. The wire
     form of ``WriteMemory`` (the command), which ``command()`` makes."""
 
-    content: str
-    type: MemoryType = "fact"
-    scope: MemoryScope = "team"
-    subject: str | None = None
-    attribute: str | None = None
-    value: str | None = None
-    tags: tuple[str, ...] = ()
-    selectors: tuple[str, ...] = ()
-    provenance: ProvenanceClaim = ProvenanceClaim()
-    event_time: AwareTime | None = None
-    valid_from: AwareTime | None = None
+    # It extends the command, so its fields are the command's by construction; the docstring
+    # above is part of the MCP tool listing (write_batch's item), kept as it was.
+
     verbatim: bool = False
     """True: store the content as it is, even when an extractor is configured to split it."""
 
     def command(self) -> WriteMemory:
-        return WriteMemory(
-            content=self.content,
-            type=self.type,
-            scope=self.scope,
-            subject=self.subject,
-            attribute=self.attribute,
-            value=self.value,
-            tags=self.tags,
-            selectors=self.selectors,
-            provenance=self.provenance,
-            event_time=self.event_time,
-            valid_from=self.valid_from,
-        )
+        return struct_of(self, WriteMemory)
 
     def batch_item(self) -> BatchItem:
         return BatchItem(command=self.command(), verbatim=self.verbatim)
@@ -193,21 +179,7 @@ class WriteResponse(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def of(cls, result: WriteResult) -> WriteResponse:
-        return cls(
-            outcome=result.outcome,
-            id=result.id,
-            supersedes=result.supersedes,
-            dispute_id=result.dispute_id,
-            position=result.position,
-            classification=result.classification,
-            rejected=result.rejected,
-            extracted=result.extracted,
-            verbatim_reason=result.verbatim_reason,
-            facts=result.facts,
-            provenance_capped=result.provenance_capped,
-            findings=result.findings,
-            decisions=result.decisions,
-        )
+        return struct_of(result, cls)
 
 
 class WriteBatchResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -241,9 +213,15 @@ class ReadBody(Body, frozen=True, kw_only=True):
 
 
 class VerifyBody(Body, frozen=True, kw_only=True):
+    """``VerifyMemory`` with its ``memory_id`` named ``id`` on the wire, as every body names
+    the memory it is about (tests/unit/test_wire_shapes.py holds the two equal)."""
+
     id: UUID
     supports: bool
     note: str | None = None
+
+    def command(self) -> VerifyMemory:
+        return struct_of(self, VerifyMemory, memory_id=self.id)
 
 
 class VerifyResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -315,13 +293,11 @@ class StatsResponse(msgspec.Struct, frozen=True, kw_only=True):
     """Who runs the conflict autopilot and consolidation, and whether anyone consumes them."""
 
 
-class NewKeyBody(Body, frozen=True, kw_only=True):
-    target: str
-    actor: str
-    role: str
-    max_provenance: str | None = None
-    """The highest provenance source the key may claim (default: ``conversation`` for agents,
-    ``manual`` for members, admins and owners); never above the caller's own."""
+class NewKeyBody(IssueKey, Body, frozen=True, kw_only=True):
+    """``IssueKey``, as the admin route takes it."""
+
+    def command(self) -> IssueKey:
+        return struct_of(self, IssueKey)
 
 
 class NewKeyResponse(msgspec.Struct, frozen=True):
@@ -337,34 +313,14 @@ class RevokeResponse(msgspec.Struct, frozen=True):
     revoked: bool
 
 
-class PolicyPutBody(Body, frozen=True, kw_only=True):
-    """A namespace's own policy (the wire form of ``PolicyBody``; ``None`` = inherit);
+class PolicyPutBody(PolicyBody, Body, frozen=True, kw_only=True):
+    """A namespace's own policy (``PolicyBody``'s fields; ``None`` = inherit);
     ``expected_version`` (or If-Match) guards a concurrent change."""
 
-    conflict_review: ConflictReview | None = None
-    forbid_secrets: bool | None = None
-    rate_limit_per_minute: int | None = None
-    directives: tuple[Directive, ...] = ()
-    driver: str | None = None
-    suspended: bool | None = None
-    members_forget_own: bool | None = None
-    """Members may erase (``forget``) memories they wrote themselves (default: no)."""
-    provenance_over_cap: OverCap | None = None
-    """A write claiming more provenance than its key may: ``cap`` lowers it to the key's cap
-    and says so in the result and the audit (default); ``refuse`` answers 400."""
     expected_version: int | None = None
 
     def policy(self) -> PolicyBody:
-        return PolicyBody(
-            conflict_review=self.conflict_review,
-            forbid_secrets=self.forbid_secrets,
-            rate_limit_per_minute=self.rate_limit_per_minute,
-            directives=self.directives,
-            driver=self.driver,
-            suspended=self.suspended,
-            members_forget_own=self.members_forget_own,
-            provenance_over_cap=self.provenance_over_cap,
-        )
+        return struct_of(self, PolicyBody)
 
 
 class OwnPolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -380,19 +336,19 @@ class OwnPolicyResponse(msgspec.Struct, frozen=True, kw_only=True):
     effective: PolicyResponse
 
 
-class ResolveBody(Body, frozen=True, kw_only=True):
-    decision: DisputeDecision
-    content: str | None = None
-    value: str | None = None
-    reason: str | None = None
+class ResolveBody(DisputeRuling, Body, frozen=True, kw_only=True):
+    """A ruling on the dispute the path names: ``ResolveDispute`` bar its ``dispute_id``."""
 
-
-Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
+    def command(self, dispute_id: UUID) -> ResolveDispute:
+        return struct_of(self, ResolveDispute, dispute_id=dispute_id)
 
 
 class FindingResolveBody(Body, frozen=True, kw_only=True):
     decision: FindingDecision
     reason: Reason | None = None
+
+    def command(self, finding_id: UUID) -> ResolveFinding:
+        return struct_of(self, ResolveFinding, finding_id=finding_id)
 
 
 class ProposalEditBody(Body, frozen=True, kw_only=True):
@@ -408,6 +364,9 @@ class ProposalResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 class OverturnBody(Body, frozen=True, kw_only=True):
     reason: Reason | None = None
+
+    def command(self, decision_id: UUID) -> OverturnDecision:
+        return struct_of(self, OverturnDecision, decision_id=decision_id)
 
 
 class VerifyLedgerBody(Body, frozen=True, kw_only=True):

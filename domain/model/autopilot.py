@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
@@ -171,10 +171,14 @@ def _finding_resolved(state: FindingState, event: FindingResolved) -> FindingSta
 evolve_finding = Lifecycle("finding", FindingOpened, _finding_opened, FindingResolved, _finding_resolved)
 
 
+Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
+"""A reviewer's reason for a ruling: said, and short (the wire refuses any other)."""
+
+
 class ResolveFinding(msgspec.Struct, frozen=True, kw_only=True):
     finding_id: UUID
     decision: FindingDecision
-    reason: str | None = None
+    reason: Reason | None = None
 
 
 def check_reviewer(reviewer: Identity, namespace: str | None, what: str) -> None:
@@ -267,7 +271,7 @@ evolve_decision = Lifecycle("settlement", ConflictSettled, _settled, SettlementO
 
 class OverturnDecision(msgspec.Struct, frozen=True, kw_only=True):
     decision_id: UUID
-    reason: str | None = None
+    reason: Reason | None = None
 
 
 def decide_overturn(

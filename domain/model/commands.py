@@ -1,13 +1,18 @@
-"""Commands: what a caller asks for, imperative. Identity is never part of a command."""
+"""Commands: what a caller asks for, imperative. Identity is never part of a command.
+
+A command is also the one definition of its request body: the HTTP edge's body extends it
+(api/http/schemas.py) with only what the edge adds (how to run the write, a version guard)
+and leaves out what the path carries, so the two cannot drift apart."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 import msgspec
 
+from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.events import ConflictReview, DisputeDecision, MemoryScope, MemoryType
 from memwarden.domain.model.trust import OverCap
 
@@ -34,18 +39,47 @@ class WriteMemory(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     valid_from: AwareDatetime | None = None
 
 
-class ResolveDispute(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    dispute_id: UUID
+class DisputeRuling(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A reviewer's ruling on a dispute: what ``ResolveDispute`` asks, bar which dispute
+    (the HTTP edge takes that from the path)."""
+
     decision: DisputeDecision
     content: str | None = None
     value: str | None = None
     reason: str | None = None
 
 
+class ResolveDispute(DisputeRuling, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    dispute_id: UUID
+
+
 class VerifyMemory(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     memory_id: UUID
     supports: bool
     note: str | None = None
+
+
+C = TypeVar("C", WriteMemory, ResolveDispute, VerifyMemory)
+COMMANDS: tuple[type[msgspec.Struct], ...] = (WriteMemory, ResolveDispute, VerifyMemory)
+
+
+def command_type(command: msgspec.Struct) -> type[Any]:
+    """The command ``command`` is: its own type, or the command type a wire body extends."""
+    return next(kind for kind in type(command).__mro__ if kind in COMMANDS)
+
+
+def validated(command: C) -> C:
+    """``command`` as exactly its command type, its field types checked: a Struct built in
+    Python is not validated, and a wrongly typed value must never reach the ledger (it could
+    not be decoded again). A wire body that extends the command is read as that command
+    (what it adds, e.g. ``verbatim``, is left behind), in the same one conversion."""
+    kind = command_type(command)
+    fields = {f.encode_name: getattr(command, f.name) for f in msgspec.structs.fields(kind)}
+    try:
+        checked: C = msgspec.convert(msgspec.to_builtins(fields), kind)
+    except (msgspec.ValidationError, TypeError) as error:
+        raise InvalidRequest(f"invalid {kind.__name__}: {error}") from error
+    return checked
 
 
 class WritePolicy(msgspec.Struct, frozen=True, kw_only=True):

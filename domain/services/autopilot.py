@@ -18,7 +18,7 @@ from uuid import UUID
 
 import msgspec
 
-from memwarden.domain.ledger.app import Ledger, NewMemoryKey
+from memwarden.domain.ledger.app import NewMemoryKey
 from memwarden.domain.model.autopilot import (
     AUTOPILOT,
     MIN_COSINE,
@@ -50,7 +50,7 @@ from memwarden.domain.model.judging import Judge, JudgeUnavailable, Statement
 from memwarden.domain.model.leases import Lease
 from memwarden.domain.model.memory import Claim, MemoryState, evolve_memory
 from memwarden.domain.model.settling import Pair
-from memwarden.domain.ports import Neighbours, Pending
+from memwarden.domain.ports import CommandLedger, Neighbours, Pending
 from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.leases import Leases
 from memwarden.domain.services.memory import MemoryService
@@ -104,7 +104,7 @@ class AutopilotService:
         self.pending = pending
 
     @property
-    def ledger(self) -> Ledger:
+    def ledger(self) -> CommandLedger:
         return self.memory.ledger
 
     # -- the pass --------------------------------------------------------------------------

@@ -20,13 +20,14 @@ from uuid import UUID
 
 import msgspec
 
-from memwarden.domain.ledger.app import Ledger, NewMemoryKey, StreamConflict
+from memwarden.domain.ledger.app import NewMemoryKey, StreamConflict
 from memwarden.domain.ledger.database import unavailable
 from memwarden.domain.ledger.mapper import Recorded
-from memwarden.domain.model.errors import DomainError, InvalidRequest, InvalidState, NotFound
+from memwarden.domain.model.errors import DomainError, InvalidState, NotFound
 from memwarden.domain.model.events import AuditOutcome, Event
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import ANONYMOUS_TENANT, tenant_of
+from memwarden.domain.ports import CommandLedger
 from memwarden.domain.services.audit import audit_record
 from memwarden.domain.services.streams import Streams
 
@@ -34,16 +35,6 @@ MAX_ATTEMPTS = 12
 """How many times a command is decided again after a stream conflict, by default."""
 R = TypeVar("R")
 T = TypeVar("T")
-C = TypeVar("C", bound=msgspec.Struct)
-
-
-def validated(command: C) -> C:
-    """Check a command's field types: a Struct built in Python is not validated, and a
-    wrongly typed value must never reach the ledger (it could not be decoded again)."""
-    try:
-        return msgspec.convert(msgspec.to_builtins(command), type(command))
-    except (msgspec.ValidationError, TypeError) as error:
-        raise InvalidRequest(f"invalid {type(command).__name__}: {error}") from error
 
 
 def utcnow() -> datetime:
@@ -130,7 +121,7 @@ class CommandRunner:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: CommandLedger,
         streams: Streams | None,
         clock: Callable[[], datetime],
         new_id: Callable[[], UUID],

@@ -9,12 +9,12 @@ from uuid import UUID
 import msgspec
 
 from memwarden.domain.ledger.app import NewMemoryKey
-from memwarden.domain.model.commands import ResolveDispute
+from memwarden.domain.model.commands import ResolveDispute, validated
 from memwarden.domain.model.disputes import ResolveState, check_reviewer, decide_resolve
 from memwarden.domain.model.events import ClaimKind
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.memory import Claim, DisputeState, MemoryState
-from memwarden.domain.services.commands import Decided, Note, Retry, validated
+from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.memory_context import MemoryContext
 from memwarden.domain.services.streams import versions_of
 from memwarden.domain.services.vectors import Vectors

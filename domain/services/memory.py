@@ -17,10 +17,10 @@ from uuid import UUID
 
 from memwarden.domain.embedding import Embedder
 from memwarden.domain.extraction import Extractor
-from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.ledger.entropy import new_uuid
 from memwarden.domain.model.commands import WritePolicy
 from memwarden.domain.model.memory import DisputeState, MemoryState
+from memwarden.domain.ports import CommandLedger
 from memwarden.domain.services.band import SynchronousBand
 from memwarden.domain.services.claims import ClaimIds
 from memwarden.domain.services.commands import CommandRunner, utcnow
@@ -35,7 +35,7 @@ from memwarden.domain.services.writes import WriteService
 class MemoryService:
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: CommandLedger,
         claim_ids: ClaimIds,
         policy_for: Callable[[str], WritePolicy] | None = None,
         clock: Callable[[], datetime] = utcnow,

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from uuid import UUID
 
-from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.commands import WritePolicy
+from memwarden.domain.ports import CommandLedger
 from memwarden.domain.services.claims import ClaimIds
 from memwarden.domain.services.commands import CommandRunner
 from memwarden.domain.services.streams import Streams
@@ -17,7 +17,7 @@ from memwarden.domain.services.vectors import Embedding
 
 @dataclass(frozen=True)
 class MemoryContext:
-    ledger: Ledger
+    ledger: CommandLedger
     streams: Streams
     """The stream loader, with its cache of the states the deciders read."""
     runner: CommandRunner

@@ -15,7 +15,6 @@ from uuid import UUID
 
 import msgspec
 
-from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.ledger.mapper import Recorded
 from memwarden.domain.model.events import (
     ClaimKind,
@@ -40,6 +39,7 @@ from memwarden.domain.model.memory import (
     evolve_dispute,
     evolve_memory,
 )
+from memwarden.domain.ports import CommandLedger
 
 S = TypeVar("S")
 
@@ -89,7 +89,7 @@ def versions_of(*groups: Iterable[Claim | MemoryState | DisputeState]) -> dict[U
 class Streams:
     """Typed loaders for the three kinds of state the deciders read."""
 
-    def __init__(self, ledger: Ledger, cache: StreamCache | None = None) -> None:
+    def __init__(self, ledger: CommandLedger, cache: StreamCache | None = None) -> None:
         self.ledger = ledger
         self.cache = cache or StreamCache()
 

@@ -7,11 +7,11 @@ from uuid import UUID
 
 import msgspec
 
-from memwarden.domain.model.commands import VerifyMemory
+from memwarden.domain.model.commands import VerifyMemory, validated
 from memwarden.domain.model.events import TrustTier
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.verification import decide_verify
-from memwarden.domain.services.commands import Decided, Note, Retry, validated
+from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.memory_context import MemoryContext
 
 

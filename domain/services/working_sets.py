@@ -95,7 +95,12 @@ class WorkingSetService:
 
     @property
     def ledger(self) -> Ledger:
-        return self.runner.ledger
+        """The runner's ledger, whose key signs receipts and whose checkpoints they cite: the
+        PostgreSQL ledger (an in-memory one, behind the same port, has neither)."""
+        ledger = self.runner.ledger
+        if not isinstance(ledger, Ledger):
+            raise TypeError("working sets need the PostgreSQL ledger: its signing key and checkpoints")
+        return ledger
 
     # -- assemble -------------------------------------------------------------------------------
 

@@ -14,13 +14,13 @@ import msgspec
 
 from memwarden.domain.extraction import ExtractionFailed, Extractor
 from memwarden.domain.ledger.app import NewMemoryKey
-from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory, WritePolicy
+from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory, WritePolicy, validated
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.events import ClaimKind
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.write import MAX_TAGS, Rejection, check_write_allowed
 from memwarden.domain.services.band import Banded, SynchronousBand, banded
-from memwarden.domain.services.commands import Decided, Note, Retry, validated
+from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.memory_context import MemoryContext
 from memwarden.domain.services.streams import versions_of
 from memwarden.domain.services.vectors import embed
@@ -105,11 +105,12 @@ class WriteService:
 
     def run_queued(self, identity: Identity, item: BatchItem) -> WriteResult:
         """Run a queued write: as ``write``, audited as ``QUEUED_OP`` (the syscall, ``write``,
-        was audited when it was queued)."""
+        was audited when it was queued). ``item`` was checked when it was queued and read
+        back by a typed decode (the ticket store's), so it is not converted again."""
         return self.shared.runner.audited(
             identity,
             QUEUED_OP,
-            lambda: self._write(identity, QUEUED_OP, validated(item.command), None, item.verbatim),
+            lambda: self._write(identity, QUEUED_OP, item.command, None, item.verbatim),
         )
 
     def write_batch(

@@ -40,10 +40,8 @@ from memwarden.api.http.schemas import (
     RevokeBody,
     RevokeResponse,
 )
-from memwarden.domain.model.autopilot import DecisionState, FindingState, OverturnDecision, ResolveFinding
-from memwarden.domain.model.commands import ResolveDispute
+from memwarden.domain.model.autopilot import DecisionState, FindingState
 from memwarden.domain.model.identity import REVIEWER_ROLES
-from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.memory import DisputeState
 from memwarden.domain.model.policies import check_policy_admin, effective_policy
 from memwarden.domain.services.autopilot import AutopilotService
@@ -86,9 +84,7 @@ class AdminController(Controller):
     def create_key(
         self, request: Req, governance: GovernanceService, data: JSONBody[NewKeyBody]
     ) -> NewKeyResponse:
-        cmd = IssueKey(
-            target=data.target, actor=data.actor, role=data.role, max_provenance=data.max_provenance
-        )
+        cmd = data.command()
         issued = command(request, lambda c: governance.issue_key(c.identity, cmd))
         return NewKeyResponse(issued.key_id, issued.key)
 
@@ -146,13 +142,7 @@ class AdminController(Controller):
     def resolve(
         self, request: Req, memory: MemoryService, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]
     ) -> DisputeState:
-        cmd = ResolveDispute(
-            dispute_id=dispute_id,
-            decision=data.decision,
-            content=data.content,
-            value=data.value,
-            reason=data.reason,
-        )
+        cmd = data.command(dispute_id)
         result = command(request, lambda c: memory.resolve_dispute(c.identity, cmd))
         dispute: DisputeState = result.dispute
         return dispute
@@ -186,7 +176,7 @@ class AdminController(Controller):
         finding_id: FromPath[UUID],
         data: JSONBody[FindingResolveBody],
     ) -> FindingState:
-        cmd = ResolveFinding(finding_id=finding_id, decision=data.decision, reason=data.reason)
+        cmd = data.command(finding_id)
         result = command(request, lambda c: autopilot.resolve_finding(c.identity, cmd))
         finding: FindingState = result.finding
         return finding
@@ -214,7 +204,7 @@ class AdminController(Controller):
         decision_id: FromPath[UUID],
         data: JSONBody[OverturnBody],
     ) -> DecisionState:
-        cmd = OverturnDecision(decision_id=decision_id, reason=data.reason)
+        cmd = data.command(decision_id)
         result = command(request, lambda c: autopilot.overturn(c.identity, cmd))
         decision: DecisionState = result.decision
         return decision

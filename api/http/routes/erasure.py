@@ -16,7 +16,7 @@ from litestar.params import FromPath, JSONBody
 
 from memwarden.api.http.gate import Call, command, query
 from memwarden.api.http.routing import Syscall, syscall_get, syscall_post
-from memwarden.api.http.schemas import Body
+from memwarden.api.http.schemas import Body, struct_of
 from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.ledger.certificates import CertificateCheck
 from memwarden.domain.model.certificates import DeletionCertificate
@@ -31,11 +31,11 @@ Req = Request[Any, Any, Any]
 FORGET_ROLES = frozenset({"member", "admin", "owner"})
 
 
-class ForgetBody(Body, frozen=True, kw_only=True):
-    ids: tuple[UUID, ...] | None = None
-    subject: str | None = None
-    subtree: str | None = None
-    reason: str
+class ForgetBody(Forget, Body, frozen=True, kw_only=True):
+    """``Forget``, as the route takes it."""
+
+    def command(self) -> Forget:
+        return struct_of(self, Forget)
 
 
 class ForgetResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,7 +51,7 @@ class ErasureController(Controller):
     def forget(
         self, request: Req, reads: ReadModels, erasure: ErasureService, data: JSONBody[ForgetBody]
     ) -> ForgetResponse:
-        cmd = Forget(ids=data.ids, subject=data.subject, subtree=data.subtree, reason=data.reason)
+        cmd = data.command()
         result = command(request, lambda c: erasure.forget(c.identity, cmd))
         # the keys are gone already; also let the read models drop the plaintext before
         # answering, so no reader of this deployment sees it afterwards (best effort)

@@ -42,7 +42,6 @@ from memwarden.api.http.state import ApiState
 from memwarden.bootstrap.api import ApiProcess
 from memwarden.bootstrap.tickets import WriteTickets
 from memwarden.domain.ledger.app import Ledger
-from memwarden.domain.model.commands import VerifyMemory
 from memwarden.domain.model.identity import REVIEWER_ROLES, WRITER_ROLES
 from memwarden.domain.model.policies import EffectivePolicy
 from memwarden.domain.services.governance import GovernanceService
@@ -173,8 +172,7 @@ class MemController(Controller):
 
     @syscall_post("/verify", Syscall(name="verify", roles=WRITER_ROLES))
     def verify(self, request: Req, data: JSONBody[VerifyBody], memory: MemoryService) -> VerifyResponse:
-        cmd = VerifyMemory(memory_id=data.id, supports=data.supports, note=data.note)
-        result = command(request, lambda c: memory.verify(c.identity, cmd))
+        result = command(request, lambda c: memory.verify(c.identity, data.command()))
         return VerifyResponse(id=result.id, trust_tier=result.trust_tier, position=result.position)
 
     @syscall_post("/stats", Syscall(name="stats"))
