@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from litestar import Controller, Request
+from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 
 from memwarden.api.http.gate import Call, command, current_call, query
@@ -82,7 +83,7 @@ class AdminController(Controller):
 
     @syscall_post("/keys", admin("admin.keys.create", allow=frozenset({"actor", "role"})))
     def create_key(
-        self, request: Req, governance: GovernanceService, data: JSONBody[NewKeyBody]
+        self, request: Req, governance: NamedDependency[GovernanceService], data: JSONBody[NewKeyBody]
     ) -> NewKeyResponse:
         cmd = data.command()
         issued = command(request, lambda c: governance.issue_key(c.identity, cmd))
@@ -90,13 +91,13 @@ class AdminController(Controller):
 
     @syscall_post("/keys/revoke", admin("admin.keys.revoke"))
     def revoke_key(
-        self, request: Req, governance: GovernanceService, data: JSONBody[RevokeBody]
+        self, request: Req, governance: NamedDependency[GovernanceService], data: JSONBody[RevokeBody]
     ) -> RevokeResponse:
         command(request, lambda c: governance.revoke_key(c.identity, data.key_id))
         return RevokeResponse(revoked=True)
 
     @syscall_get("/keys", admin("admin.keys.list", query=PAGE_PARAMETERS))
-    def list_keys(self, request: Req, reads: ReadModels, page: PagingAsked) -> KeysPage:
+    def list_keys(self, request: Req, reads: NamedDependency[ReadModels], page: PagingAsked) -> KeysPage:
         def run(c: Call) -> KeysPage:
             reads.wait_for(c.last_write)
             asked = ListQuery(limit=page.limit, newest=page.newest, cursor=page.cursor)
@@ -106,7 +107,7 @@ class AdminController(Controller):
 
     @syscall_get("/policies/{namespace:path}", admin("admin.policies.get", tenant_gate=False))
     def get_policy(
-        self, request: Req, namespace: FromPath[str], governance: GovernanceService
+        self, request: Req, namespace: FromPath[str], governance: NamedDependency[GovernanceService]
     ) -> OwnPolicyResponse:
         target = _target(namespace)
 
@@ -122,7 +123,7 @@ class AdminController(Controller):
         request: Req,
         namespace: FromPath[str],
         data: JSONBody[PolicyPutBody],
-        governance: GovernanceService,
+        governance: NamedDependency[GovernanceService],
     ) -> OwnPolicyResponse:
         target, expected = _target(namespace), _expected_version(request, data)
         command(request, lambda c: governance.set_policy(c.identity, target, data.policy(), expected))
@@ -130,7 +131,11 @@ class AdminController(Controller):
 
     @syscall_get("/disputes", admin("admin.disputes.list", query=REVIEW_PARAMETERS, allow=WITHIN))
     def list_disputes(
-        self, request: Req, reads: ReadModels, filters: FiltersAsked, status: DisputeStatus = "open"
+        self,
+        request: Req,
+        reads: NamedDependency[ReadModels],
+        filters: FiltersAsked,
+        status: DisputeStatus = "open",
     ) -> DisputesPage:
         def run(c: Call) -> DisputesPage:
             asked = filters.query(c.identity, status)
@@ -140,7 +145,11 @@ class AdminController(Controller):
 
     @syscall_post("/disputes/{dispute_id:uuid}/resolve", admin("resolve_dispute"))
     def resolve(
-        self, request: Req, memory: MemoryService, dispute_id: FromPath[UUID], data: JSONBody[ResolveBody]
+        self,
+        request: Req,
+        memory: NamedDependency[MemoryService],
+        dispute_id: FromPath[UUID],
+        data: JSONBody[ResolveBody],
     ) -> DisputeState:
         cmd = data.command(dispute_id)
         result = command(request, lambda c: memory.resolve_dispute(c.identity, cmd))
@@ -153,7 +162,7 @@ class AdminController(Controller):
     def list_findings(
         self,
         request: Req,
-        reads: ReadModels,
+        reads: NamedDependency[ReadModels],
         filters: FiltersAsked,
         status: FindingStatus = "open",
         rule: Rule = None,
@@ -172,7 +181,7 @@ class AdminController(Controller):
     def resolve_finding(
         self,
         request: Req,
-        autopilot: AutopilotService,
+        autopilot: NamedDependency[AutopilotService],
         finding_id: FromPath[UUID],
         data: JSONBody[FindingResolveBody],
     ) -> FindingState:
@@ -185,7 +194,7 @@ class AdminController(Controller):
     def list_decisions(
         self,
         request: Req,
-        reads: ReadModels,
+        reads: NamedDependency[ReadModels],
         filters: FiltersAsked,
         status: DecisionStatus = "all",
         rule: Rule = None,
@@ -200,7 +209,7 @@ class AdminController(Controller):
     def overturn(
         self,
         request: Req,
-        autopilot: AutopilotService,
+        autopilot: NamedDependency[AutopilotService],
         decision_id: FromPath[UUID],
         data: JSONBody[OverturnBody],
     ) -> DecisionState:
@@ -215,7 +224,7 @@ class AdminController(Controller):
     def list_proposals(
         self,
         request: Req,
-        reads: ReadModels,
+        reads: NamedDependency[ReadModels],
         filters: FiltersAsked,
         status: ProposalStatus = "pending_review",
         rule: Rule = None,
@@ -228,7 +237,7 @@ class AdminController(Controller):
 
     @syscall_post("/proposals/{proposal_id:uuid}/approve", admin("approve_proposal"))
     def approve_proposal(
-        self, request: Req, consolidation: ConsolidationService, proposal_id: FromPath[UUID]
+        self, request: Req, consolidation: NamedDependency[ConsolidationService], proposal_id: FromPath[UUID]
     ) -> ProposalResponse:
         result = command(request, lambda c: consolidation.approve(c.identity, proposal_id))
         return ProposalResponse(proposal=result.proposal, content=result.content)
@@ -237,7 +246,7 @@ class AdminController(Controller):
     def edit_proposal(
         self,
         request: Req,
-        consolidation: ConsolidationService,
+        consolidation: NamedDependency[ConsolidationService],
         proposal_id: FromPath[UUID],
         data: JSONBody[ProposalEditBody],
     ) -> ProposalResponse:
@@ -246,7 +255,7 @@ class AdminController(Controller):
 
     @syscall_post("/proposals/{proposal_id:uuid}/reject", admin("reject_proposal"))
     def reject_proposal(
-        self, request: Req, consolidation: ConsolidationService, proposal_id: FromPath[UUID]
+        self, request: Req, consolidation: NamedDependency[ConsolidationService], proposal_id: FromPath[UUID]
     ) -> ProposalResponse:
         result = command(request, lambda c: consolidation.reject(c.identity, proposal_id))
         return ProposalResponse(proposal=result.proposal, content=result.content)
@@ -268,7 +277,7 @@ def _counted(what: str) -> Callable[[CountedPage], str]:
     return lambda found: f"{len(found.items)} of {found.count} {what}"
 
 
-def _own_policy(governance: GovernanceService, call: Call, target: str) -> OwnPolicyResponse:
+def _own_policy(governance: NamedDependency[GovernanceService], call: Call, target: str) -> OwnPolicyResponse:
     own = governance.own_policy(target)
     effective = effective_policy(target, governance.own_policies(target))
     return OwnPolicyResponse(

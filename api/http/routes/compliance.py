@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from litestar import Controller, Request
+from litestar.di import NamedDependency
 from litestar.params import JSONBody, QueryParameter
 
 from memwarden.api.http.gate import Call, query
@@ -82,7 +83,7 @@ class ComplianceController(Controller):
 
     @syscall_post("/ledger/verify", compliance("compliance.ledger.verify"))
     def verify(
-        self, request: Req, ledger: Ledger, data: JSONBody[VerifyLedgerBody | None] = None
+        self, request: Req, ledger: NamedDependency[Ledger], data: JSONBody[VerifyLedgerBody | None] = None
     ) -> VerifyLedgerResponse:
         checkpoint = data.checkpoint if data is not None else None
 
@@ -102,7 +103,9 @@ class ComplianceController(Controller):
         return query(request, run, lambda r: "ok" if r.ok else f"broken at {r.first_bad_position}")
 
     @syscall_post("/ledger/checkpoint", compliance("compliance.ledger.checkpoint"))
-    def checkpoint(self, request: Req, ledger: Ledger, reads: ReadModels) -> Checkpoint:
+    def checkpoint(
+        self, request: Req, ledger: NamedDependency[Ledger], reads: NamedDependency[ReadModels]
+    ) -> Checkpoint:
         return query(
             request,
             lambda c: checkpoint_now(ledger, reads.tree, c.identity),
@@ -113,7 +116,7 @@ class ComplianceController(Controller):
     def checkpoints(
         self,
         request: Req,
-        ledger: Ledger,
+        ledger: NamedDependency[Ledger],
         cursor: Cursor = None,
         limit: Limit = DEFAULT_LIMIT,
         order: Order = "newest",
@@ -137,8 +140,8 @@ class ComplianceController(Controller):
     def audit(
         self,
         request: Req,
-        reads: ReadModels,
-        ledger: Ledger,
+        reads: NamedDependency[ReadModels],
+        ledger: NamedDependency[Ledger],
         page: PagingAsked,
         since: Since = None,
         until: Until = None,

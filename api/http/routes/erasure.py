@@ -12,6 +12,7 @@ from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request
+from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
 from memwarden.api.http.gate import Call, command, query
@@ -49,7 +50,11 @@ class ErasureController(Controller):
 
     @syscall_post("/mem/forget", Syscall(name="forget", roles=FORGET_ROLES))
     def forget(
-        self, request: Req, reads: ReadModels, erasure: ErasureService, data: JSONBody[ForgetBody]
+        self,
+        request: Req,
+        reads: NamedDependency[ReadModels],
+        erasure: NamedDependency[ErasureService],
+        data: JSONBody[ForgetBody],
     ) -> ForgetResponse:
         cmd = data.command()
         result = command(request, lambda c: erasure.forget(c.identity, cmd))
@@ -64,7 +69,7 @@ class ErasureController(Controller):
         Syscall(name="compliance.certificates.get", roles=COMPLIANCE_ROLES, tenant_gate=False),
     )
     def certificate(
-        self, request: Req, erasure: ErasureService, certificate_id: FromPath[UUID]
+        self, request: Req, erasure: NamedDependency[ErasureService], certificate_id: FromPath[UUID]
     ) -> DeletionCertificate:
         def run(c: Call) -> DeletionCertificate | None:
             found = erasure.certificate(certificate_id)
@@ -81,7 +86,9 @@ class ErasureController(Controller):
         "/compliance/certificates/verify",
         Syscall(name="compliance.certificates.verify", roles=COMPLIANCE_ROLES, tenant_gate=False),
     )
-    def verify(self, request: Req, ledger: Ledger, data: JSONBody[DeletionCertificate]) -> CertificateCheck:
+    def verify(
+        self, request: Req, ledger: NamedDependency[Ledger], data: JSONBody[DeletionCertificate]
+    ) -> CertificateCheck:
         return query(
             request,
             lambda _c: ledger.verify_certificate(data),

@@ -9,6 +9,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, Response, get, head
+from litestar.di import NamedDependency
 
 from memwarden.api.http.errors import RateLimited, Unauthenticated
 from memwarden.api.http.metrics import Gauge, Labels
@@ -40,12 +41,20 @@ async def healthz_head() -> None:
 
 
 @get("/readyz")
-async def readyz(settings: Settings, reads: ReadModels, process: ApiProcess) -> Response[dict[str, Any]]:
+async def readyz(
+    settings: NamedDependency[Settings],
+    reads: NamedDependency[ReadModels],
+    process: NamedDependency[ApiProcess],
+) -> Response[dict[str, Any]]:
     return await bounded_readiness(settings, Readiness(reads, process))
 
 
 @head("/readyz")
-async def readyz_head(settings: Settings, reads: ReadModels, process: ApiProcess) -> Response[None]:
+async def readyz_head(
+    settings: NamedDependency[Settings],
+    reads: NamedDependency[ReadModels],
+    process: NamedDependency[ApiProcess],
+) -> Response[None]:
     """The status and headers of ``GET /readyz``, no body. (Both handlers are async: with a
     HEAD handler on its path, Litestar 2.25 fails a GET handler run with ``sync_to_thread``.)"""
     ready = await bounded_readiness(settings, Readiness(reads, process))
@@ -55,11 +64,13 @@ async def readyz_head(settings: Settings, reads: ReadModels, process: ApiProcess
 class Readiness(NamedTuple):
     """What readiness looks at: the projections, and who runs the passes."""
 
-    reads: ReadModels
-    process: ApiProcess
+    reads: NamedDependency[ReadModels]
+    process: NamedDependency[ApiProcess]
 
 
-async def bounded_readiness(settings: Settings, ready: Readiness) -> Response[dict[str, Any]]:
+async def bounded_readiness(
+    settings: NamedDependency[Settings], ready: Readiness
+) -> Response[dict[str, Any]]:
     """``readiness``, or not ready when the database has not answered within the database
     timeout (a frozen server never answers; its check is left to finish in its thread)."""
     seconds = settings.db_timeout_seconds
@@ -112,13 +123,13 @@ def readiness(looked_at: Readiness) -> Response[dict[str, Any]]:
 @get("/metrics", sync_to_thread=True, media_type="text/plain; version=0.0.4; charset=utf-8")
 def metrics(
     request: Req,
-    reads: ReadModels,
-    ledger: Ledger,
-    governance: GovernanceService,
-    settings: Settings,
-    tickets: WriteTickets,
-    process: ApiProcess,
-    edge: ApiState,
+    reads: NamedDependency[ReadModels],
+    ledger: NamedDependency[Ledger],
+    governance: NamedDependency[GovernanceService],
+    settings: NamedDependency[Settings],
+    tickets: NamedDependency[WriteTickets],
+    process: NamedDependency[ApiProcess],
+    edge: NamedDependency[ApiState],
 ) -> str:
     """The operator's scrape (``MEMWARDEN_METRICS_TOKEN``) sees everything; a tenant's
     auditor, admin or owner key sees that tenant's series only; anyone else gets 401."""
@@ -167,7 +178,12 @@ OPERATOR = "/operator"
 """The scrape that sees every tenant (no tenant is named so: a tenant holds no '/')."""
 
 
-def _scraper(request: Req, governance: GovernanceService, settings: Settings, edge: ApiState) -> str:
+def _scraper(
+    request: Req,
+    governance: NamedDependency[GovernanceService],
+    settings: NamedDependency[Settings],
+    edge: NamedDependency[ApiState],
+) -> str:
     """``OPERATOR``, or the tenant whose key scrapes; Unauthenticated (401) otherwise. Failed
     guesses are throttled like any other authentication."""
     scheme, _, presented = request.headers.get("authorization", "").partition(" ")

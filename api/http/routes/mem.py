@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request, Response
+from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 
@@ -55,7 +56,9 @@ from memwarden.projections.timeline.memory_at import MemoryAt, read_at
 Req = Request[Any, Any, Any]
 
 
-def policy_view(governance: GovernanceService, call: Call, policy: EffectivePolicy) -> PolicyResponse:
+def policy_view(
+    governance: NamedDependency[GovernanceService], call: Call, policy: EffectivePolicy
+) -> PolicyResponse:
     acked = governance.acknowledged(call.identity, policy)
     return PolicyResponse(
         namespace=policy.namespace,
@@ -88,7 +91,11 @@ class MemController(Controller):
         },
     )
     def write(
-        self, request: Req, data: JSONBody[WriteBody], memory: MemoryService, tickets: WriteTickets
+        self,
+        request: Req,
+        data: JSONBody[WriteBody],
+        memory: NamedDependency[MemoryService],
+        tickets: NamedDependency[WriteTickets],
     ) -> Response[WriteResponse | TicketResponse]:
         if data.run_async:
             ticket = command(request, lambda c: tickets.submit(c.identity, c.key_id, data.batch_item()))
@@ -100,7 +107,7 @@ class MemController(Controller):
         "/write_batch", Syscall(name="write_batch", roles=WRITER_ROLES, per_item=frozenset({"items"}))
     )
     def write_batch(
-        self, request: Req, data: JSONBody[WriteBatchBody], memory: MemoryService
+        self, request: Req, data: JSONBody[WriteBatchBody], memory: NamedDependency[MemoryService]
     ) -> WriteBatchResponse:
         """Up to 256 writes decided in order and appended together; a bad item is rejected
         with its reasons, the rest go in (a malformed batch is a 400 for all of it)."""
@@ -110,7 +117,11 @@ class MemController(Controller):
 
     @syscall_post("/write_status", Syscall(name="write_status", roles=WRITER_ROLES))
     def write_status(
-        self, request: Req, data: JSONBody[TicketBody], tickets: WriteTickets, edge: ApiState
+        self,
+        request: Req,
+        data: JSONBody[TicketBody],
+        tickets: NamedDependency[WriteTickets],
+        edge: NamedDependency[ApiState],
     ) -> TicketStatus:
         def run(c: Call) -> TicketStatus | None:
             found = tickets.status(data.ticket, c.identity)
@@ -124,7 +135,9 @@ class MemController(Controller):
         return query(request, run, lambda s: f"ticket {data.ticket} {s.state}")
 
     @syscall_post("/read", Syscall(name="read"))
-    def read(self, request: Req, data: JSONBody[ReadBody], reads: ReadModels) -> MemoryView | MemoryAt:
+    def read(
+        self, request: Req, data: JSONBody[ReadBody], reads: NamedDependency[ReadModels]
+    ) -> MemoryView | MemoryAt:
         if data.as_of is not None or data.valid_at is not None:
             as_of = compliance_time("as_of", data.as_of)
             valid_at = compliance_time("valid_at", data.valid_at)
@@ -140,7 +153,9 @@ class MemController(Controller):
         )
 
     @syscall_post("/search", Syscall(name="search"))
-    def search(self, request: Req, data: JSONBody[SearchBody], reads: ReadModels) -> SearchAnswer:
+    def search(
+        self, request: Req, data: JSONBody[SearchBody], reads: NamedDependency[ReadModels]
+    ) -> SearchAnswer:
         return query(
             request,
             lambda c: reads.search.search(
@@ -151,7 +166,7 @@ class MemController(Controller):
 
     @syscall_post("/assemble", Syscall(name="assemble"))
     def assemble(
-        self, request: Req, data: JSONBody[AssembleBody], working_sets: WorkingSetService
+        self, request: Req, data: JSONBody[AssembleBody], working_sets: NamedDependency[WorkingSetService]
     ) -> Capsule:
         return command(
             request,
@@ -159,11 +174,15 @@ class MemController(Controller):
         )
 
     @syscall_post("/fault", Syscall(name="fault"))
-    def fault(self, request: Req, data: JSONBody[FaultBody], working_sets: WorkingSetService) -> FaultAnswer:
+    def fault(
+        self, request: Req, data: JSONBody[FaultBody], working_sets: NamedDependency[WorkingSetService]
+    ) -> FaultAnswer:
         return command(request, lambda c: working_sets.fault(c.identity, data.question, c.last_write))
 
     @syscall_post("/history", Syscall(name="history"))
-    def history(self, request: Req, data: JSONBody[IdBody], reads: ReadModels) -> HistoryResponse:
+    def history(
+        self, request: Req, data: JSONBody[IdBody], reads: NamedDependency[ReadModels]
+    ) -> HistoryResponse:
         def run(c: Call) -> HistoryResponse | None:
             steps = reads.history(c.identity, data.id, after=c.last_write)
             return None if steps is None else HistoryResponse(versions=list(steps))
@@ -171,12 +190,20 @@ class MemController(Controller):
         return query(request, run, lambda h: f"{len(h.versions)} versions", subject=data.id)
 
     @syscall_post("/verify", Syscall(name="verify", roles=WRITER_ROLES))
-    def verify(self, request: Req, data: JSONBody[VerifyBody], memory: MemoryService) -> VerifyResponse:
+    def verify(
+        self, request: Req, data: JSONBody[VerifyBody], memory: NamedDependency[MemoryService]
+    ) -> VerifyResponse:
         result = command(request, lambda c: memory.verify(c.identity, data.command()))
         return VerifyResponse(id=result.id, trust_tier=result.trust_tier, position=result.position)
 
     @syscall_post("/stats", Syscall(name="stats"))
-    def stats(self, request: Req, reads: ReadModels, ledger: Ledger, process: ApiProcess) -> StatsResponse:
+    def stats(
+        self,
+        request: Req,
+        reads: NamedDependency[ReadModels],
+        ledger: NamedDependency[Ledger],
+        process: NamedDependency[ApiProcess],
+    ) -> StatsResponse:
         def run(c: Call) -> StatsResponse:
             counts = reads.counts(c.identity, after=c.last_write)
             autopilot = reads.autopilot_counts(c.identity)
@@ -195,7 +222,7 @@ class MemController(Controller):
         return query(request, run)
 
     @syscall_post("/policy", Syscall(name="policy"))
-    def policy(self, request: Req, governance: GovernanceService) -> PolicyResponse:
+    def policy(self, request: Req, governance: NamedDependency[GovernanceService]) -> PolicyResponse:
         def run(c: Call) -> PolicyResponse:
             assert c.policy is not None
             return policy_view(governance, c, c.policy)
@@ -203,25 +230,39 @@ class MemController(Controller):
         return query(request, run)
 
     @syscall_post("/policy_ack", Syscall(name="policy_ack"))
-    def policy_ack(self, request: Req, data: JSONBody[AckBody], governance: GovernanceService) -> AckResponse:
+    def policy_ack(
+        self, request: Req, data: JSONBody[AckBody], governance: NamedDependency[GovernanceService]
+    ) -> AckResponse:
         command(request, lambda c: governance.acknowledge(c.identity, data.directive_id))
         return AckResponse(acknowledged=True)
 
     @syscall_post("/pin", Syscall(name="pin", roles=WRITER_ROLES))
     def pin(
-        self, request: Req, data: JSONBody[IdBody], reads: ReadModels, governance: GovernanceService
+        self,
+        request: Req,
+        data: JSONBody[IdBody],
+        reads: NamedDependency[ReadModels],
+        governance: NamedDependency[GovernanceService],
     ) -> PinResponse:
         return _pin(request, data, reads, governance, pinned=True)
 
     @syscall_post("/unpin", Syscall(name="unpin", roles=WRITER_ROLES))
     def unpin(
-        self, request: Req, data: JSONBody[IdBody], reads: ReadModels, governance: GovernanceService
+        self,
+        request: Req,
+        data: JSONBody[IdBody],
+        reads: NamedDependency[ReadModels],
+        governance: NamedDependency[GovernanceService],
     ) -> PinResponse:
         return _pin(request, data, reads, governance, pinned=False)
 
     @syscall_post("/share", Syscall(name="share", roles=REVIEWER_ROLES))
     def share(
-        self, request: Req, data: JSONBody[ShareBody], memory: MemoryService, governance: GovernanceService
+        self,
+        request: Req,
+        data: JSONBody[ShareBody],
+        memory: NamedDependency[MemoryService],
+        governance: NamedDependency[GovernanceService],
     ) -> ShareResponse:
         share_id, _ = command(
             request, lambda c: governance.share(c.identity, memory.memory(data.id), data.with_namespace)
@@ -230,7 +271,12 @@ class MemController(Controller):
 
 
 def _pin(
-    request: Req, data: IdBody, reads: ReadModels, governance: GovernanceService, *, pinned: bool
+    request: Req,
+    data: IdBody,
+    reads: NamedDependency[ReadModels],
+    governance: NamedDependency[GovernanceService],
+    *,
+    pinned: bool,
 ) -> PinResponse:
     def run(c: Call) -> int:
         visible = reads.read(c.identity, data.id, after=c.last_write) is not None

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request
+from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 
 from memwarden.api.http.gate import Call, query
@@ -84,8 +85,8 @@ class ProofsController(Controller):
         request: Req,
         position: Annotated[int, QueryParameter(ge=1, le=2**62, description="the ledger position to prove")],
         size: Size,
-        reads: ReadModels,
-        ledger: Ledger,
+        reads: NamedDependency[ReadModels],
+        ledger: NamedDependency[Ledger],
     ) -> InclusionResponse:
         def run(c: Call) -> InclusionResponse:
             return _inclusion(reads.tree.inclusion(position, size, tree_of(ledger, c.identity)))
@@ -100,8 +101,8 @@ class ProofsController(Controller):
             int, QueryParameter(name="from", ge=1, le=2**62, description="the earlier tree size")
         ],
         second: Annotated[int, QueryParameter(name="to", ge=1, le=2**62, description="the later tree size")],
-        reads: ReadModels,
-        ledger: Ledger,
+        reads: NamedDependency[ReadModels],
+        ledger: NamedDependency[Ledger],
     ) -> ConsistencyResponse:
         def run(c: Call) -> ConsistencyResponse:
             found = reads.tree.consistency(first, second, tree_of(ledger, c.identity))
@@ -154,8 +155,8 @@ class CosignaturesController(Controller):
     def cosign(
         self,
         request: Req,
-        ledger: Ledger,
-        settings: Settings,
+        ledger: NamedDependency[Ledger],
+        settings: NamedDependency[Settings],
         size: FromPath[int],
         data: JSONBody[CosignatureBody],
     ) -> CosignatureResponse:
@@ -204,7 +205,11 @@ class ProveController(Controller):
 
     @syscall_post("/prove", compliance("prove"))
     def prove(
-        self, request: Req, reads: ReadModels, ledger: Ledger, data: JSONBody[ProveBody]
+        self,
+        request: Req,
+        reads: NamedDependency[ReadModels],
+        ledger: NamedDependency[Ledger],
+        data: JSONBody[ProveBody],
     ) -> ProveResponse:
         """One package an auditor checks offline: inclusion proof and signed checkpoint."""
         tree = reads.tree

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request
+from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
 from memwarden.api.http.errors import Unavailable
@@ -63,7 +64,9 @@ class AsOfController(Controller):
     path = "/v1/compliance"
 
     @syscall_post("/asof", Syscall(name="compliance.asof", roles=COMPLIANCE_ROLES, tenant_gate=False))
-    def asof(self, request: Req, reads: ReadModels, data: JSONBody[AsOfBody]) -> AsOfResponse:
+    def asof(
+        self, request: Req, reads: NamedDependency[ReadModels], data: JSONBody[AsOfBody]
+    ) -> AsOfResponse:
         def run(c: Any) -> AsOfResponse:
             question = AsOfQuestion(
                 scope=scope_for(c.identity, data.target),
@@ -93,7 +96,9 @@ class OpsController(Controller):
     path = "/v1/ops"
 
     @syscall_get("/projections", Syscall(name="ops.projections", roles=OWNER))
-    def projections(self, request: Req, reads: ReadModels, ledger: Ledger) -> ProjectionsResponse:
+    def projections(
+        self, request: Req, reads: NamedDependency[ReadModels], ledger: NamedDependency[Ledger]
+    ) -> ProjectionsResponse:
         def run(_c: Any) -> ProjectionsResponse:
             return ProjectionsResponse(head=ledger.head_position(), projections=reads.runner.status())
 
@@ -101,7 +106,11 @@ class OpsController(Controller):
 
     @syscall_post("/projections/{name:str}/rebuild", Syscall(name="ops.projections.rebuild", roles=OWNER))
     def rebuild(
-        self, request: Req, reads: ReadModels, name: FromPath[str], data: JSONBody[RebuildBody | None] = None
+        self,
+        request: Req,
+        reads: NamedDependency[ReadModels],
+        name: FromPath[str],
+        data: JSONBody[RebuildBody | None] = None,
     ) -> RebuildReport:
         verify = data.verify if data is not None else False
 
