@@ -26,7 +26,7 @@ def lazy(module: str, function: str) -> Handler:
 
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
-    if args.mode == "in-process" or args.profile:
+    if args.mode == "in-process":
         return lazy("benchmarks.search", "run_search_bench")(args)
     return lazy("benchmarks.search_http", "run_http_search_bench")(args)
 
@@ -88,8 +88,8 @@ def register(bench: Any) -> None:
     search.add_argument(
         "--profile",
         action="store_true",
-        help="also time each stage of every search (lanes, fusion, rerank, hydrate, the rest), "
-        "p50 and p95 per stage, same run; runs in-process (HTTP adds its own share on top)",
+        help="also time each stage of every search (embedding, lanes, fusion, rerank, hydrate, "
+        "audit append, HTTP), p50 and p95 per stage, same run (the server's Server-Timing header)",
     )
     search.add_argument("--json", action="store_true")
     search.set_defaults(handler=cmd_bench_search)

@@ -14,7 +14,9 @@ questions, in the same run.
 4. CPU per search by process (served API, its projector, PostgreSQL, this process) from
    ``/proc``: a search also appends its audit record, which the projector applies.
 
-Targets: p50 < 10 ms, p95 < 20 ms at 5k memories.
+Targets (issue 27): p50 <= 20 ms, p95 <= 40 ms at 5k memories, in the default
+configuration (reranker included). ``--profile``: each stage's p50 and p95 in the same run,
+from the ``Server-Timing`` header the served process adds (``MEMWARDEN_SERVER_TIMING=1``).
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ from memwarden.domain.embedding import Embedder
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
+from memwarden.projections.search.stages import parse_server_timing
 
 K = 10
-P50_TARGET_MS = 10.0
-P95_TARGET_MS = 20.0
+P50_TARGET_MS = 20.0
+P95_TARGET_MS = 40.0
 WARM_UP_QUERIES = 30
 TENANT = "benchsearch"
 NAMESPACE = f"{TENANT}/team"
@@ -75,10 +78,14 @@ class HttpSearchRow(msgspec.Struct, kw_only=True):
     p50_target_ms: float = P50_TARGET_MS
     p95_target_ms: float = P95_TARGET_MS
     cpu_us: CpuPerOperation | None = None
+    profile: dict[str, list[float]] | None = None
+    """``--profile``: each stage's [p50, p95] in ms over the measured searches."""
+    load: str = ""
+    """The machine's load averages (1, 5, 15 min) before and after the measured searches."""
 
 
 def met(row: HttpSearchRow) -> bool:
-    return row.search_p50_ms < row.p50_target_ms and row.search_p95_ms < row.p95_target_ms
+    return row.search_p50_ms <= row.p50_target_ms and row.search_p95_ms <= row.p95_target_ms
 
 
 # -- seeding ---------------------------------------------------------------------------------------
@@ -113,6 +120,42 @@ def ask(client: HttpClient, text: str) -> tuple[float, int]:
     return took, len(msgspec.json.decode(body)["results"])
 
 
+OVERLAPPING = "embedding (its own thread)"
+"""Runs beside the view's opening and the lexical lane; its wait shows in the vector lane."""
+HANDLER = "handler"
+
+
+def stages_of(client: HttpClient, took: float) -> dict[str, float]:
+    """The last search's stages from its ``Server-Timing`` header, with what the handler's
+    stages leave over (gate, scope, view, statements between) and what HTTP adds (the
+    client's wall time less the handler's: transport, framework, encoding)."""
+    header = client.last_headers.get("server-timing")
+    if header is None:
+        raise RuntimeError("the server sent no Server-Timing header (MEMWARDEN_SERVER_TIMING)")
+    stages = parse_server_timing(header)
+    handler = stages.pop(HANDLER, 0.0)
+    inside = sum(v for name, v in stages.items() if name != OVERLAPPING)
+    stages["the rest of the handler (gate, scope, view)"] = max(0.0, handler - inside)
+    stages["HTTP (client wall less handler)"] = max(0.0, took - handler)
+    stages["total (client wall)"] = took
+    return stages
+
+
+def profile_of(per_search: Sequence[dict[str, float]]) -> dict[str, list[float]]:
+    """Each stage's [p50, p95] in ms; a stage counts only in the searches that ran it."""
+    seen: dict[str, list[float]] = {}
+    for stages in per_search:
+        for name, seconds in stages.items():
+            seen.setdefault(name, []).append(seconds)
+    return {name: [ms(v, 0.5), ms(v, 0.95)] for name, v in seen.items()}
+
+
+def load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages (other work shares the cores)."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
 def embed_alone(model: Embedder, text: str) -> float:
     began = time.perf_counter()
     model.embed([text])
@@ -123,7 +166,9 @@ def ms(values: list[float], fraction: float) -> float:
     return round(percentile(values, fraction) * 1000, 3)
 
 
-def measure(client: HttpClient, model: Embedder, asked: Sequence[str], server_pid: int) -> dict[str, object]:
+def measure(
+    client: HttpClient, model: Embedder, asked: Sequence[str], server_pid: int, *, profile: bool = False
+) -> dict[str, object]:
     """Warm up, then each measured question over HTTP and embedded alone (same order each)."""
     for text in asked[:WARM_UP_QUERIES]:
         ask(client, text)
@@ -131,11 +176,15 @@ def measure(client: HttpClient, model: Embedder, asked: Sequence[str], server_pi
     measured = asked[WARM_UP_QUERIES:]
     searches: list[float] = []
     found: list[float] = []
+    per_search: list[dict[str, float]] = []
+    load_before = load_average()
     before = cpu_ticks(server_pid)
     for text in measured:
         took, results = ask(client, text)
         searches.append(took)
         found.append(float(results))
+        if profile:
+            per_search.append(stages_of(client, took))
     after = cpu_ticks(server_pid)
     embeds = [embed_alone(model, text) for text in measured]
     return {
@@ -148,6 +197,8 @@ def measure(client: HttpClient, model: Embedder, asked: Sequence[str], server_pi
         "embed_p95_ms": ms(embeds, 0.95),
         "embed_share_p50": round(percentile(embeds, 0.5) / percentile(searches, 0.5), 3),
         "cpu_us": per_operation(ticks_used(before, after), len(measured)),
+        "profile": profile_of(per_search) if profile else None,
+        "load": f"{load_before} before, {load_average()} after",
     }
 
 
@@ -170,13 +221,14 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> HttpSearch
             **os.environ,
             "DATABASE_URL": settings.database_url or "",
             "MEMWARDEN_DATA_DIR": str(settings.data_dir),
+            **({"MEMWARDEN_SERVER_TIMING": "1"} if args.profile else {}),
         }
         progress(f"size {size}: serving; {WARM_UP_QUERIES} warm-up and {args.queries} measured searches")
         port = _free_port()
         server = _serve(env, port, 1)
         client = HttpClient(port, key)
         try:
-            figures = measure(client, model, asked, server.pid)
+            figures = measure(client, model, asked, server.pid, profile=args.profile)
         finally:
             client.close()
             server.terminate()
@@ -224,7 +276,7 @@ def print_report(rows: Sequence[HttpSearchRow], wall: float) -> None:
         out(
             f"  search p50 / p95 / mean  {r.search_p50_ms:.2f} / {r.search_p95_ms:.2f} / "
             f"{r.search_mean_ms:.2f} ms ({r.queries} queries, {r.results_mean:.1f} results each); "
-            f"targets p50 < {r.p50_target_ms:g}, p95 < {r.p95_target_ms:g} ms: {verdict}\n"
+            f"targets p50 <= {r.p50_target_ms:g}, p95 <= {r.p95_target_ms:g} ms: {verdict}\n"
         )
         out(
             f"  the query's embedding alone p50 / p95 {r.embed_p50_ms:.2f} / {r.embed_p95_ms:.2f} ms: "
@@ -236,4 +288,9 @@ def print_report(rows: Sequence[HttpSearchRow], wall: float) -> None:
                 f"  CPU per search: API {c.api:.0f} us, projector {c.projector:.0f} us, "
                 f"PostgreSQL {c.postgres:.0f} us, bench client {c.bench:.0f} us\n"
             )
+        out(f"  load average (1, 5, 15 min): {r.load}\n")
+        if r.profile:
+            out("  stages (p50 / p95 ms, same searches; a stage counts only where run):\n")
+            for name, (p50, p95) in r.profile.items():
+                out(f"    {name:48} {p50:8.2f} / {p95:8.2f}\n")
     out(f"total wall time {wall:.1f} s\n")

@@ -153,6 +153,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     that nobody runs the passes."""
     log_level: str = "warning"
     """The API process's logging level (``memwarden serve --log-level``)."""
+    server_timing: bool = False
+    """``MEMWARDEN_SERVER_TIMING=1``: a search answers with a ``Server-Timing`` header, its
+    time stage by stage (``memwarden bench search --profile`` reads it). Off by default: it
+    tells a caller how long each part of the service took."""
     log_format: str = "text"
     """``MEMWARDEN_LOG_FORMAT``: ``text`` (one readable line per record) or ``json`` (one
     JSON object per line, the fields of a worker's pass line as keys)."""
@@ -197,6 +201,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             **_drafter(values),
             **_tickets(values),
             lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
+            server_timing=(values.get("MEMWARDEN_SERVER_TIMING") or "").strip().lower()
+            in ("1", "true", "yes"),
             log_level=(values.get("MEMWARDEN_LOG_LEVEL") or "warning").strip().lower(),
             log_format=_one_of(
                 "MEMWARDEN_LOG_FORMAT",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -46,7 +47,7 @@ from memwarden.projections.search.drivers import (
     policy_drivers,
 )
 from memwarden.projections.search.projection import serving_of
-from memwarden.projections.search.stages import stage
+from memwarden.projections.search.stages import add, stage
 from memwarden.projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView, ScopeSizes
 from memwarden.projections.timeline.views import position_at
 
@@ -224,13 +225,17 @@ class SearchService:
         embedder = (serving or self.serving()).embedder
         if embedder is None:
             return None
-        future: Future[np.ndarray[Any, Any]] = self._pool.submit(embed_one, embedder, text)
+        future: Future[tuple[np.ndarray[Any, Any], float]] = self._pool.submit(
+            _timed_embedding, embedder, text
+        )
 
         def result() -> np.ndarray[Any, Any]:
             try:
-                return future.result(timeout=EMBED_TIMEOUT_SECONDS)
+                vector, seconds = future.result(timeout=EMBED_TIMEOUT_SECONDS)
             except FutureTimeout as error:
                 raise EmbedderUnavailable("the embedder did not answer in time") from error
+            add("embedding (its own thread)", seconds)
+            return vector
 
         return result
 
@@ -293,6 +298,12 @@ class SearchService:
                 scope,
                 shared,
             )
+
+
+def _timed_embedding(embedder: Embedder, text: str) -> tuple[np.ndarray[Any, Any], float]:
+    began = time.perf_counter()
+    vector = embed_one(embedder, text)
+    return vector, time.perf_counter() - began
 
 
 def hydrate(

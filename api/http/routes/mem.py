@@ -45,6 +45,7 @@ from memwarden.domain.services.governance import GovernanceService
 from memwarden.domain.services.working_sets import Capsule, FaultAnswer
 from memwarden.projections.memory_objects.views import MemoryView
 from memwarden.projections.search.service import SearchAnswer
+from memwarden.projections.search.stages import timed_stages
 from memwarden.projections.timeline.memory_at import MemoryAt, read_at
 from memwarden.workers.heartbeats import passes_probe
 
@@ -135,15 +136,17 @@ class MemController(Controller):
         )
 
     @syscall_post("/search", Syscall(name="search"))
-    def search(self, request: Req, data: JSONBody[SearchBody]) -> SearchAnswer:
+    def search(self, request: Req, data: JSONBody[SearchBody]) -> Response[SearchAnswer]:
         state = api_state(request)
-        return query(
-            request,
-            lambda c: state.reads.search.search(
-                c.identity, data.search_query(), c.policy.driver if c.policy else None, after=c.last_write
-            ),
-            lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
-        )
+        with timed_stages(state.runtime.settings.server_timing) as headers:
+            answer = query(
+                request,
+                lambda c: state.reads.search.search(
+                    c.identity, data.search_query(), c.policy.driver if c.policy else None, after=c.last_write
+                ),
+                lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
+            )
+        return Response(answer, headers=headers)
 
     @syscall_post("/assemble", Syscall(name="assemble"))
     def assemble(self, request: Req, data: JSONBody[AssembleBody]) -> Capsule:
