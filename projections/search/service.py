@@ -29,7 +29,6 @@ from uuid import UUID
 import msgspec
 import numpy as np
 from psycopg import Connection
-from psycopg.sql import SQL, Identifier
 
 from memwarden.domain.cache import TTLCache
 from memwarden.domain.embedding import Embedder, EmbedderUnavailable, embed_one, embedder_for_model
@@ -251,10 +250,10 @@ class SearchService:
         *,
         degraded: bool = False,
     ) -> SearchAnswer:
-        with self.view(identity, q, vector, serving) as (view, conn, scope, shared):
+        with self.view(identity, q, vector, serving) as (view, *_):
             hits = driver.search(view, request)
             with stage("hydrate"):
-                results = hydrate(conn, self.ledger.schema, scope, shared, hits[: request.k])
+                results = hydrate(view, hits[: request.k])
         return SearchAnswer(results=results, driver=label, degraded=degraded)
 
     # -- views ----------------------------------------------------------------------------------
@@ -306,23 +305,15 @@ def _timed_embedding(embedder: Embedder, text: str) -> tuple[np.ndarray[Any, Any
     return vector, time.perf_counter() - began
 
 
-def hydrate(
-    conn: Connection[Any], schema: str, scope: Sequence[str], shared: Sequence[UUID], hits: Sequence[Hit]
-) -> list[SearchResult]:
-    """Hits → results, in the driver's order, keeping only what the scope allows."""
+def hydrate(view: ScopedView, hits: Sequence[Hit]) -> list[SearchResult]:
+    """Hits → results, in the driver's order, keeping only what the view lets through (its
+    scope and read filter, again: a misbehaving driver cannot widen it). A row the view read
+    already (the reranker's passages) is not read again."""
     if not hits:
         return []
-    rows = conn.execute(
-        SQL(
-            "SELECT id, namespace, content, type, status, trust_tier, recorded_at, valid_from, valid_to, provenance"
-            " FROM {s}.memory_objects WHERE id = ANY(%s) AND (namespace = ANY(%s) OR id = ANY(%s))"
-            " AND status <> 'disputed' AND content IS NOT NULL"
-        ).format(s=Identifier(schema)),
-        ([h.ref for h in hits], list(scope), list(shared)),
-    ).fetchall()
-    by_id = {r["id"]: r for r in rows}
+    rows = view.memory_rows([h.ref for h in hits])
     return [
-        msgspec.convert({**by_id[h.ref], "score": round(h.score, 6)}, SearchResult)
+        msgspec.convert({**rows[h.ref], "score": round(h.score, 6)}, SearchResult)
         for h in hits
-        if h.ref in by_id
+        if h.ref in rows
     ]
