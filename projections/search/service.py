@@ -69,15 +69,27 @@ class Serving:
     embedder: Embedder | None
 
 
-class SearchQuery(msgspec.Struct, frozen=True, kw_only=True):
+class SearchTerms(msgspec.Struct, frozen=True, kw_only=True):
+    """What a search asks for besides its times: shared by the query (``SearchQuery``) and
+    its wire form (api/http/schemas.py ``SearchBody``), so a field is declared once."""
+
     query: str
     k: int = 10
     token_budget: int | None = None
     tags: tuple[str, ...] = ()
     selectors: tuple[str, ...] = ()
     include_retired: bool = False
+
+
+class SearchQuery(SearchTerms, frozen=True, kw_only=True):
     as_of: datetime | None = None
     valid_at: datetime | None = None
+
+    @classmethod
+    def of(cls, terms: SearchTerms, as_of: datetime | None, valid_at: datetime | None) -> SearchQuery:
+        """``terms`` (any ``SearchTerms``, a wire body too) at these times."""
+        fields = {name: getattr(terms, name) for name in SearchTerms.__struct_fields__}
+        return cls(**fields, as_of=as_of, valid_at=valid_at)
 
 
 class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
