@@ -20,6 +20,9 @@ def default_data_dir() -> Path:
 
 
 PROJECTORS = ("thread", "external")
+RERANK_WHEN = ("adaptive", "always")
+"""When search reranks: where its lanes disagree (projections/search/drivers.py
+``LanesDisagree``), or on every search."""
 JUDGES = ("rules", "openai", "none")
 DRAFTERS = ("extractive", "openai")
 TICKET_RUNNERS = ("thread", "queue")
@@ -153,6 +156,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     that nobody runs the passes."""
     log_level: str = "warning"
     """The API process's logging level (``memwarden serve --log-level``)."""
+    rerank_when: str = "adaptive"
+    """``MEMWARDEN_RERANK_WHEN``: ``adaptive`` (rerank the searches whose lanes disagree) or
+    ``always`` (every search; the reranker itself is ``MEMWARDEN_RERANK``)."""
     server_timing: bool = False
     """``MEMWARDEN_SERVER_TIMING=1``: a search answers with a ``Server-Timing`` header, its
     time stage by stage (``memwarden bench search --profile`` reads it). Off by default: it
@@ -201,6 +207,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             **_drafter(values),
             **_tickets(values),
             lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
+            rerank_when=_one_of(
+                "MEMWARDEN_RERANK_WHEN",
+                (values.get("MEMWARDEN_RERANK_WHEN") or "adaptive").strip().lower(),
+                RERANK_WHEN,
+            ),
             server_timing=(values.get("MEMWARDEN_SERVER_TIMING") or "").strip().lower()
             in ("1", "true", "yes"),
             log_level=(values.get("MEMWARDEN_LOG_LEVEL") or "warning").strip().lower(),
