@@ -30,13 +30,14 @@ from memwarden.projections.search.neighbours import SearchNeighbours
 from memwarden.projections.search.vectors import SearchVectorIndex
 
 
-def search_drivers(warm: bool = True, rerank_when: str = "adaptive") -> dict[str, Driver]:
+def search_drivers(warm: bool = True, settings: Settings | None = None) -> dict[str, Driver]:
     """The drivers a namespace policy may name, with the reranking stage that
     ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default), run where the
-    lanes disagree or always (``rerank_when``). ``warm``: its model loads in a background
-    thread from now, else at the first search that reranks."""
+    lanes disagree or always (``settings``: ``rerank_when``, ``rerank_agreement``). ``warm``:
+    its model loads in a background thread from now, else at the first search that reranks."""
     reranker, depth = reranker_from_env(background=warm, lazy=not warm)
-    return policy_drivers(reranker, depth or RERANK_DEPTH, rerank_when)
+    chosen = settings or Settings.from_env()
+    return policy_drivers(reranker, depth or RERANK_DEPTH, chosen.rerank_when, chosen.rerank_agreement)
 
 
 class Runtime:
@@ -55,7 +56,7 @@ class Runtime:
                 self.core.params.conninfo(),
                 wait_seconds=self.settings.read_wait_seconds,
                 embedder=self.core.embedder,
-                drivers=search_drivers(warm_models, self.settings.rerank_when),
+                drivers=search_drivers(warm_models, self.settings),
             )
             self.reads.build_missing_indexes()
             self.core.erasure.lookup = ProjectionErasureLookup(self.reads)

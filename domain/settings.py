@@ -23,6 +23,9 @@ PROJECTORS = ("thread", "external")
 RERANK_WHEN = ("adaptive", "always")
 """When search reranks: where its lanes disagree (projections/search/drivers.py
 ``LanesDisagree``), or on every search."""
+RERANK_AGREEMENT = 0.2
+"""The share of their best k that the lanes must hold in common for ``adaptive`` to skip
+the reranker (the trade-off it picks: docs/benchmarks.md, issue 27)."""
 JUDGES = ("rules", "openai", "none")
 DRAFTERS = ("extractive", "openai")
 TICKET_RUNNERS = ("thread", "queue")
@@ -37,6 +40,14 @@ def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
         msg = f"{name} must be one of {', '.join(choices)}, not {value!r}"
         raise ValueError(msg)
     return value
+
+
+def _share(name: str, values: Mapping[str, str], default: float) -> float:
+    """``values[name]``: a share in (0, 1], ``default`` when unset."""
+    share = positive_number(values, name, float)
+    if share is not None and share > 1:
+        raise ValueError(f"{name} must be at most 1, got {share:g}")
+    return default if share is None else share
 
 
 def positive_number(values: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float | None:
@@ -159,6 +170,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     rerank_when: str = "adaptive"
     """``MEMWARDEN_RERANK_WHEN``: ``adaptive`` (rerank the searches whose lanes disagree) or
     ``always`` (every search; the reranker itself is ``MEMWARDEN_RERANK``)."""
+    rerank_agreement: float = RERANK_AGREEMENT
+    """``MEMWARDEN_RERANK_AGREEMENT``: with ``adaptive``, the share (0-1] of the lanes' best
+    k they must share for a search to skip the reranker: higher reranks more searches."""
     server_timing: bool = False
     """``MEMWARDEN_SERVER_TIMING=1``: a search answers with a ``Server-Timing`` header, its
     time stage by stage (``memwarden bench search --profile`` reads it). Off by default: it
@@ -212,6 +226,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 (values.get("MEMWARDEN_RERANK_WHEN") or "adaptive").strip().lower(),
                 RERANK_WHEN,
             ),
+            rerank_agreement=_share("MEMWARDEN_RERANK_AGREEMENT", values, RERANK_AGREEMENT),
             server_timing=(values.get("MEMWARDEN_SERVER_TIMING") or "").strip().lower()
             in ("1", "true", "yes"),
             log_level=(values.get("MEMWARDEN_LOG_LEVEL") or "warning").strip().lower(),

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from memwarden.domain.settings import RERANK_WHEN
+from memwarden.domain.settings import RERANK_AGREEMENT, RERANK_WHEN
 from memwarden.projections.search.stages import stage
 from memwarden.projections.search.view import Hit, ScopedView
 
@@ -33,11 +33,6 @@ RERANK_DEPTH = 30
 """How many of the hybrid driver's best a reranker reorders (the rest keep their order)."""
 RERANK_WEIGHT = 1.0
 """The reranker's share of a reranked hit's score, beside its hybrid score (``reranked``)."""
-
-
-AGREEMENT = 0.5
-"""The share of the lexical lane's best k that must be among the vector lane's best k for
-the lanes to agree and the reranker to be skipped (``LanesDisagree``)."""
 
 
 class Reranker(Protocol):
@@ -170,7 +165,7 @@ class LanesDisagree:
     fusion had to pick between them, and a cross-encoder reading query and passage together
     is the judge. A lane that found nothing (no query terms, no vectors) cannot agree."""
 
-    def __init__(self, agreement: float = AGREEMENT) -> None:
+    def __init__(self, agreement: float = RERANK_AGREEMENT) -> None:
         if not 0.0 <= agreement <= 1.0:
             raise ValueError("agreement must be between 0 and 1")
         self.agreement = agreement
@@ -256,13 +251,17 @@ BASELINE = "baseline"
 
 
 def policy_drivers(
-    reranker: Reranker | None = None, rerank_depth: int = RERANK_DEPTH, rerank_when: str = "adaptive"
+    reranker: Reranker | None = None,
+    rerank_depth: int = RERANK_DEPTH,
+    rerank_when: str = "adaptive",
+    agreement: float = RERANK_AGREEMENT,
 ) -> dict[str, Driver]:
     """The drivers a namespace policy may name (domain/model/policies.py ``DRIVERS``);
     ``reranker``: the hybrid driver's reranking stage (``MEMWARDEN_RERANK``), if any, run
-    where the lanes disagree or always (``rerank_when``, ``MEMWARDEN_RERANK_WHEN``)."""
+    where the lanes disagree (by less than ``agreement``) or always (``rerank_when``,
+    ``MEMWARDEN_RERANK_WHEN``)."""
     if rerank_when not in RERANK_WHEN:
         raise ValueError(f"rerank_when must be one of {', '.join(RERANK_WHEN)}, not {rerank_when!r}")
-    gate = LanesDisagree() if rerank_when == "adaptive" else None
+    gate = LanesDisagree(agreement) if rerank_when == "adaptive" else None
     hybrid = HybridDriver(reranker=reranker, rerank_depth=rerank_depth, rerank_when=gate)
     return {BASELINE: hybrid, "hybrid": hybrid, "lexical": LexicalDriver()}
