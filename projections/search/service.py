@@ -36,7 +36,6 @@ from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import ancestors
-from memwarden.projections.governance.views import shared_into
 from memwarden.projections.memory_objects.views import ProvenanceView
 from memwarden.projections.search.drivers import (
     BASELINE,
@@ -47,7 +46,7 @@ from memwarden.projections.search.drivers import (
 )
 from memwarden.projections.search.projection import serving_of
 from memwarden.projections.search.stages import add, stage
-from memwarden.projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView, ScopeSizes
+from memwarden.projections.search.view import Hit, ReadFilter, ScopedView, ScopeSizes, open_view
 from memwarden.projections.timeline.views import position_at
 
 log = logging.getLogger(__name__)
@@ -297,8 +296,7 @@ class SearchService:
         made by; default: the one served now)."""
         scope = ancestors(identity.namespace)
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
-            conn.execute(OPEN_VIEW)
-            shared = shared_into(conn, self.ledger.schema, scope)
+            shared = open_view(conn, self.ledger.schema, scope)
             where = self.read_filter(conn, q)
             model = (serving or self.serving()).model if vector is not None else None
             yield (

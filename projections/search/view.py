@@ -63,6 +63,20 @@ MEMORY_COLUMNS = (
 """What a view reads of a memory: all a search result shows (``memory_rows``)."""
 
 
+def open_view(conn: Connection[Any], schema: str, scope: Sequence[str]) -> list[UUID]:
+    """Opens a view's transaction (``OPEN_VIEW``) and reads which memories are shared into
+    ``scope`` (projections/governance/views.py ``shared_into``), in one round trip: the
+    statements go together, so the scope is a literal, not a parameter."""
+    cursor = conn.execute(
+        SQL(OPEN_VIEW + "; SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY({scope})").format(
+            s=Identifier(schema), scope=Literal(list(scope))
+        )
+    )
+    while cursor.nextset():
+        pass  # the SETs answer nothing; the last result is the shares'
+    return [row["memory_id"] for row in cursor.fetchall()]
+
+
 class Hit(msgspec.Struct, frozen=True):
     """A reference a driver returns: what, and how well it matched (driver's own scale)."""
 
