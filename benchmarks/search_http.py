@@ -176,6 +176,8 @@ class Config(msgspec.Struct, frozen=True):
 
 
 DEFAULT_CONFIG = Config("default", {})
+POOL = 3
+"""Each served process's connection pool: one client asks one search at a time."""
 
 
 def parse_configs(text: str | None) -> list[Config]:
@@ -200,10 +202,10 @@ class Served:
     def __init__(self, config: Config, env: dict[str, str], key: str, *, projects: bool) -> None:
         self.config = config
         port = _free_port()
-        # One server projects; the others only read (they share the database).
-        self.server = _serve(
-            {**env, **config.env, **({} if projects else {"MEMWARDEN_PROJECTOR": "external"})}, port, 1
-        )
+        # One server projects; the others only read (they share the database), and one client
+        # at a time needs few connections (several servers must not exhaust the database's).
+        others = {} if projects else {"MEMWARDEN_PROJECTOR": "external"}
+        self.server = _serve({**env, "MEMWARDEN_POOL_SIZE": str(POOL), **others, **config.env}, port, 1)
         self.client = HttpClient(port, key)
         self.searches: list[float] = []
         self.found: list[float] = []
