@@ -81,7 +81,7 @@ class HttpSearchRow(msgspec.Struct, kw_only=True):
     p95_target_ms: float = P95_TARGET_MS
     cpu_us: CpuPerOperation | None = None
     profile: dict[str, list[float]] | None = None
-    """``--profile``: each stage's [p50, p95] in ms over the measured searches."""
+    """``--profile``: each stage's [p50 ms, p95 ms, share of the searches that ran it]."""
     load: str = ""
     """The machine's load averages (1, 5, 15 min) before and after the measured searches."""
 
@@ -144,12 +144,13 @@ def stages_of(client: HttpClient, took: float) -> dict[str, float]:
 
 
 def profile_of(per_search: Sequence[dict[str, float]]) -> dict[str, list[float]]:
-    """Each stage's [p50, p95] in ms; a stage counts only in the searches that ran it."""
+    """Each stage's [p50 ms, p95 ms, share of the searches that ran it]; a stage's times
+    count only in the searches that ran it (the reranker's, with ``adaptive``, in some)."""
     seen: dict[str, list[float]] = {}
     for stages in per_search:
         for name, seconds in stages.items():
             seen.setdefault(name, []).append(seconds)
-    return {name: [ms(v, 0.5), ms(v, 0.95)] for name, v in seen.items()}
+    return {name: [ms(v, 0.5), ms(v, 0.95), round(len(v) / len(per_search), 3)] for name, v in seen.items()}
 
 
 def load_average() -> str:
@@ -354,9 +355,9 @@ def print_report(rows: Sequence[HttpSearchRow], wall: float) -> None:
             )
         out(f"  load average (1, 5, 15 min): {r.load}\n")
         if r.profile:
-            out("  stages (p50 / p95 ms, same searches; a stage counts only where run):\n")
-            for name, (p50, p95) in r.profile.items():
-                out(f"    {name:48} {p50:8.2f} / {p95:8.2f}\n")
+            out("  stages (p50 / p95 ms over the searches that ran it, and their share):\n")
+            for name, (p50, p95, share) in r.profile.items():
+                out(f"    {name:48} {p50:8.2f} / {p95:8.2f}  {share:4.0%}\n")
     if len(rows) > 1:
         out(f"\n{'size':>7} {'configuration':24} {'p50 ms':>8} {'p95 ms':>8} {'API CPU us':>10}\n")
         for r in rows:
