@@ -185,6 +185,8 @@ class HttpClient:
         self._port = port
         self._socket: socket.socket | None = None
         self._buffer = b""
+        self.last_headers: dict[str, str] = {}
+        """The last answer's headers, names in lower case."""
         self._headers = (
             "Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
             + (f"Authorization: Bearer {key}\r\n" if key is not None else "")
@@ -224,6 +226,7 @@ class HttpClient:
         while len(self._buffer) < length:
             self._receive()
         body, self._buffer = self._buffer[:length], self._buffer[length:]
+        self.last_headers = headers
         if headers.get("connection", "").lower() == "close":
             self.close()
         return int(status_line.split(" ", 2)[1]), body

@@ -26,7 +26,7 @@ def lazy(module: str, function: str) -> Handler:
 
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
-    if args.mode == "in-process" or args.profile:
+    if args.mode == "in-process":
         return lazy("benchmarks.search", "run_search_bench")(args)
     return lazy("benchmarks.search_http", "run_http_search_bench")(args)
 
@@ -88,13 +88,24 @@ def register(bench: Any) -> None:
     search.add_argument(
         "--profile",
         action="store_true",
-        help="also time each stage of every search (lanes, fusion, rerank, hydrate, the rest), "
-        "p50 and p95 per stage, same run; runs in-process (HTTP adds its own share on top)",
+        help="also time each stage of every search (embedding, lanes, fusion, rerank, hydrate, "
+        "audit append, HTTP), p50 and p95 per stage, same run (the server's Server-Timing header)",
+    )
+    search.add_argument(
+        "--configs",
+        help="over HTTP: several served configurations side by side, each question asked of each "
+        "in turn (same run, same load), e.g. 'default; no-rerank: MEMWARDEN_RERANK=none'",
     )
     search.add_argument("--json", action="store_true")
     search.set_defaults(handler=cmd_bench_search)
     locomo = bench.add_parser("locomo", help="evidence recall on LoCoMo: lexical, vector, hybrid")
     locomo.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
+    locomo.add_argument(
+        "--conversations",
+        choices=("all", "tuning", "held-out"),
+        default="all",
+        help="which conversations: all, or those to tune on, or the last two, held out",
+    )
     locomo.add_argument("--json", action="store_true")
     locomo.set_defaults(handler=lazy("benchmarks.locomo", "run_locomo_bench"))
     register_time_bench(bench, lazy("benchmarks.time", "run_time_bench"))

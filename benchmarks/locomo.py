@@ -14,7 +14,12 @@ denominator (counted as unanswerable and reported); questions without any eviden
 not scored (and reported).
 
 With ``MEMWARDEN_RERANK=ms-marco`` a fourth column, ``reranked``, is the hybrid driver with
-its reranking stage (``MEMWARDEN_RERANK_DEPTH``), measured in the same run on the same turns.
+its reranking stage (``MEMWARDEN_RERANK_DEPTH``) on every search, and a fifth, ``adaptive``,
+the same stage only where the lanes disagree (the default, ``MEMWARDEN_RERANK_WHEN``), with
+the share of searches it reranked; all measured in the same run on the same turns.
+
+``--conversations``: ``all`` (default), or ``tuning`` (all but the last two) and
+``held-out`` (the last two), so a choice made on the one is checked on turns it never saw.
 
 Target: hybrid beats both single lanes overall.
 """
@@ -46,16 +51,21 @@ from memwarden.projections.search.drivers import (
     RERANK_DEPTH,
     Driver,
     HybridDriver,
+    LanesDisagree,
     LexicalDriver,
     VectorDriver,
 )
 from memwarden.projections.search.service import SearchQuery, SearchService
+from memwarden.projections.search.stages import recording
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 DRIVERS = ("lexical", "vector", "hybrid")
 RERANKED = "reranked"
+ADAPTIVE = "adaptive"
+HELD_OUT = 2
+"""The last this many conversations of the file are held out (``--conversations``)."""
 KS = (5, 10)
 INGEST_BATCH = 64
 _SESSION = re.compile(r"session_(\d+)")
@@ -187,6 +197,8 @@ class Tally:
     recall: dict[str, float] = dataclasses.field(default_factory=dict)
     questions: Counter[int] = dataclasses.field(default_factory=Counter)
     latencies: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    reranked: Counter[str] = dataclasses.field(default_factory=Counter)
+    """Searches per driver whose reranking stage ran."""
     fallbacks: int = 0
 
     def drivers(self) -> list[str]:
@@ -212,6 +224,9 @@ def search_service(runtime: Runtime) -> SearchService:
     reranker, depth = reranker_from_settings(runtime.settings)
     if reranker is not None:
         drivers[RERANKED] = HybridDriver(reranker=reranker, rerank_depth=depth or RERANK_DEPTH)
+        drivers[ADAPTIVE] = HybridDriver(
+            reranker=reranker, rerank_depth=depth or RERANK_DEPTH, rerank_when=LanesDisagree()
+        )
     embedder = runtime.core.embedder
     model = bare(embedder) if embedder is not None else None
     return SearchService(runtime.ledger, model, runtime.reads.wait_for, drivers=drivers)
@@ -222,16 +237,18 @@ def retrieved(
 ) -> list[UUID]:
     """The top ``k``, best first. One search serves every smaller k too: a driver ranks the
     same candidates whatever k is up to ``MIN_CANDIDATES / CANDIDATES_PER_RESULT``."""
-    began = time.perf_counter()
-    answer = service.search(who, SearchQuery(query=question, k=k), driver_name=driver)
-    tally.latencies.setdefault(driver, []).append(time.perf_counter() - began)
+    with recording() as stages:
+        began = time.perf_counter()
+        answer = service.search(who, SearchQuery(query=question, k=k), driver_name=driver)
+        tally.latencies.setdefault(driver, []).append(time.perf_counter() - began)
+    tally.reranked[driver] += "rerank" in stages
     if answer.driver != service.drivers[driver].name:  # "reranked" is a hybrid driver
         tally.fallbacks += 1
     return [r.id for r in answer.results]
 
 
 def measured(service: SearchService) -> tuple[str, ...]:
-    return (*DRIVERS, RERANKED) if RERANKED in service.drivers else DRIVERS
+    return (*DRIVERS, RERANKED, ADAPTIVE) if RERANKED in service.drivers else DRIVERS
 
 
 def score(service: SearchService, samples: Sequence[Sample], ingested: Ingested) -> Tally:
@@ -267,6 +284,8 @@ class RecallRow(msgspec.Struct, kw_only=True):
     hybrid_at10: float
     reranked_at5: float | None = None
     reranked_at10: float | None = None
+    adaptive_at5: float | None = None
+    adaptive_at10: float | None = None
 
 
 class LocomoReport(msgspec.Struct, kw_only=True):
@@ -286,6 +305,8 @@ class LocomoReport(msgspec.Struct, kw_only=True):
     unanswerable: list[str]
     fallbacks: int
     p50_ms: dict[str, float]
+    reranked_share: dict[str, float] = msgspec.field(default_factory=dict)
+    """Per driver with a reranker, the share of its searches that reranked."""
     rows: list[RecallRow]
     hybrid_beats_both: dict[str, bool]
 
@@ -345,6 +366,11 @@ def report(
         unanswerable=missing,
         fallbacks=tally.fallbacks,
         p50_ms={d: round(percentile(tally.latencies.get(d, []), 0.5) * 1000, 2) for d in tally.drivers()},
+        reranked_share={
+            d: round(tally.reranked[d] / len(tally.latencies[d]), 3)
+            for d in tally.drivers()
+            if d in (RERANKED, ADAPTIVE)
+        },
         rows=rows,
         hybrid_beats_both=beats,
     )
@@ -361,7 +387,7 @@ def print_report(r: LocomoReport) -> None:
     )
     out(
         f"{'hybrid R@5':>10} {'R@10':>6}"
-        + (f" | {'reranked R@5':>12} {'R@10':>6}" if r.reranker else "")
+        + (f" | {'reranked R@5':>12} {'R@10':>6} | {'adaptive R@5':>12} {'R@10':>6}" if r.reranker else "")
         + "\n"
     )
     for row in r.rows:
@@ -371,6 +397,8 @@ def print_report(r: LocomoReport) -> None:
         )
         if row.reranked_at5 is not None and row.reranked_at10 is not None:
             out(f" | {row.reranked_at5:>12.3f} {row.reranked_at10:>6.3f}")
+        if row.adaptive_at5 is not None and row.adaptive_at10 is not None:
+            out(f" | {row.adaptive_at5:>12.3f} {row.adaptive_at10:>6.3f}")
         out("\n")
     out(f"embedder: {r.embedder}; reranker: {r.reranker or 'none'}\n")
     verdict = ", ".join(f"R@{k[2:]} {'yes' if ok else 'NO'}" for k, ok in r.hybrid_beats_both.items())
@@ -389,6 +417,18 @@ def print_report(r: LocomoReport) -> None:
     )
     p50 = ", ".join(f"{d} {v:.2f} ms" for d, v in r.p50_ms.items())
     out(f"per-query p50 (query embedded on every call): {p50}; driver fallbacks {r.fallbacks}\n")
+    if r.reranked_share:
+        shares = ", ".join(f"{d} {v:.0%}" for d, v in r.reranked_share.items())
+        out(f"searches that reranked: {shares}\n")
+
+
+def chosen(samples: list[Sample], which: str | None) -> list[Sample]:
+    """``all`` the conversations, the ``tuning`` ones or the ``held-out`` ones (``HELD_OUT``)."""
+    if which == "tuning":
+        return samples[:-HELD_OUT]
+    if which == "held-out":
+        return samples[-HELD_OUT:]
+    return samples
 
 
 def run_locomo_bench(args: argparse.Namespace) -> int:
@@ -396,7 +436,7 @@ def run_locomo_bench(args: argparse.Namespace) -> int:
     if not path.is_file():
         sys.stderr.write(f"no LoCoMo data at {path} (give --data PATH)\n")
         return 2
-    samples = load(path)
+    samples = chosen(load(path), getattr(args, "conversations", None))
     with (
         scratch_database(f"memwarden_bench_locomo_{os.getpid()}") as (settings, _params),
         Runtime(settings) as runtime,

@@ -247,20 +247,14 @@ def syscall(service: SearchService) -> Callable[[Asked], int]:
     return run
 
 
-def without_embedding(service: SearchService, schema: str) -> Callable[[Asked], int]:
+def without_embedding(service: SearchService) -> Callable[[Asked], int]:
     """The syscall's work minus embedding the query: view, the baseline driver, hydrate."""
     driver = service.drivers[BASELINE]
 
     def run(q: Asked) -> int:
         request = SearchRequest(query=q.text, k=K)
-        with service.view(q.identity, SearchQuery(query=q.text, k=K), lambda: q.vector) as (
-            view,
-            conn,
-            scope,
-            shared,
-        ):
-            hits = driver.search(view, request)
-            return len(hydrate(conn, schema, scope, shared, hits[:K]))
+        with service.view(q.identity, SearchQuery(query=q.text, k=K), lambda: q.vector) as (view, *_):
+            return len(hydrate(view, driver.search(view, request)[:K]))
 
     return run
 
@@ -442,7 +436,7 @@ def query_timings(
     if isinstance(service.embedder, CachingEmbedder):
         service.embedder.clear()  # the measured questions are distinct anyway: each is embedded
     (ours, our_found), (theirs, their_found) = alternating(search, raw, measured)
-    bare, _ = measure(without_embedding(service, schema), measured)
+    bare, _ = measure(without_embedding(service), measured)
     vector_lane, _ = measure(lane(service, "vector"), measured)
     lexical_lane, _ = measure(lane(service, "lexical"), measured)
     ratio = percentile(ours, 0.5) / percentile(theirs, 0.5)

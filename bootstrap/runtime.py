@@ -33,10 +33,11 @@ from memwarden.workers.tickets import TicketStore
 
 def search_drivers(settings: Settings, warm: bool = True) -> dict[str, Driver]:
     """The drivers a namespace policy may name, with the reranking stage that
-    ``settings.rerank`` asks for (the ms-marco cross-encoder by default). ``warm``: its
-    model loads in a background thread from now, else at the first search that reranks."""
+    ``settings.rerank`` asks for (the ms-marco cross-encoder by default), run where the
+    lanes disagree or always (``rerank_when``, ``rerank_agreement``). ``warm``: its model
+    loads in a background thread from now, else at the first search that reranks."""
     reranker, depth = reranker_from_settings(settings, background=warm, lazy=not warm)
-    return policy_drivers(reranker, depth or RERANK_DEPTH)
+    return policy_drivers(reranker, depth or RERANK_DEPTH, settings.rerank_when, settings.rerank_agreement)
 
 
 class Runtime:

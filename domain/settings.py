@@ -20,6 +20,12 @@ def default_data_dir() -> Path:
 
 
 PROJECTORS = ("thread", "external")
+RERANK_WHEN = ("adaptive", "always")
+"""When search reranks: where its lanes disagree (projections/search/drivers.py
+``LanesDisagree``), or on every search."""
+RERANK_AGREEMENT = 0.2
+"""The share of their best k that the lanes must hold in common for ``adaptive`` to skip
+the reranker (the trade-off it picks: docs/benchmarks.md, issue 27)."""
 JUDGES = ("rules", "openai", "none")
 DRAFTERS = ("extractive", "openai")
 TICKET_RUNNERS = ("thread", "queue")
@@ -46,6 +52,14 @@ def environment_with(chosen: Mapping[str, str]) -> dict[str, str]:
     """This process's environment with ``chosen`` over it: what a child process is started
     with when a command passes settings on to it (never by changing our own environment)."""
     return {**os.environ, **chosen}
+
+
+def _share(name: str, values: Mapping[str, str], default: float) -> float:
+    """``values[name]``: a share in (0, 1], ``default`` when unset."""
+    share = positive_number(values, name, float)
+    if share is not None and share > 1:
+        raise ValueError(f"{name} must be at most 1, got {share:g}")
+    return default if share is None else share
 
 
 def positive_number(values: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float | None:
@@ -166,6 +180,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     that nobody runs the passes."""
     log_level: str = "warning"
     """The API process's logging level (``memwarden serve --log-level``)."""
+    rerank_when: str = "adaptive"
+    """``MEMWARDEN_RERANK_WHEN``: ``adaptive`` (rerank the searches whose lanes disagree) or
+    ``always`` (every search; the reranker itself is ``MEMWARDEN_RERANK``)."""
+    rerank_agreement: float = RERANK_AGREEMENT
+    """``MEMWARDEN_RERANK_AGREEMENT``: with ``adaptive``, the share (0-1] of the lanes' best
+    k they must share for a search to skip the reranker: higher reranks more searches."""
+    server_timing: bool = False
+    """``MEMWARDEN_SERVER_TIMING=1``: a search answers with a ``Server-Timing`` header, its
+    time stage by stage (``memwarden bench search --profile`` reads it). Off by default: it
+    tells a caller how long each part of the service took."""
     log_format: str = "text"
     """``MEMWARDEN_LOG_FORMAT``: ``text`` (one readable line per record) or ``json`` (one
     JSON object per line, the fields of a worker's pass line as keys)."""
@@ -226,6 +250,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             **_drafter(values),
             **_tickets(values),
             lease_seconds=positive_number(values, "MEMWARDEN_LEASE_SECONDS", float) or 30.0,
+            rerank_when=_one_of(
+                "MEMWARDEN_RERANK_WHEN",
+                (values.get("MEMWARDEN_RERANK_WHEN") or "adaptive").strip().lower(),
+                RERANK_WHEN,
+            ),
+            rerank_agreement=_share("MEMWARDEN_RERANK_AGREEMENT", values, RERANK_AGREEMENT),
+            server_timing=(values.get("MEMWARDEN_SERVER_TIMING") or "").strip().lower()
+            in ("1", "true", "yes"),
             log_level=(values.get("MEMWARDEN_LOG_LEVEL") or "warning").strip().lower(),
             log_format=_one_of(
                 "MEMWARDEN_LOG_FORMAT",

@@ -51,6 +51,7 @@ from memwarden.domain.model.policies import EffectivePolicy, check_not_suspended
 from memwarden.domain.model.text import escape_unprintable, quote_text, storable_text_problem
 from memwarden.domain.services.commands import SPOOLED, Note
 from memwarden.domain.services.governance import GovernanceService
+from memwarden.projections.search.stages import stage
 
 T = TypeVar("T")
 
@@ -314,7 +315,8 @@ def _audit_read(
     but takes no writes (read only, a full disk, a role without write rights) does not stop
     the reads it can still serve: their records wait in the audit spool and reach the ledger once it takes writes. A record that cannot even be spooled
     refuses the read (503): no answer goes out off the record."""
-    audit(state, call, outcome, detail, subject)
+    with stage("audit append"):
+        audit(state, call, outcome, detail, subject)
 
 
 def _audit_failure(state: ApiState, call: Call, error: BaseException, *, spool: bool = False) -> None:

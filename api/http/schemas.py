@@ -34,7 +34,7 @@ from memwarden.domain.services.write_results import (
     ProvenanceCapped,
     WriteResult,
 )
-from memwarden.projections.search.service import SearchQuery
+from memwarden.projections.search.service import SearchQuery, SearchTerms
 
 ComplianceTime = Annotated[
     str,
@@ -386,28 +386,15 @@ class VerifyLedgerResponse(msgspec.Struct, frozen=True, kw_only=True):
     problem: str | None = None
 
 
-class SearchBody(Body, frozen=True, kw_only=True):
-    """The wire form of a ``SearchQuery`` (times without a zone are refused by the service)."""
+class SearchBody(Body, SearchTerms, frozen=True, kw_only=True):
+    """The wire form of a ``SearchQuery``: its terms, and its times as the CLI writes them."""
 
-    query: str
-    k: int = 10
-    token_budget: int | None = None
-    tags: tuple[str, ...] = ()
-    selectors: tuple[str, ...] = ()
-    include_retired: bool = False
     as_of: ComplianceTime | None = None
     valid_at: ComplianceTime | None = None
 
     def search_query(self) -> SearchQuery:
-        return SearchQuery(
-            query=self.query,
-            k=self.k,
-            token_budget=self.token_budget,
-            tags=self.tags,
-            selectors=self.selectors,
-            include_retired=self.include_retired,
-            as_of=compliance_time("as_of", self.as_of),
-            valid_at=compliance_time("valid_at", self.valid_at),
+        return SearchQuery.of(
+            self, compliance_time("as_of", self.as_of), compliance_time("valid_at", self.valid_at)
         )
 
 

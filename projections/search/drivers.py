@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from memwarden.domain.settings import RERANK_AGREEMENT, RERANK_WHEN
 from memwarden.projections.search.stages import stage
 from memwarden.projections.search.view import Hit, ScopedView
 
@@ -156,11 +157,32 @@ def reranked(
     return best_first(lifted) + rest + tail
 
 
+class LanesDisagree:
+    """Whether a search's hybrid ranking is worth the reranker's time: when the lexical and
+    the vector lane agree on most of their best ``k`` (``agreement``: the share of the one's
+    also among the other's), the fused order stands on two independent kinds of evidence and
+    the cross-encoder seldom changes which memories make the top k; where they disagree, the
+    fusion had to pick between them, and a cross-encoder reading query and passage together
+    is the judge. A lane that found nothing (no query terms, no vectors) cannot agree."""
+
+    def __init__(self, agreement: float = RERANK_AGREEMENT) -> None:
+        if not 0.0 <= agreement <= 1.0:
+            raise ValueError("agreement must be between 0 and 1")
+        self.agreement = agreement
+
+    def __call__(self, lexical: Sequence[Hit], vector: Sequence[Hit], k: int) -> bool:
+        words, meanings = {h.ref for h in lexical[:k]}, {h.ref for h in vector[:k]}
+        if not words or not meanings:
+            return True
+        return len(words & meanings) < self.agreement * min(k, len(words), len(meanings))
+
+
 class HybridDriver:
     """The baseline: vector and lexical lanes, each normalized and merged (vector weight
     0.4, lexical 0.6), then each memory lent part of its write-order neighbours' scores
     (see ``with_context``; ``context_weight=0`` turns that off); with a ``reranker``, its
-    best ``rerank_depth`` reordered by it (``reranked``)."""
+    best ``rerank_depth`` reordered by it (``reranked``), on every search or, with a
+    ``rerank_when`` (``LanesDisagree``), on the searches it picks."""
 
     name = "hybrid"
 
@@ -172,6 +194,7 @@ class HybridDriver:
         reranker: Reranker | None = None,
         rerank_depth: int = RERANK_DEPTH,
         rerank_weight: float = RERANK_WEIGHT,
+        rerank_when: LanesDisagree | None = None,
     ) -> None:
         if rerank_depth < 1:
             raise ValueError("rerank_depth must be at least 1")
@@ -181,6 +204,7 @@ class HybridDriver:
         self.reranker = reranker
         self.rerank_depth = rerank_depth
         self.rerank_weight = rerank_weight
+        self.rerank_when = rerank_when
 
     def search(self, view: ScopedView, request: SearchRequest) -> list[Hit]:
         n = candidates_for(request.k)
@@ -193,13 +217,16 @@ class HybridDriver:
             if self.context_weight > 0 and merged:
                 nearby = view.neighbours([h.ref for h in merged], self.context_span)
                 merged = with_context(merged, nearby, self.context_weight)
-        if self.reranker is not None and merged:
+        if self.reranker is not None and merged and self._reranks(lexical, vector, request.k):
             with stage("rerank"):
                 merged = reranked(
                     view, merged, request.query, self.reranker, self.rerank_depth, self.rerank_weight
                 )
         with stage("finish (budget, visibility)"):
             return finish(view, merged, request)
+
+    def _reranks(self, lexical: Sequence[Hit], vector: Sequence[Hit], k: int) -> bool:
+        return self.rerank_when is None or self.rerank_when(lexical, vector, k)
 
 
 class LexicalDriver:
@@ -223,8 +250,18 @@ class VectorDriver:
 BASELINE = "baseline"
 
 
-def policy_drivers(reranker: Reranker | None = None, rerank_depth: int = RERANK_DEPTH) -> dict[str, Driver]:
+def policy_drivers(
+    reranker: Reranker | None = None,
+    rerank_depth: int = RERANK_DEPTH,
+    rerank_when: str = "adaptive",
+    agreement: float = RERANK_AGREEMENT,
+) -> dict[str, Driver]:
     """The drivers a namespace policy may name (domain/model/policies.py ``DRIVERS``);
-    ``reranker``: the hybrid driver's reranking stage (``MEMWARDEN_RERANK``), if any."""
-    hybrid = HybridDriver(reranker=reranker, rerank_depth=rerank_depth)
+    ``reranker``: the hybrid driver's reranking stage (``MEMWARDEN_RERANK``), if any, run
+    where the lanes disagree (by less than ``agreement``) or always (``rerank_when``,
+    ``MEMWARDEN_RERANK_WHEN``)."""
+    if rerank_when not in RERANK_WHEN:
+        raise ValueError(f"rerank_when must be one of {', '.join(RERANK_WHEN)}, not {rerank_when!r}")
+    gate = LanesDisagree(agreement) if rerank_when == "adaptive" else None
+    hybrid = HybridDriver(reranker=reranker, rerank_depth=rerank_depth, rerank_when=gate)
     return {BASELINE: hybrid, "hybrid": hybrid, "lexical": LexicalDriver()}

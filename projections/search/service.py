@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -28,7 +29,6 @@ from uuid import UUID
 import msgspec
 import numpy as np
 from psycopg import Connection
-from psycopg.sql import SQL, Identifier
 
 from memwarden.domain.cache import TTLCache
 from memwarden.domain.embedding import Embedder, EmbedderUnavailable, embed_one, embedder_for_model
@@ -36,7 +36,6 @@ from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.errors import InvalidRequest
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import ancestors
-from memwarden.projections.governance.views import shared_into
 from memwarden.projections.memory_objects.views import ProvenanceView
 from memwarden.projections.search.drivers import (
     BASELINE,
@@ -46,8 +45,8 @@ from memwarden.projections.search.drivers import (
     policy_drivers,
 )
 from memwarden.projections.search.projection import serving_of
-from memwarden.projections.search.stages import stage
-from memwarden.projections.search.view import OPEN_VIEW, Hit, ReadFilter, ScopedView, ScopeSizes
+from memwarden.projections.search.stages import add, stage
+from memwarden.projections.search.view import Hit, ReadFilter, ScopedView, ScopeSizes, open_view
 from memwarden.projections.timeline.views import position_at
 
 log = logging.getLogger(__name__)
@@ -69,15 +68,27 @@ class Serving:
     embedder: Embedder | None
 
 
-class SearchQuery(msgspec.Struct, frozen=True, kw_only=True):
+class SearchTerms(msgspec.Struct, frozen=True, kw_only=True):
+    """What a search asks for besides its times: shared by the query (``SearchQuery``) and
+    its wire form (api/http/schemas.py ``SearchBody``), so a field is declared once."""
+
     query: str
     k: int = 10
     token_budget: int | None = None
     tags: tuple[str, ...] = ()
     selectors: tuple[str, ...] = ()
     include_retired: bool = False
+
+
+class SearchQuery(SearchTerms, frozen=True, kw_only=True):
     as_of: datetime | None = None
     valid_at: datetime | None = None
+
+    @classmethod
+    def of(cls, terms: SearchTerms, as_of: datetime | None, valid_at: datetime | None) -> SearchQuery:
+        """``terms`` (any ``SearchTerms``, a wire body too) at these times."""
+        fields = {name: getattr(terms, name) for name in SearchTerms.__struct_fields__}
+        return cls(**fields, as_of=as_of, valid_at=valid_at)
 
 
 class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -224,13 +235,17 @@ class SearchService:
         embedder = (serving or self.serving()).embedder
         if embedder is None:
             return None
-        future: Future[np.ndarray[Any, Any]] = self._pool.submit(embed_one, embedder, text)
+        future: Future[tuple[np.ndarray[Any, Any], float]] = self._pool.submit(
+            _timed_embedding, embedder, text
+        )
 
         def result() -> np.ndarray[Any, Any]:
             try:
-                return future.result(timeout=EMBED_TIMEOUT_SECONDS)
+                vector, seconds = future.result(timeout=EMBED_TIMEOUT_SECONDS)
             except FutureTimeout as error:
                 raise EmbedderUnavailable("the embedder did not answer in time") from error
+            add("embedding (its own thread)", seconds)
+            return vector
 
         return result
 
@@ -246,10 +261,10 @@ class SearchService:
         *,
         degraded: bool = False,
     ) -> SearchAnswer:
-        with self.view(identity, q, vector, serving) as (view, conn, scope, shared):
+        with self.view(identity, q, vector, serving) as (view, *_):
             hits = driver.search(view, request)
             with stage("hydrate"):
-                results = hydrate(conn, self.ledger.schema, scope, shared, hits[: request.k])
+                results = hydrate(view, hits[: request.k])
         return SearchAnswer(results=results, driver=label, degraded=degraded)
 
     # -- views ----------------------------------------------------------------------------------
@@ -281,8 +296,7 @@ class SearchService:
         made by; default: the one served now)."""
         scope = ancestors(identity.namespace)
         with self.ledger.datastore.get_connection() as conn, conn.transaction():
-            conn.execute(OPEN_VIEW)
-            shared = shared_into(conn, self.ledger.schema, scope)
+            shared = open_view(conn, self.ledger.schema, scope)
             where = self.read_filter(conn, q)
             model = (serving or self.serving()).model if vector is not None else None
             yield (
@@ -295,23 +309,21 @@ class SearchService:
             )
 
 
-def hydrate(
-    conn: Connection[Any], schema: str, scope: Sequence[str], shared: Sequence[UUID], hits: Sequence[Hit]
-) -> list[SearchResult]:
-    """Hits → results, in the driver's order, keeping only what the scope allows."""
+def _timed_embedding(embedder: Embedder, text: str) -> tuple[np.ndarray[Any, Any], float]:
+    began = time.perf_counter()
+    vector = embed_one(embedder, text)
+    return vector, time.perf_counter() - began
+
+
+def hydrate(view: ScopedView, hits: Sequence[Hit]) -> list[SearchResult]:
+    """Hits → results, in the driver's order, keeping only what the view lets through (its
+    scope and read filter, again: a misbehaving driver cannot widen it). A row the view read
+    already (the reranker's passages) is not read again."""
     if not hits:
         return []
-    rows = conn.execute(
-        SQL(
-            "SELECT id, namespace, content, type, status, trust_tier, recorded_at, valid_from, valid_to, provenance"
-            " FROM {s}.memory_objects WHERE id = ANY(%s) AND (namespace = ANY(%s) OR id = ANY(%s))"
-            " AND status <> 'disputed' AND content IS NOT NULL"
-        ).format(s=Identifier(schema)),
-        ([h.ref for h in hits], list(scope), list(shared)),
-    ).fetchall()
-    by_id = {r["id"]: r for r in rows}
+    rows = view.memory_rows([h.ref for h in hits])
     return [
-        msgspec.convert({**by_id[h.ref], "score": round(h.score, 6)}, SearchResult)
+        msgspec.convert({**rows[h.ref], "score": round(h.score, 6)}, SearchResult)
         for h in hits
-        if h.ref in by_id
+        if h.ref in rows
     ]

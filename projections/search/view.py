@@ -43,15 +43,38 @@ IN_MEMORY_MIN_QUERIES = 8
 IN_MEMORY_DOCS_PER_QUERY = 300
 """A scope that the HNSW graph would walk is read whole for at most this many documents a query."""
 MAX_FETCH = 100_000
-# One round trip when a view opens: read-only; an HNSW scan that keeps walking the graph
+# One round trip when a view opens: read-only, on one snapshot (every statement of a search
+# sees the same memories, so a row read once serves every stage after it); an HNSW scan that keeps walking the graph
 # while the scope filter drops candidates (pgvector >= 0.8 iterative scans); and generic
 # plans for the prepared lane queries (planning them for each search cost nearly as much as
 # running them on a small scope).
 OPEN_VIEW = (
-    "SET TRANSACTION READ ONLY; SET LOCAL hnsw.iterative_scan = relaxed_order;"
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
+    " SET LOCAL hnsw.iterative_scan = relaxed_order;"
     f" SET LOCAL hnsw.ef_search = {EF_SEARCH}; SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES};"
     " SET LOCAL plan_cache_mode = force_generic_plan"
 )
+
+
+MEMORY_COLUMNS = (
+    "m.id, m.namespace, m.content, m.type, m.status, m.trust_tier, m.recorded_at, m.valid_from,"
+    " m.valid_to, m.provenance"
+)
+"""What a view reads of a memory: all a search result shows (``memory_rows``)."""
+
+
+def open_view(conn: Connection[Any], schema: str, scope: Sequence[str]) -> list[UUID]:
+    """Opens a view's transaction (``OPEN_VIEW``) and reads which memories are shared into
+    ``scope`` (projections/governance/views.py ``shared_into``), in one round trip: the
+    statements go together, so the scope is a literal, not a parameter."""
+    cursor = conn.execute(
+        SQL(OPEN_VIEW + "; SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY({scope})").format(
+            s=Identifier(schema), scope=Literal(list(scope))
+        )
+    )
+    while cursor.nextset():
+        pass  # the SETs answer nothing; the last result is the shares'
+    return [row["memory_id"] for row in cursor.fetchall()]
 
 
 class Hit(msgspec.Struct, frozen=True):
@@ -113,6 +136,9 @@ class ScopedView:
         self._query_vector = query_vector
         self._vector_model = vector_model
         self._query_bound: HalfvecParam | None = None
+        self.rows_read: dict[UUID, dict[str, Any]] = {}
+        """Memory rows this view has read and let through (``memory_rows``), by id: one
+        snapshot (``OPEN_VIEW``), so they hold for the view's whole life."""
 
     @property
     def has_vectors(self) -> bool:
@@ -390,9 +416,13 @@ class ScopedView:
     # -- memories by other handles than a query (assemble's lanes, fault's blocks) ------------
 
     def memory_rows(self, refs: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
-        """id, content, recorded_at of the given memories the view lets through."""
-        rows = self._memories(SQL("m.id = ANY(%(refs)s)"), "m.id", {"refs": list(refs)})
-        return {r["id"]: r for r in rows}
+        """The given memories the view lets through (``MEMORY_COLUMNS``); each is read once
+        per view: what an earlier call read is kept (``rows_read``) and not read again."""
+        wanted = [ref for ref in dict.fromkeys(refs) if ref not in self.rows_read]
+        if wanted:
+            rows = self._memories(SQL("m.id = ANY(%(refs)s)"), "m.id", {"refs": wanted})
+            self.rows_read.update((r["id"], r) for r in rows)
+        return {ref: self.rows_read[ref] for ref in refs if ref in self.rows_read}
 
     def pinned(self, namespace: str) -> list[dict[str, Any]]:
         """The visible memories pinned for ``namespace``, in pinning order."""
@@ -411,9 +441,10 @@ class ScopedView:
     ) -> list[dict[str, Any]]:
         return self._fetch(
             SQL(
-                "SELECT m.id, m.content, m.recorded_at FROM {s}.memory_objects m{join}"
+                "SELECT {columns} FROM {s}.memory_objects m{join}"
                 " WHERE {where} AND {scope} AND {visible} ORDER BY {order}"
             ).format(
+                columns=SQL(MEMORY_COLUMNS),
                 s=self._s,
                 join=join or SQL(""),
                 where=where,

@@ -48,9 +48,11 @@ from memwarden.domain.model.policies import EffectivePolicy
 from memwarden.domain.services.governance import GovernanceService
 from memwarden.domain.services.memory import MemoryService
 from memwarden.domain.services.working_sets import Capsule, FaultAnswer, WorkingSetService
+from memwarden.domain.settings import Settings
 from memwarden.projections.memory_objects.views import MemoryView
 from memwarden.projections.reads import ReadModels
 from memwarden.projections.search.service import SearchAnswer
+from memwarden.projections.search.stages import timed_stages
 from memwarden.projections.timeline.memory_at import MemoryAt, read_at
 
 Req = Request[Any, Any, Any]
@@ -154,15 +156,21 @@ class MemController(Controller):
 
     @syscall_post("/search", Syscall(name="search"))
     def search(
-        self, request: Req, data: JSONBody[SearchBody], reads: NamedDependency[ReadModels]
-    ) -> SearchAnswer:
-        return query(
-            request,
-            lambda c: reads.search.search(
-                c.identity, data.search_query(), c.policy.driver if c.policy else None, after=c.last_write
-            ),
-            lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
-        )
+        self,
+        request: Req,
+        data: JSONBody[SearchBody],
+        reads: NamedDependency[ReadModels],
+        settings: NamedDependency[Settings],
+    ) -> Response[SearchAnswer]:
+        with timed_stages(settings.server_timing) as headers:
+            answer = query(
+                request,
+                lambda c: reads.search.search(
+                    c.identity, data.search_query(), c.policy.driver if c.policy else None, after=c.last_write
+                ),
+                lambda a: f"driver={a.driver} results={len(a.results)}" + (" degraded" if a.degraded else ""),
+            )
+        return Response(answer, headers=headers)
 
     @syscall_post("/assemble", Syscall(name="assemble"))
     def assemble(
