@@ -12,7 +12,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 import msgspec
 from eventsourcing.application import Application
-from eventsourcing.persistence import InfrastructureFactory, Mapper, StoredEvent
+from eventsourcing.persistence import InfrastructureFactory, IntegrityError, Mapper, StoredEvent
 from eventsourcing.postgres import PostgresDatastore, PostgresFactory
 from eventsourcing.utils import Environment
 from psycopg.sql import SQL, Identifier
@@ -253,6 +253,11 @@ class Ledger(Application[UUID]):
         key cache once committed.
         Raises StreamConflict when another writer took one of the stream versions.
         """
+        versions = {(r.originator_id, r.originator_version) for r in events}
+        if len(versions) < len(events):
+            # refused here, alone: in the database it would fail the whole commit group, and
+            # with it the appends of other writers batched beside this one
+            raise IntegrityError("a stream version is named twice in this append")
         fresh = {k.owner: k.key for k in new_keys}
         stored = [self.sealing.encode(r, fresh) for r in events]
         group = AppendGroup(

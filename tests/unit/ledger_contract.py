@@ -10,6 +10,7 @@ ledger, so the in-memory ledger cannot drift from the one it stands in for."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -164,6 +165,25 @@ class PortContract:
         assert ledger.head_position() == before
         assert ledger.stream_heads([bystander, memory_id]) == {}
         assert ledger.data_keys.get(memory_id) is None
+
+    def test_an_append_naming_a_version_twice_fails_alone(self, ledger: Ledger) -> None:
+        """Appends from many threads at once, one of them naming a version twice: only that
+        one fails (a commit group shared with it must not take the others down)."""
+        bad = new_uuid()
+
+        def good() -> int:
+            return ledger.append([audit(new_uuid())], tenant="acme")
+
+        def twice() -> int:
+            return ledger.append(
+                [Recorded(bad, 1, _claim(bad)), Recorded(bad, 1, _claim(bad))], tenant="acme"
+            )
+
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(twice if n % 8 == 0 else good) for n in range(64)]
+        failed = [n for n, f in enumerate(futures) if f.exception() is not None]
+        assert failed == list(range(0, 64, 8))
+        assert all(isinstance(futures[n].exception(), IntegrityError) for n in failed)
 
     def test_sealed_fields_need_their_owners_key_and_read_back_opened(self, ledger: Ledger) -> None:
         memory_id = new_uuid()
