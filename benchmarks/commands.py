@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memwarden.api.cli.timetravel import register_time_bench
-from memwarden.domain.services.memory import MAX_BATCH_ITEMS
+from memwarden.domain.model.write import MAX_BATCH_ITEMS
 
 Handler = Callable[[argparse.Namespace], int]
 

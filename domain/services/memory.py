@@ -49,6 +49,7 @@ from memwarden.domain.model.memory import (
 from memwarden.domain.model.text import normalize, normalize_key
 from memwarden.domain.model.verification import decide_verify
 from memwarden.domain.model.write import (
+    MAX_BATCH_ITEMS,
     MAX_TAGS,
     Outcome,
     Rejection,
@@ -61,8 +62,6 @@ from memwarden.domain.services.band import Banded, SynchronousBand, banded
 from memwarden.domain.services.commands import CommandRunner, Decided, Note, Retry
 from memwarden.domain.services.streams import Streams
 
-MAX_BATCH_ITEMS = 256
-"""The most writes one ``write_batch`` decides and appends together."""
 log = logging.getLogger(__name__)
 EMBEDDING_UNAVAILABLE = "embedding unavailable"
 # Why a write's content was stored verbatim (besides an ExtractionFailed's reason):
