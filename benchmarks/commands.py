@@ -178,3 +178,19 @@ def _register_service_benches(bench: Any) -> None:
     )
     judge.add_argument("--json", action="store_true")
     judge.set_defaults(handler=lazy("benchmarks.judge", "run_judge_bench"))
+    _register_footprint_bench(bench)
+
+
+def _register_footprint_bench(bench: Any) -> None:
+    footprint = bench.add_parser(
+        "footprint",
+        help="RSS of serve, its projector and a worker after start and after writes; install size; CLI start-up",
+    )
+    footprint.add_argument(
+        "--writes", type=int, default=10_000, help="memories written over HTTP between the samples"
+    )
+    footprint.add_argument(
+        "--no-install", action="store_true", help="skip the pip install into a fresh virtualenv"
+    )
+    footprint.add_argument("--json", action="store_true")
+    footprint.set_defaults(handler=lazy("benchmarks.footprint", "run_footprint_bench"))

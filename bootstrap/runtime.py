@@ -30,11 +30,12 @@ from memwarden.projections.search.neighbours import SearchNeighbours
 from memwarden.projections.search.vectors import SearchVectorIndex
 
 
-def search_drivers(warm: bool = True) -> dict[str, Driver]:
+def search_drivers(warm: bool = True, lanes: int | None = None) -> dict[str, Driver]:
     """The drivers a namespace policy may name, with the reranking stage that
     ``MEMWARDEN_RERANK`` asks for (the ms-marco cross-encoder by default). ``warm``: its
-    model loads in a background thread from now, else at the first search that reranks."""
-    reranker, depth = reranker_from_env(background=warm, lazy=not warm)
+    model loads in a background thread from now, else at the first search that reranks;
+    ``lanes``: its inference sessions (the setting ``model_lanes``)."""
+    reranker, depth = reranker_from_env(background=warm, lazy=not warm, lanes=lanes)
     return policy_drivers(reranker, depth or RERANK_DEPTH)
 
 
@@ -54,7 +55,7 @@ class Runtime:
                 self.core.params.conninfo(),
                 wait_seconds=self.settings.read_wait_seconds,
                 embedder=self.core.embedder,
-                drivers=search_drivers(warm_models),
+                drivers=search_drivers(warm_models, self.settings.model_lanes),
             )
             self.reads.build_missing_indexes()
             self.core.erasure.lookup = ProjectionErasureLookup(self.reads)

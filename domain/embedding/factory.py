@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -73,11 +74,16 @@ class WarmingModel:
 
 
 def embedder_from_env(
-    env: Mapping[str, str] | None = None, background: bool = False, *, lazy: bool = False
+    env: Mapping[str, str] | None = None,
+    background: bool = False,
+    *,
+    lazy: bool = False,
+    lanes: int | None = None,
 ) -> Embedder | None:
     """The configured embedder, or ``None`` for ``none``. ``background``: a bundled model
     loads in a thread and is checked at first use (``WarmingModel``); ``lazy``: it loads
-    at its first use only.
+    at its first use only. ``lanes``: a bundled model's inference sessions (the setting
+    ``model_lanes``), when this call is the one that loads it.
 
     Raises ``ValueError`` for an unknown choice or incomplete ``openai`` settings, and
     :class:`~domain.embedding.base.ModelFileRejected` when a model's files fail their pins.
@@ -87,17 +93,17 @@ def embedder_from_env(
     if choice == "none":
         return None
     if choice == "minilm":
+        minilm = functools.partial(shared_minilm, threads=lanes)
         model: Embedder = (
-            WarmingModel(shared_minilm, MINILM_ID, MINILM_DIMENSIONS, warm=background)
+            WarmingModel(minilm, MINILM_ID, MINILM_DIMENSIONS, warm=background)
             if background or lazy
-            else shared_minilm()
+            else minilm()
         )
         return CachingEmbedder(BatchingEmbedder(model))
     if choice == "bge":
+        small = functools.partial(shared_bge_small, threads=lanes)
         bge: Embedder = (
-            WarmingModel(shared_bge_small, BGE_ID, BGE_DIMENSIONS, warm=background)
-            if background or lazy
-            else shared_bge_small()
+            WarmingModel(small, BGE_ID, BGE_DIMENSIONS, warm=background) if background or lazy else small()
         )
         return CachingEmbedder(BatchingEmbedder(bge))
     if choice == "hash":

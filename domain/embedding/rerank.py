@@ -12,6 +12,7 @@ it (Apache-2.0).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -58,6 +59,11 @@ class CrossEncoder:
         self._batch_size = batch_size
         self.model_id = spec.model_id
 
+    @property
+    def lanes(self) -> int:
+        """Its inference sessions: how many batches it scores at once."""
+        return self._encoder.lanes
+
     def score(self, query: str, passages: Sequence[str]) -> Matrix:
         """float32, one logit per passage, in the passages' order."""
         check_texts(passages)
@@ -89,8 +95,11 @@ class WarmingCrossEncoder:
     instance's lock). A load that fails (a file failing its pin) is tried again by
     ``score``, which raises it where a search sees it."""
 
-    def __init__(self, *, warm: bool = True, shared: Shared[CrossEncoder] | None = None) -> None:
-        self._shared = shared_cross_encoder if shared is None else shared
+    def __init__(
+        self, *, warm: bool = True, shared: Shared[CrossEncoder] | None = None, lanes: int | None = None
+    ) -> None:
+        self._instance = shared_cross_encoder if shared is None else shared
+        self._shared = functools.partial(self._instance, threads=lanes)
         if warm:  # joined at exit: a daemon killed mid-load aborts onnxruntime
             threading.Thread(target=self._warm, name="rerank-warm").start()
 
@@ -103,21 +112,26 @@ class WarmingCrossEncoder:
     @property
     def loaded(self) -> bool:
         """Whether the model is in this process's memory (made by a search or the warm-up)."""
-        return self._shared.made
+        return self._instance.made
 
     def score(self, query: str, passages: Sequence[str]) -> Matrix:
         return self._shared().score(query, passages)
 
 
 def reranker_from_env(
-    env: Mapping[str, str] | None = None, background: bool = False, *, lazy: bool = False
+    env: Mapping[str, str] | None = None,
+    background: bool = False,
+    *,
+    lazy: bool = False,
+    lanes: int | None = None,
 ) -> tuple[CrossEncoder | WarmingCrossEncoder | None, int | None]:
     """``MEMWARDEN_RERANK`` (``ms-marco``, the default, or ``none``) and
     ``MEMWARDEN_RERANK_DEPTH`` (how many of the hybrid driver's best it reorders; ``None``:
     the driver's default). ``ValueError`` for an unknown choice or a depth that is not a
     positive whole number; :class:`~domain.embedding.base.ModelFileRejected` when the files
     fail their pins. ``background``: the model loads in a thread, checked at first use;
-    ``lazy``: it loads at first use only (a process that never reranks never loads it)."""
+    ``lazy``: it loads at first use only (a process that never reranks never loads it).
+    ``lanes``: its inference sessions (the setting ``model_lanes``), when this call loads it."""
     values = os.environ if env is None else env
     choice = (values.get("MEMWARDEN_RERANK") or "ms-marco").strip().lower()
     if choice not in RERANK_CHOICES:
@@ -128,5 +142,9 @@ def reranker_from_env(
     reranker: CrossEncoder | WarmingCrossEncoder | None = None
     if choice == "ms-marco":
         lazily = background or lazy
-        reranker = WarmingCrossEncoder(warm=background) if lazily else shared_cross_encoder()
+        reranker = (
+            WarmingCrossEncoder(warm=background, lanes=lanes)
+            if lazily
+            else shared_cross_encoder(threads=lanes)
+        )
     return reranker, int(depth) if depth is not None else None

@@ -38,7 +38,7 @@ class Core:
         searches), else at its first use (a process that may never embed)."""
         self.settings = settings
         self.embedder: Embedder | None = (
-            embedder_from_env(background=warm_models, lazy=not warm_models)
+            embedder_from_env(background=warm_models, lazy=not warm_models, lanes=settings.model_lanes)
             if isinstance(embedder, str)
             else embedder
         )
