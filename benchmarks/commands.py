@@ -206,6 +206,8 @@ def _register_report_bench(bench: Any) -> None:
         "--quick", action="store_true", help="a few turns and questions: a smoke test of the path"
     )
     report.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
+    report.add_argument("--conversations", type=int, help="only the first N conversations (default: all)")
+    report.add_argument("--questions", type=int, help="about N questions in all, each conversation's first")
     report.add_argument(
         "--out", help="the Markdown file whose report section is rewritten (default docs/benchmarks.md)"
     )

@@ -251,7 +251,7 @@ def measure_install() -> InstallSize:
                 str(source),
             ],
             check=True,
-            stdout=subprocess.DEVNULL,
+            capture_output=True,  # pip's warnings are not the bench's output
         )
         seconds = time.perf_counter() - began
         site = _site_packages(venv)

@@ -96,6 +96,13 @@ def _quick(samples: Sequence[locomo.Sample]) -> list[locomo.Sample]:
     return [locomo.Sample(first.sample_id, turns, tuple(questions))]
 
 
+def _first_questions(samples: Sequence[locomo.Sample], count: int) -> list[locomo.Sample]:
+    """Every turn, and each conversation's share of ``count`` questions (its first ones): a
+    shorter run on the same conversations."""
+    share = max(1, count // len(samples))
+    return [locomo.Sample(s.sample_id, s.turns, s.questions[:share]) for s in samples]
+
+
 def _configured(service: SearchService) -> list[str]:
     """The lanes, the hybrid driver, and the reranked depths when a reranker is configured."""
     names = list(locomo.DRIVERS)
@@ -167,12 +174,15 @@ def measure_search(path: Path, samples: Sequence[locomo.Sample]) -> SearchEviden
 def measure(args: argparse.Namespace) -> ReportRun:
     machine = machine_now()
     path = Path(args.data) if args.data else locomo.DEFAULT_DATA
-    samples = locomo.load(path)
+    samples = locomo.load(path)[: args.conversations or None]
     if args.quick:
         samples = _quick(samples)
+    elif args.questions:
+        samples = _first_questions(samples, args.questions)
     search = measure_search(path, samples)
-    texts = turn_texts(path)
-    ingest = measure_ingest(texts[:QUICK_INGEST_TEXTS] if args.quick else texts, 1 if args.quick else 2, 64)
+    # The turns of the conversations searched (their raw text, as bench ingest posts it).
+    texts = turn_texts(path)[: QUICK_INGEST_TEXTS if args.quick else search.turns]
+    ingest = measure_ingest(texts, 1 if args.quick else 2, 64)
     footprint = None
     if not args.quick:
         from benchmarks.footprint import measure as measure_footprint  # noqa: PLC0415 - serve, a worker, Redis
