@@ -34,7 +34,7 @@ def default_model_lanes(cores: int | None) -> int:
     to three cores, two from four. A lane runs one batch at a time, on the cores shared out
     among the lanes, and holds its own copy of the model's weights as onnxruntime optimizes
     them: on a small machine one lane on both cores is the smaller process for nearly the
-    same speed (docs/benchmarks.md, Footprint)."""
+    same speed (docs/design-figures.md, Embedding)."""
     return max(1, min(2, (cores or 1) // 2))
 
 

@@ -218,7 +218,7 @@ class OnnxEncoder:
         # No memory arena: onnxruntime's arena keeps every session's largest batch's
         # activations for the life of the process (a served process grew by hundreds of MB
         # after its first write batches), and without it the same batches ran as fast
-        # (docs/benchmarks.md, Footprint).
+        # (docs/design-figures.md, Embedding).
         options.enable_cpu_mem_arena = False
         sessions = [
             onnxruntime.InferenceSession(
@@ -271,12 +271,14 @@ def session_threads(lanes: int, cores: int | None) -> int:
     """Each lane's threads: the cores shared out among the lanes, at most ``MAX_SESSION_THREADS``.
     Two one-thread sessions embed a little faster than one session of two threads, but each
     session holds its own copy of the weights: one two-thread session is the smaller process
-    (docs/benchmarks.md, Footprint)."""
+    (docs/design-figures.md, Embedding)."""
     return max(1, min(MAX_SESSION_THREADS, (cores or 1) // lanes))
 
 
 MAX_SESSION_THREADS = 4
-"""Beyond this a session's threads mostly wait for each other at every operator."""
+"""The most threads one session gets: a session's threads wait for each other at every
+operator (docs/design-figures.md, Embedding), so a bigger machine is better used by more
+lanes (``MEMWARDEN_MODEL_LANES``)."""
 
 
 def _valid(text: str) -> str:
