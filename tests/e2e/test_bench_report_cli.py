@@ -58,9 +58,10 @@ def test_the_quick_report_writes_its_figures_and_only_its_section(
     assert run["ingest"]["turns"] == 24
     assert run["footprint"] is None  # not with --quick
     assert run["quick"] is True
-    pngs = sorted(p.name for p in images.iterdir())
+    assert json.loads((images / "report.json").read_text())["search"]["questions"] == 4
+    pngs = sorted(p.name for p in images.glob("*.png"))
     assert pngs == ["ingest.png", "recall-by-category.png", "recall-vs-p50.png", "search-latency.png"]
-    for png in images.iterdir():
+    for png in images.glob("*.png"):
         assert png.read_bytes()[:8] == PNG
         assert png.stat().st_size > 10_000  # drawn, not an empty canvas
     text = out.read_text()
