@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memwarden.api.cli.timetravel import register_time_bench
-from memwarden.domain.services.write_results import MAX_BATCH_ITEMS
+from memwarden.domain.model.write import MAX_BATCH_ITEMS
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -189,3 +189,43 @@ def _register_service_benches(bench: Any) -> None:
     )
     judge.add_argument("--json", action="store_true")
     judge.set_defaults(handler=lazy("benchmarks.judge", "run_judge_bench"))
+    _register_footprint_bench(bench)
+    _register_report_bench(bench)
+
+
+def _register_footprint_bench(bench: Any) -> None:
+    footprint = bench.add_parser(
+        "footprint",
+        help="RSS of serve, its projector and a worker after start and after writes; install size; CLI start-up",
+    )
+    footprint.add_argument(
+        "--writes", type=int, default=10_000, help="memories written over HTTP between the samples"
+    )
+    footprint.add_argument(
+        "--no-install", action="store_true", help="skip the pip install into a fresh virtualenv"
+    )
+    footprint.add_argument("--json", action="store_true")
+    footprint.set_defaults(handler=lazy("benchmarks.footprint", "run_footprint_bench"))
+
+
+def _register_report_bench(bench: Any) -> None:
+    report = bench.add_parser(
+        "report",
+        help="run the benches behind docs/benchmarks.md's figures and write them again (PNG plots, Markdown)",
+    )
+    report.add_argument(
+        "--quick", action="store_true", help="a few turns and questions: a smoke test of the path"
+    )
+    report.add_argument("--data", help="the LoCoMo JSON file (default ../shared/data/locomo-dev.json)")
+    report.add_argument("--conversations", type=int, help="only the first N conversations (default: all)")
+    report.add_argument("--questions", type=int, help="about N questions in all, each conversation's first")
+    report.add_argument(
+        "--out", help="the Markdown file whose report section is rewritten (default docs/benchmarks.md)"
+    )
+    report.add_argument("--images", help="where the PNGs go (default docs/img)")
+    report.add_argument(
+        "--writes", type=int, default=10_000, help="the footprint's writes (not with --quick)"
+    )
+    report.add_argument("--no-install", action="store_true", help="skip the footprint's pip install")
+    report.add_argument("--json", action="store_true", help="also print what was measured, as JSON")
+    report.set_defaults(handler=lazy("benchmarks.report", "run_report_bench"))

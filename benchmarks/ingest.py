@@ -254,6 +254,21 @@ def _post_all(
 # -- the command ---------------------------------------------------------------------------------------
 
 
+def measure_ingest(texts: Sequence[str], clients: int, batch: int) -> IngestReport:
+    """The embedder alone (before and after), ingest over HTTP and the plain ledger, one run."""
+    configured = Settings.from_env()
+    before = embedder_alone(texts, configured)
+    with scratch_database("memwarden_bench_ingest") as (scratch, _), tempfile.TemporaryDirectory() as home:
+        settings = msgspec.structs.replace(scratch, data_dir=Path(home))
+        ingest = ingest_over_http(settings, texts, "ingest", None, clients, batch)
+        plain = ingest_over_http(settings, texts, "plain ledger", "none", clients, batch)
+    alone = faster(before, embedder_alone(texts, configured))
+    ratio = round(ingest.per_second / alone.per_second, 3) if alone else None
+    return IngestReport(
+        turns=len(texts), embedder_alone=alone, ingest=ingest, plain_ledger=plain, ratio=ratio, target=TARGET
+    )
+
+
 def run_ingest_bench(args: argparse.Namespace) -> int:
     texts = turn_texts(Path(args.data) if args.data else DEFAULT_DATA)
     if args.limit:
@@ -261,17 +276,7 @@ def run_ingest_bench(args: argparse.Namespace) -> int:
     if not texts:
         sys.stderr.write("no turns with text in the data file\n")
         return 2
-    configured = Settings.from_env()
-    before = embedder_alone(texts, configured)
-    with scratch_database("memwarden_bench_ingest") as (scratch, _), tempfile.TemporaryDirectory() as home:
-        settings = msgspec.structs.replace(scratch, data_dir=Path(home))
-        ingest = ingest_over_http(settings, texts, "ingest", None, args.clients, args.batch)
-        plain = ingest_over_http(settings, texts, "plain ledger", "none", args.clients, args.batch)
-    alone = faster(before, embedder_alone(texts, configured))
-    ratio = round(ingest.per_second / alone.per_second, 3) if alone else None
-    report = IngestReport(
-        turns=len(texts), embedder_alone=alone, ingest=ingest, plain_ledger=plain, ratio=ratio, target=TARGET
-    )
+    report = measure_ingest(texts, args.clients, args.batch)
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
     else:

@@ -251,9 +251,15 @@ def measured(service: SearchService) -> tuple[str, ...]:
     return (*DRIVERS, RERANKED, ADAPTIVE) if RERANKED in service.drivers else DRIVERS
 
 
-def score(service: SearchService, samples: Sequence[Sample], ingested: Ingested) -> Tally:
+def score(
+    service: SearchService,
+    samples: Sequence[Sample],
+    ingested: Ingested,
+    drivers: Sequence[str] | None = None,
+) -> Tally:
+    """Every question by each of ``drivers`` (default: the lanes, and ``reranked`` when configured)."""
     tally = Tally()
-    drivers = measured(service)
+    drivers = measured(service) if drivers is None else drivers
     for sample in samples:
         who, mapping = agent_of(sample), ingested.memory_of[sample.sample_id]
         for q in sample.questions:

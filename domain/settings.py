@@ -35,6 +35,15 @@ LOG_FORMATS = ("text", "json")
 AUDIT_SPOOL_MAX_BYTES = 64 * 1024 * 1024
 
 
+def default_model_lanes(cores: int | None) -> int:
+    """Inference sessions per bundled model when ``MEMWARDEN_MODEL_LANES`` is unset: one up
+    to three cores, two from four. A lane runs one batch at a time, on the cores shared out
+    among the lanes, and holds its own copy of the model's weights as onnxruntime optimizes
+    them: on a small machine one lane on both cores is the smaller process for nearly the
+    same speed (docs/design-figures.md, Embedding)."""
+    return max(1, min(2, (cores or 1) // 2))
+
+
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         msg = f"{name} must be one of {', '.join(choices)}, not {value!r}"
@@ -178,6 +187,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """When passes go to Redis: after this long with no worker heartbeat, or with messages
     queued and no worker having consumed one, ``/readyz``, ``stats`` and ``/metrics`` say
     that nobody runs the passes."""
+    model_lanes: int = 2
+    """``MEMWARDEN_MODEL_LANES``: inference sessions of each bundled model in a process that
+    runs it (the embedder, the cross-encoder); default :func:`default_model_lanes`."""
     log_level: str = "warning"
     """The API process's logging level (``memwarden serve --log-level``)."""
     rerank_when: str = "adaptive"
@@ -225,6 +237,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             max_content_bytes=int(values.get("MEMWARDEN_MAX_CONTENT_BYTES") or 16_384),
             read_wait_seconds=float(values.get("MEMWARDEN_READ_WAIT_SECONDS") or 5.0),
             pool_size=int(values.get("MEMWARDEN_POOL_SIZE") or 8),
+            model_lanes=int(
+                positive_number(values, "MEMWARDEN_MODEL_LANES", int) or default_model_lanes(os.cpu_count())
+            ),
             db_timeout_seconds=positive_number(values, "MEMWARDEN_DB_TIMEOUT_SECONDS", float) or 3.0,
             metrics_token=values.get("MEMWARDEN_METRICS_TOKEN") or None,
             log_origin=values.get("MEMWARDEN_LOG_ORIGIN") or None,

@@ -7,13 +7,13 @@ import base64
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from memwarden.domain.ledger.keys import KEK_BYTES, KeyConfigError, KeyEncryptionKey
-from memwarden.domain.model.certificates import DeletionCertificate
-from memwarden.domain.settings import Settings
+if TYPE_CHECKING:  # the commands import what they run (api/cli/main.py)
+    from memwarden.domain.ledger.keys import KeyEncryptionKey
+    from memwarden.domain.model.certificates import DeletionCertificate
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -25,6 +25,8 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def read_certificate(path: str) -> DeletionCertificate:
     """A certificate file: the certificate itself, or a forget response holding one."""
+    from memwarden.domain.model.certificates import DeletionCertificate  # noqa: PLC0415 - see the note in main.py
+
     raw = msgspec.json.decode(Path(path).read_bytes())
     if isinstance(raw, dict) and isinstance(raw.get("certificate"), dict):
         raw = raw["certificate"]
@@ -62,6 +64,8 @@ def _erased(certificate: DeletionCertificate) -> str:
 
 
 def _new_kek(args: argparse.Namespace) -> KeyEncryptionKey:
+    from memwarden.domain.ledger.keys import KEK_BYTES, KeyConfigError, KeyEncryptionKey  # noqa: PLC0415
+
     if args.new_kek_file:
         material = Path(args.new_kek_file).read_bytes()
         if len(material) != KEK_BYTES:
@@ -81,6 +85,9 @@ def cmd_keys_rotate_kek(args: argparse.Namespace) -> int:
     operator sets ``MEMWARDEN_KEK`` to it before the next start. Run with the service
     stopped.
     """
+    from memwarden.domain.ledger.keys import KeyConfigError  # noqa: PLC0415 - see the note in main.py
+    from memwarden.domain.settings import Settings  # noqa: PLC0415
+
     settings = Settings.from_env()
     try:
         new = _new_kek(args)

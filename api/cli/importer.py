@@ -35,21 +35,19 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime
 from datetime import time as clock_time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
-import yaml
 
 from memwarden.api.cli.knowledge import OPERATOR, publisher
-from memwarden.api.cli.progress import ProgressBar
-from memwarden.api.http.schemas import batch_entry
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.namespaces import validate_namespace
-from memwarden.domain.model.write import Rejection
-from memwarden.domain.services.knowledge import markdown_files, read_text
-from memwarden.domain.services.memory import MemoryService
-from memwarden.domain.services.write_results import MAX_BATCH_ITEMS, BatchItem, WriteResult
+from memwarden.domain.model.write import MAX_BATCH_ITEMS, Rejection
+
+if TYPE_CHECKING:  # the services, the HTTP schemas and YAML only when an import runs (api/cli/main.py)
+    from memwarden.domain.services.memory import MemoryService
+    from memwarden.domain.services.write_results import BatchItem, WriteResult
 
 MAX_MARKDOWN_BYTES = 1_048_576
 """A Markdown file larger than this is refused unread (the content limit is far below)."""
@@ -161,6 +159,8 @@ def _flag(cell: str) -> bool:
 
 
 def _markdown_records(folder: Path) -> tuple[list[Record], str]:
+    from memwarden.domain.services.knowledge import markdown_files, read_text  # noqa: PLC0415 - see main.py
+
     digest = hashlib.sha256()
     records: list[Record] = []
     for path in markdown_files(folder):
@@ -196,6 +196,8 @@ def _markdown_body(text: str) -> dict[str, Any]:
 
 
 def _front_matter(source: str) -> dict[str, Any]:
+    import yaml  # noqa: PLC0415 - see api/cli/main.py on imports
+
     try:
         loaded = yaml.safe_load(source)
     except yaml.YAMLError as error:
@@ -216,6 +218,8 @@ def _plain_time(value: Any) -> Any:
 
 def entry_of(record: Record) -> BatchItem | Rejection:
     """The record as ``write_batch`` takes it; anything wrong rejects this record alone."""
+    from memwarden.api.http.schemas import batch_entry  # noqa: PLC0415 - see api/cli/main.py on imports
+
     if record.body is None:
         return Rejection("invalid_request", f"{record.where}: {record.problem}")
     try:
@@ -270,6 +274,8 @@ def run_import(
 ) -> tuple[Counter[str], list[ImportRejection], int]:
     """Import what is not done yet, a batch at a time, saving progress after each batch:
     (outcome counts, rejections in order, records skipped as done before)."""
+    from memwarden.api.cli.progress import ProgressBar  # noqa: PLC0415 - rich, only when an import runs
+
     skipped = min(progress.done(), len(records))
     outcomes: Counter[str] = Counter()
     rejections: list[ImportRejection] = []

@@ -13,16 +13,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from memwarden.domain.embedding import ModelFileRejected, embedder_from_settings
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import check_actor_name
 from memwarden.domain.model.namespaces import tenant_of, validate_namespace
 from memwarden.domain.model.storable import check_storable
-from memwarden.domain.services.knowledge import KnowledgeLoadResult, chunk_count
-from memwarden.domain.settings import Settings
+
+if TYPE_CHECKING:  # the services and the models only when the command runs (api/cli/main.py)
+    from memwarden.domain.services.knowledge import KnowledgeLoadResult
 
 OPERATOR = "operator@cli"
 
@@ -46,6 +44,8 @@ def publisher(namespace: str | None, acting_as: str | None) -> tuple[Identity, s
 
 
 def result_line(result: KnowledgeLoadResult) -> str:
+    from memwarden.domain.services.knowledge import chunk_count  # noqa: PLC0415 - see api/cli/main.py
+
     name = f"{result.namespace}/{result.slug}" if result.namespace and result.slug else result.path
     if result.outcome == "published":
         lexical = "" if result.embedded else ", lexical only: embedding unavailable"
@@ -56,6 +56,11 @@ def result_line(result: KnowledgeLoadResult) -> str:
 
 
 def cmd_knowledge_load(args: argparse.Namespace) -> int:
+    import msgspec  # noqa: PLC0415 - see api/cli/main.py on imports
+
+    from memwarden.domain.embedding import ModelFileRejected, embedder_from_settings  # noqa: PLC0415
+    from memwarden.domain.settings import Settings  # noqa: PLC0415
+
     settings = Settings.from_env()
     try:
         identity, namespace = publisher(args.namespace, args.acting_as)

@@ -9,42 +9,34 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import msgspec
-from psycopg.sql import SQL, Identifier
-
 from memwarden.api.cli.bench import register as register_bench_commands
 from memwarden.api.cli.erasure import register as register_erasure_commands
 from memwarden.api.cli.importer import register as register_import_command
 from memwarden.api.cli.knowledge import register as register_knowledge_commands
-from memwarden.api.cli.listening import announce_when_listening
-from memwarden.api.cli.migrate import check_configured_database
 from memwarden.api.cli.migrate import register as register_migrate_command
 from memwarden.api.cli.proof import register as register_proof_commands
 from memwarden.api.cli.reembed import register as register_reembed_command
 from memwarden.api.cli.timetravel import register as register_time_commands
 from memwarden.api.cli.witness import register as register_witness_command
 from memwarden.api.mcp.command import register as register_mcp_command
-from memwarden.bootstrap.migrate import MigrationError
-from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint
-from memwarden.domain.model.errors import DomainError
-from memwarden.domain.model.identity import Identity
-from memwarden.domain.model.keys import IssueKey
-from memwarden.domain.model.namespaces import tenant_of, validate_namespace
-from memwarden.domain.model.text import storable_text_problem
 from memwarden.domain.model.trust import SOURCE_RANKS
-from memwarden.domain.settings import Settings, environment_with
-from memwarden.projections.governance.views import KeyView
-from memwarden.projections.listing import every
 from memwarden.workers.cli import register_worker_command
 
+# Every command's code is imported by the command that runs it, never here: building the
+# parser (``memwarden --help``) must not load the database driver, numpy or the web stack.
+# tests/e2e/test_cli_startup.py holds this to a list of modules.
 if TYPE_CHECKING:
     from memwarden.bootstrap.runtime import Runtime
+    from memwarden.domain.model.identity import Identity
+    from memwarden.projections.governance.views import KeyView
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if getattr(args, "json", False):
+        import msgspec  # noqa: PLC0415 - see the note on imports above
+
         sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
     else:
         sys.stdout.write(text + "\n")
@@ -53,6 +45,7 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 def cmd_demo(_args: argparse.Namespace) -> int:
     from memwarden.api.cli.demo import demo_settings, run_demo  # noqa: PLC0415 - only this command needs it
     from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+    from memwarden.domain.settings import Settings  # noqa: PLC0415
 
     with demo_settings(Settings.from_env()) as settings, Runtime(settings) as runtime:
         facts = run_demo(runtime)
@@ -62,6 +55,10 @@ def cmd_demo(_args: argparse.Namespace) -> int:
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    import msgspec  # noqa: PLC0415 - see the note on imports above
+
+    from memwarden.domain.ledger.checkpoints import Checkpoint, InvalidCheckpoint  # noqa: PLC0415
+
     checkpoint = None
     if args.checkpoint:
         try:
@@ -98,6 +95,8 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger_checkpoint(_args: argparse.Namespace) -> int:
+    import msgspec  # noqa: PLC0415 - see the note on imports above
+
     from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
 
     with Runtime(follow=False) as runtime:
@@ -125,10 +124,17 @@ OPERATOR = "operator@cli"
 
 def _operator(namespace: str) -> Identity:
     """The CLI runs with direct database access: an owner of the target's tenant."""
+    from memwarden.domain.model.identity import Identity  # noqa: PLC0415 - see the note on imports above
+    from memwarden.domain.model.namespaces import tenant_of  # noqa: PLC0415
+
     return Identity(tenant_of(namespace), OPERATOR, "owner")
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
+    from memwarden.domain.model.errors import DomainError  # noqa: PLC0415 - see the note on imports above
+    from memwarden.domain.model.keys import IssueKey  # noqa: PLC0415
+    from memwarden.domain.model.namespaces import validate_namespace  # noqa: PLC0415
+
     command = IssueKey(
         target=args.namespace, actor=args.actor, role=args.role, max_provenance=args.max_provenance
     )
@@ -152,6 +158,9 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from memwarden.domain.model.errors import DomainError  # noqa: PLC0415 - see the note on imports above
+    from memwarden.domain.model.text import storable_text_problem  # noqa: PLC0415
+
     problem = storable_text_problem(args.key_id)
     if problem is not None:  # no key id holds one; and the lookup could not even send it
         sys.stderr.write(f"refused: KEY_ID {problem}\n")
@@ -174,6 +183,9 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
+    from memwarden.domain.model.errors import DomainError  # noqa: PLC0415 - see the note on imports above
+    from memwarden.domain.model.namespaces import validate_namespace  # noqa: PLC0415
+
     try:
         if args.namespace:
             validate_namespace(args.namespace)
@@ -194,6 +206,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def _all_keys(runtime: Runtime) -> list[KeyView]:
+    from psycopg.sql import SQL, Identifier  # noqa: PLC0415 - see the note on imports above
+
     with runtime.ledger.datastore.get_connection() as conn:
         rows = conn.execute(
             SQL("SELECT DISTINCT split_part(namespace, '/', 1) AS tenant FROM {}.api_keys").format(
@@ -204,6 +218,8 @@ def _all_keys(runtime: Runtime) -> list[KeyView]:
 
 
 def _keys_of(runtime: Runtime, root: str) -> list[KeyView]:
+    from memwarden.projections.listing import every  # noqa: PLC0415 - see the note on imports above
+
     return list(every(lambda asked: runtime.reads.keys(root, asked)))
 
 
@@ -214,7 +230,10 @@ def _say(line: str) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """The API; by default with a projector process beside it (see workers/projector.py)."""
-    from memwarden.api.http.serving import serve_http  # noqa: PLC0415 - only this command needs it
+    from memwarden.api.cli.listening import announce_when_listening  # noqa: PLC0415 - only this command needs it
+    from memwarden.api.cli.migrate import check_configured_database  # noqa: PLC0415
+    from memwarden.api.http.serving import serve_http  # noqa: PLC0415
+    from memwarden.domain.settings import Settings, environment_with  # noqa: PLC0415
     from memwarden.workers.cli import serve_autopilot  # noqa: PLC0415
     from memwarden.workers.projector import ProjectorProcess  # noqa: PLC0415
 
@@ -404,7 +423,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except MigrationError as error:  # a configured database nobody migrated (or a changed migration)
+    except Exception as error:
+        # Imported only now: a command that reached the database has loaded it already.
+        from memwarden.bootstrap.migrate import MigrationError  # noqa: PLC0415
+
+        if not isinstance(error, MigrationError):
+            raise
+        # a configured database nobody migrated (or a changed migration)
         sys.stderr.write(f"memwarden {args.command}: {error}\n")
         return 2
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
-import psycopg
-
-from memwarden.bootstrap.migrate import MigrationError, MigrationReport, migrate, require_migrated
-from memwarden.domain.ledger.database import ConnectionParams, resolve_database
-from memwarden.domain.settings import Settings
+if TYPE_CHECKING:  # the database driver only when a command needs it (api/cli/main.py)
+    from memwarden.bootstrap.migrate import MigrationReport
+    from memwarden.domain.settings import Settings
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    import msgspec  # noqa: PLC0415 - see api/cli/main.py on imports
+    import psycopg  # noqa: PLC0415
+
+    from memwarden.bootstrap.migrate import MigrationError, migrate  # noqa: PLC0415
+    from memwarden.domain.ledger.database import resolve_database  # noqa: PLC0415
+    from memwarden.domain.settings import Settings  # noqa: PLC0415
+
     params, server = resolve_database(Settings.from_env())
     try:
         report = migrate(params)
@@ -48,6 +52,9 @@ def describe(report: MigrationReport) -> str:
 def check_configured_database(settings: Settings) -> None:
     """Before a server starts on ``DATABASE_URL``: refuse (``SchemaNotMigrated``) a database
     that lacks migrations. The embedded default migrates itself when it opens."""
+    from memwarden.bootstrap.migrate import require_migrated  # noqa: PLC0415 - see api/cli/main.py
+    from memwarden.domain.ledger.database import ConnectionParams  # noqa: PLC0415
+
     if settings.database_url:
         require_migrated(ConnectionParams.from_url(settings.database_url))
 

@@ -9,15 +9,18 @@ import base64
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 from memwarden.api.cli.erasure import read_certificate
-from memwarden.bootstrap.runtime import Runtime
-from memwarden.projections.merkle.records import certificate_position
-from memwarden_client.proofs import ProofError, VerifierKey
-from memwarden_client.records import verify_bound_proof_file
+
+if TYPE_CHECKING:  # the runtime and the client only when a command runs (api/cli/main.py)
+    from memwarden.bootstrap.runtime import Runtime
+
+
+def _runtime() -> Runtime:
+    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - see api/cli/main.py on imports
+
+    return Runtime(follow=False)
 
 
 def _b64(value: bytes) -> str:
@@ -27,6 +30,8 @@ def _b64(value: bytes) -> str:
 def _note_of(runtime: Runtime, size: int | None) -> tuple[int, str]:
     """(size, note) of the newest signed checkpoint (of ``size``, when given); one is made
     when none of that size exists yet."""
+    from memwarden_client.proofs import ProofError  # noqa: PLC0415 - see api/cli/main.py on imports
+
     kept = runtime.ledger.checkpoint_log.with_size(size)
     if kept is None or kept.checkpoint.note is None or kept.checkpoint.size is None:
         made = runtime.ledger.checkpoint(runtime.reads.tree.root)
@@ -57,7 +62,7 @@ def _inclusion_document(runtime: Runtime, position: int, size: int | None) -> di
 
 
 def cmd_proof_inclusion(args: argparse.Namespace) -> int:
-    with Runtime(follow=False) as runtime:
+    with _runtime() as runtime:
         document = _inclusion_document(runtime, args.position, args.size)
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
     return 0
@@ -66,12 +71,16 @@ def cmd_proof_inclusion(args: argparse.Namespace) -> int:
 def cmd_proof_certificate(args: argparse.Namespace) -> int:
     """A deletion certificate's proof file: the inclusion of its ErasureCertified event, with
     the record and the certificate, so ``proof verify`` checks the ledger recorded exactly it."""
+    import msgspec  # noqa: PLC0415 - see api/cli/main.py on imports
+
+    from memwarden.projections.merkle.records import certificate_position  # noqa: PLC0415
+
     try:
         certificate = read_certificate(args.file)
     except (OSError, ValueError) as error:
         sys.stderr.write(f"unreadable certificate {args.file}: {error}\n")
         return 1
-    with Runtime(follow=False) as runtime:
+    with _runtime() as runtime:
         tree = runtime.reads.tree
         position = certificate_position(tree.datastore, tree.schema, certificate.id)
         if position is None:
@@ -84,7 +93,7 @@ def cmd_proof_certificate(args: argparse.Namespace) -> int:
 
 
 def cmd_proof_consistency(args: argparse.Namespace) -> int:
-    with Runtime(follow=False) as runtime:
+    with _runtime() as runtime:
         first_size, first_note = _note_of(runtime, args.first)
         second_size, second_note = _note_of(runtime, args.second)
         found = runtime.reads.tree.consistency(first_size, second_size)
@@ -103,12 +112,15 @@ def cmd_proof_consistency(args: argparse.Namespace) -> int:
 
 
 def cmd_proof_vkey(_args: argparse.Namespace) -> int:
-    with Runtime(follow=False) as runtime:
+    with _runtime() as runtime:
         sys.stdout.write(runtime.ledger.vkey + "\n")
     return 0
 
 
 def cmd_proof_verify(args: argparse.Namespace) -> int:
+    from memwarden_client.proofs import ProofError, VerifierKey  # noqa: PLC0415 - see api/cli/main.py
+    from memwarden_client.records import verify_bound_proof_file  # noqa: PLC0415
+
     try:
         document = json.loads(Path(args.file).read_text())
         trusted = args.log_key or document.get("log_key", "")

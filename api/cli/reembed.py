@@ -8,14 +8,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from memwarden.api.cli.knowledge import OPERATOR
-from memwarden.api.cli.progress import ProgressBar
 from memwarden.domain.model.errors import DomainError
-from memwarden.domain.services.reembed import DEFAULT_BATCH, ReembedReport
+
+if TYPE_CHECKING:  # the service only when the command runs (api/cli/main.py)
+    from memwarden.domain.services.reembed import ReembedReport
 
 
 class ReembedSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -25,13 +26,15 @@ class ReembedSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def cmd_reembed(args: argparse.Namespace) -> int:
     began = time.monotonic()
+    from memwarden.api.cli.progress import ProgressBar  # noqa: PLC0415 - rich, only when the command runs
     from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+    from memwarden.domain.services.reembed import DEFAULT_BATCH  # noqa: PLC0415
 
     with Runtime(follow=False) as runtime:
         service = runtime.reembed
         try:
             bar = ProgressBar("reembed", service.missing(), sys.stderr, unit=" memories/s")
-            report = service.run(OPERATOR, args.batch, bar.update)
+            report = service.run(OPERATOR, args.batch or DEFAULT_BATCH, bar.update)
             bar.finish()
         except DomainError as error:
             sys.stderr.write(f"\nreembed stopped ({error.code}): {error.detail}; re-run to resume\n")
@@ -59,7 +62,9 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "reembed", help="embed every memory by the configured embedder, then switch search to it"
     )
-    parser.add_argument("--batch", type=_batch_size, default=DEFAULT_BATCH, help="memories per batch")
+    parser.add_argument(
+        "--batch", type=_batch_size, help="memories per batch (default: the reembed service's)"
+    )
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(handler=cmd_reembed)
 

@@ -11,9 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import msgspec
-from psycopg.sql import SQL, Identifier
 
-from memwarden.api.cli.progress import staged_progress
 from memwarden.domain.model.asof import AsOfAnswer, AsOfMemory
 from memwarden.domain.model.errors import DomainError
 from memwarden.domain.model.namespaces import validate_namespace
@@ -21,10 +19,8 @@ from memwarden.domain.model.scopes import Subtree
 from memwarden.domain.model.storable import check_storable
 from memwarden.domain.model.text import quote_text
 from memwarden.domain.model.times import parse_time_text
-from memwarden.projections.rebuild import Rebuilder, RebuildFailed
-from memwarden.projections.timeline.service import AsOfQuestion
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the read models and the database driver only when a command runs (api/cli/main.py)
     from memwarden.bootstrap.runtime import Runtime
 
 
@@ -53,6 +49,8 @@ def _answer_text(answer: AsOfAnswer) -> str:
 
 
 def cmd_asof(args: argparse.Namespace) -> int:
+    from memwarden.projections.timeline.service import AsOfQuestion  # noqa: PLC0415 - see api/cli/main.py
+
     try:
         scope: tuple[str, ...] | Subtree | None = (
             Subtree(validate_namespace(args.namespace)) if args.namespace else None
@@ -99,6 +97,8 @@ def cmd_asof(args: argparse.Namespace) -> int:
 
 
 def known_namespaces(runtime: Runtime) -> list[str]:
+    from psycopg.sql import SQL, Identifier  # noqa: PLC0415 - see api/cli/main.py on imports
+
     with runtime.ledger.datastore.get_connection() as conn:
         rows = conn.execute(
             SQL("SELECT DISTINCT namespace FROM {}.memory_timeline ORDER BY namespace").format(
@@ -109,7 +109,9 @@ def known_namespaces(runtime: Runtime) -> list[str]:
 
 
 def cmd_projections_rebuild(args: argparse.Namespace) -> int:
+    from memwarden.api.cli.progress import staged_progress  # noqa: PLC0415 - see api/cli/main.py on imports
     from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+    from memwarden.projections.rebuild import Rebuilder, RebuildFailed  # noqa: PLC0415
 
     with Runtime(follow=False) as runtime:
         rebuilder = Rebuilder(runtime.reads.runner)
@@ -150,6 +152,7 @@ def cmd_projections_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_replay_snapshot(args: argparse.Namespace) -> int:
+    from memwarden.api.cli.progress import staged_progress  # noqa: PLC0415 - see api/cli/main.py on imports
     from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
 
     with Runtime(follow=False) as runtime:

@@ -18,22 +18,13 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+if TYPE_CHECKING:  # an HTTP client and cryptography only when a witness runs (api/cli/main.py)
+    import httpx
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from memwarden.domain.settings import Settings
-from memwarden_client.proofs import (
-    COSIGNATURE_V1,
-    Checkpoint,
-    ProofError,
-    VerifierKey,
-    cosignature_message,
-    note_key_id,
-    verify_consistency,
-)
+    from memwarden_client.proofs import Checkpoint, VerifierKey
 
 FORK = 3
 """The exit status of a witness that found the log inconsistent with what it cosigned."""
@@ -41,6 +32,10 @@ FORK = 3
 
 class Witness:
     def __init__(self, name: str, key: Ed25519PrivateKey) -> None:
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - see the imports above
+
+        from memwarden_client.proofs import COSIGNATURE_V1, VerifierKey, note_key_id  # noqa: PLC0415
+
         self.name = name
         self.key = key
         public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
@@ -48,6 +43,8 @@ class Witness:
 
     def cosign(self, checkpoint: Checkpoint, now: int) -> str:
         """The cosignature line of ``checkpoint`` at POSIX time ``now``."""
+        from memwarden_client.proofs import cosignature_message  # noqa: PLC0415 - see the imports above
+
         signature = self.key.sign(cosignature_message(checkpoint.note.text, now))
         raw = self.vkey.key_id + struct.pack(">Q", now) + signature
         return f"\u2014 {self.name} {base64.b64encode(raw).decode()}"
@@ -58,6 +55,9 @@ class Fork(Exception):
 
 
 def load_key(path: Path) -> Ed25519PrivateKey:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - see the imports above
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise TypeError(f"{path} does not hold an Ed25519 private key")
@@ -65,6 +65,9 @@ def load_key(path: Path) -> Ed25519PrivateKey:
 
 
 def make_key(path: Path) -> Ed25519PrivateKey:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - see the imports above
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -78,6 +81,8 @@ def make_key(path: Path) -> Ed25519PrivateKey:
 def witness_once(client: httpx.Client, witness: Witness, log_key: VerifierKey, state_file: Path) -> str:
     """One round: what happened (``cosigned N``, ``nothing new``). Fork when the newest
     checkpoint is not consistent with the last one cosigned (evidence next to the state)."""
+    from memwarden_client.proofs import Checkpoint, ProofError, verify_consistency  # noqa: PLC0415
+
     state = _load_state(state_file)
     newest = _newest_note(client)
     if newest is None:
@@ -115,6 +120,8 @@ def witness_once(client: httpx.Client, witness: Witness, log_key: VerifierKey, s
 def _load_state(state_file: Path) -> dict[str, Any]:
     """The last checkpoint cosigned; a state file that cannot be read stops the witness (it
     must never start over from nothing and so cosign whatever it is shown next)."""
+    from memwarden_client.proofs import ProofError  # noqa: PLC0415 - see the imports above
+
     if not state_file.exists():
         return {}
     try:
@@ -154,6 +161,11 @@ def _consistency(client: httpx.Client, first: int, second: int) -> list[bytes]:
 
 
 def cmd_witness(args: argparse.Namespace) -> int:
+    import httpx  # noqa: PLC0415 - see the imports above
+
+    from memwarden.domain.settings import Settings  # noqa: PLC0415
+    from memwarden_client.proofs import ProofError, VerifierKey  # noqa: PLC0415
+
     key_file = Path(args.key)
     if args.keygen:
         witness = Witness(args.name, make_key(key_file))

