@@ -86,15 +86,6 @@ class MemoryService:
         self.embedding.configured = embedder
         self.embedding.serving = None
 
-    @property
-    def serving_embedder(self) -> Callable[[], Embedder | None] | None:
-        """The embedder of the model the search index serves; without it, the configured one."""
-        return self.embedding.serving
-
-    @serving_embedder.setter
-    def serving_embedder(self, serving: Callable[[], Embedder | None] | None) -> None:
-        self.embedding.serving = serving
-
     # -- reading authoritative state ---------------------------------------------------------
 
     def memory(self, memory_id: UUID) -> MemoryState | None:
