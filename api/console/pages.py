@@ -312,18 +312,21 @@ class ConsoleController(Controller):
         form = await read_form(request)
         presented = str(form.get("key") or "").strip()
         state = api_state(request)
-        source = request.client.host if request.client else "unknown"
-        parsed = parse_key(presented)
-        wait = state.auth_throttle.retry_after(source, parsed[0] if parsed else None)
+        attempt = state.auth_throttle.attempt(request.client.host if request.client else None, presented)
+        wait = attempt.retry_after()
         if wait:
             throttled = page(
                 "login.html", None, 429, error="too many failed logins from here; wait and try again"
             )
             throttled.headers["Retry-After"] = str(wait)
             return throttled
-        found = await anyio.to_thread.run_sync(state.governance.authenticate, presented) if parsed else None
+        found = (
+            await anyio.to_thread.run_sync(state.governance.authenticate, presented)
+            if attempt.parsed
+            else None
+        )
         if found is None:
-            state.auth_throttle.failed(source, parsed[0] if parsed else None)
+            attempt.failed()
             return page("login.html", None, 401, error="unknown, malformed or revoked API key")
         if found.identity.role not in CONSOLE_ROLES:
             return page("login.html", None, 403, error=f"role {found.identity.role} may not use the console")

@@ -8,8 +8,10 @@ import ipaddress
 import math
 import threading
 import time
+from typing import NamedTuple
 
 from memwarden.api.http.limits import TokenBuckets
+from memwarden.domain.model.keys import parse_key
 
 FAILURES_PER_MINUTE_PER_SOURCE = 30
 FAILURES_PER_MINUTE_PER_KEY = 10
@@ -45,6 +47,12 @@ class AuthThrottle:
             for bucket in self._names(source, key_id):
                 self._buckets.spend(bucket, self._limit(bucket), now)
 
+    def attempt(self, client_host: str | None, presented: str) -> Attempt:
+        """One presentation of a credential (``presented``, maybe empty) from a client: the
+        key id it names (when it parses as a key) and its source, to check and spend."""
+        parsed = parse_key(presented) if presented else None
+        return Attempt(self, client_host or "unknown", parsed)
+
     def _forget(self, now: float) -> None:
         """Bound memory without handing the attacker a reset: full buckets go first, then
         source buckets (a flood of fresh addresses is itself cheap); key buckets stay, so a
@@ -73,3 +81,24 @@ def source_block(source: str) -> str:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is None:
         return str(ipaddress.IPv6Network((address, 64), strict=False))
     return str(address.ipv4_mapped or address) if isinstance(address, ipaddress.IPv6Address) else str(address)
+
+
+class Attempt(NamedTuple):
+    """A credential presented from ``source``: ``parsed`` is its (key id, secret) when it
+    parses as a key. Every authenticating entry point (the API's gate, the console's login,
+    the metrics scrape) checks ``retry_after`` before the credential and calls ``failed``
+    after a wrong one, so all of them spend the same buckets."""
+
+    throttle: AuthThrottle
+    source: str
+    parsed: tuple[str, str] | None
+
+    @property
+    def key_id(self) -> str | None:
+        return self.parsed[0] if self.parsed else None
+
+    def retry_after(self) -> int:
+        return self.throttle.retry_after(self.source, self.key_id)
+
+    def failed(self) -> None:
+        self.throttle.failed(self.source, self.key_id)

@@ -46,7 +46,6 @@ from memwarden.domain.model.errors import (
 )
 from memwarden.domain.model.events import AuditOutcome
 from memwarden.domain.model.identity import Identity
-from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.policies import EffectivePolicy, check_not_suspended
 from memwarden.domain.model.text import escape_unprintable, quote_text, storable_text_problem
 from memwarden.domain.services.commands import SPOOLED, Note
@@ -97,9 +96,12 @@ class KeyAuthentication(AbstractAuthenticationMiddleware):
         header = connection.headers.get("authorization", "")
         scheme, _, presented = header.partition(" ")
         presented = presented.strip()
-        parsed = parse_key(presented) if scheme.lower() == "bearer" else None
-        source = connection.client.host if connection.client else "unknown"
-        throttled_for = state.auth_throttle.retry_after(source, parsed[0] if parsed else None)
+        attempt = state.auth_throttle.attempt(
+            connection.client.host if connection.client else None,
+            presented if scheme.lower() == "bearer" else "",
+        )
+        parsed = attempt.parsed
+        throttled_for = attempt.retry_after()
         if throttled_for:
             state.metrics.count("auth_throttled")
             raise RateLimited(
@@ -115,7 +117,7 @@ class KeyAuthentication(AbstractAuthenticationMiddleware):
             if key is not None:
                 return AuthenticationResult(user=Principal(key.identity, key.key_id), auth=key.key_id)
         if header:  # a missing key is a mistake, not a guess: it spends no budget
-            state.auth_throttle.failed(source, parsed[0] if parsed else None)
+            attempt.failed()
         reason = "no API key" if not header else "unknown, malformed or revoked API key"
         op = _op_of(connection)
         detail = f"unauthenticated: {reason}" + (f" (key {parsed[0]})" if parsed else "")

@@ -18,7 +18,6 @@ from memwarden.bootstrap.api import ApiProcess
 from memwarden.bootstrap.tickets import WriteTickets
 from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.identity import COMPLIANCE_ROLES
-from memwarden.domain.model.keys import parse_key
 from memwarden.domain.model.namespaces import tenant_of
 from memwarden.domain.model.passes import PassesHealth
 from memwarden.domain.services.governance import GovernanceService
@@ -191,16 +190,15 @@ def _scraper(
     token = settings.metrics_token
     if token and presented and hmac.compare_digest(presented.encode(), token.encode()):
         return OPERATOR
-    source = request.client.host if request.client else "unknown"
-    parsed = parse_key(presented)
-    wait = edge.auth_throttle.retry_after(source, parsed[0] if parsed else None)
+    attempt = edge.auth_throttle.attempt(request.client.host if request.client else None, presented)
+    wait = attempt.retry_after()
     if wait:
         raise RateLimited("too many failed authentications from here; wait before trying again", wait)
-    key = governance.authenticate(presented) if parsed else None
+    key = governance.authenticate(presented) if attempt.parsed else None
     if key is not None and key.role in COMPLIANCE_ROLES:
         return tenant_of(key.namespace)
     if presented:
-        edge.auth_throttle.failed(source, parsed[0] if parsed else None)
+        attempt.failed()
     raise Unauthenticated("the metrics token, or an auditor, admin or owner key of a tenant, is required")
 
 
