@@ -5,13 +5,13 @@ file with the client's verifier alone — ``proof verify`` needs no server and n
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memwarden.api.cli.erasure import read_certificate
+from memwarden.domain.ledger.notes import b64
 
 if TYPE_CHECKING:  # the runtime and the client only when a command runs (api/cli/main.py)
     from memwarden.bootstrap.runtime import Runtime
@@ -21,10 +21,6 @@ def _runtime() -> Runtime:
     from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - see api/cli/main.py on imports
 
     return Runtime(follow=False)
-
-
-def _b64(value: bytes) -> str:
-    return base64.b64encode(value).decode()
 
 
 def _note_of(runtime: Runtime, size: int | None) -> tuple[int, str]:
@@ -53,9 +49,9 @@ def _inclusion_document(runtime: Runtime, position: int, size: int | None) -> di
         "position": found.position,
         "leaf_index": found.leaf_index,
         "size": found.size,
-        "leaf_hash": _b64(found.leaf_hash),
-        "proof": [_b64(p) for p in found.proof],
-        "record": _b64(found.record),
+        "leaf_hash": b64(found.leaf_hash),
+        "proof": [b64(p) for p in found.proof],
+        "record": b64(found.record),
         "checkpoint": note,
         "log_key": runtime.ledger.vkey,
     }
@@ -102,7 +98,7 @@ def cmd_proof_consistency(args: argparse.Namespace) -> int:
         "kind": "consistency",
         "first": first_size,
         "second": second_size,
-        "proof": [_b64(p) for p in found.proof],
+        "proof": [b64(p) for p in found.proof],
         "first_checkpoint": first_note,
         "second_checkpoint": second_note,
         "log_key": vkey,

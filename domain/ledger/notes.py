@@ -13,6 +13,11 @@ from memwarden.domain.ledger.keys import SigningKey, public_key_bytes
 ED25519 = 0x01
 
 
+def b64(value: bytes) -> str:
+    """Standard base64 with padding, as signed notes and the proof answers carry hashes."""
+    return base64.b64encode(value).decode()
+
+
 def note_key_id(name: str, kind: int, public_key: bytes) -> bytes:
     """SHA-256(name ‖ 0x0A ‖ type ‖ public key)[:4] (signed-note)."""
     return hashlib.sha256(name.encode() + b"\n" + bytes([kind]) + public_key).digest()[:4]
@@ -21,12 +26,12 @@ def note_key_id(name: str, kind: int, public_key: bytes) -> bytes:
 def log_vkey(origin: str, key: SigningKey) -> str:
     """The verifier key of the log: ``origin+hex(key id)+base64(0x01 ‖ public key)``."""
     public = public_key_bytes(key.public_key)
-    material = base64.b64encode(bytes([ED25519]) + public).decode()
+    material = b64(bytes([ED25519]) + public)
     return f"{origin}+{note_key_id(origin, ED25519, public).hex()}+{material}"
 
 
 def checkpoint_text(origin: str, size: int, root: bytes, extensions: tuple[str, ...] = ()) -> str:
-    return "".join(f"{line}\n" for line in (origin, str(size), base64.b64encode(root).decode(), *extensions))
+    return "".join(f"{line}\n" for line in (origin, str(size), b64(root), *extensions))
 
 
 def signed_checkpoint(
@@ -36,7 +41,7 @@ def signed_checkpoint(
     text = checkpoint_text(origin, size, root, extensions)
     public = public_key_bytes(key.public_key)
     signature = note_key_id(origin, ED25519, public) + key.sign(text.encode())
-    return f"{text}\n\u2014 {origin} {base64.b64encode(signature).decode()}\n"
+    return f"{text}\n\u2014 {origin} {b64(signature)}\n"
 
 
 def default_origin(key: SigningKey) -> str:

@@ -4,7 +4,6 @@ offline with ``memwarden_client.proofs``."""
 
 from __future__ import annotations
 
-import base64
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -19,6 +18,7 @@ from memwarden.api.http.routing import syscall_get, syscall_post
 from memwarden.api.http.schemas import Body
 from memwarden.api.http.trees import tree_of
 from memwarden.domain.ledger.app import Ledger
+from memwarden.domain.ledger.notes import b64
 from memwarden.domain.model.errors import Forbidden, InvalidRequest, NotFound
 from memwarden.domain.model.text import quote_text
 from memwarden.domain.settings import Settings
@@ -30,10 +30,6 @@ Req = Request[Any, Any, Any]
 Size = Annotated[
     int, QueryParameter(ge=1, le=2**62, description="a tree size: the number of ledger events it covers")
 ]
-
-
-def _b64(value: bytes) -> str:
-    return base64.b64encode(value).decode()
 
 
 class InclusionResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,10 +54,10 @@ def _inclusion(found: InclusionProof) -> InclusionResponse:
         position=found.position,
         leaf_index=found.leaf_index,
         size=found.size,
-        leaf_hash=_b64(found.leaf_hash),
-        root=_b64(found.root),
-        proof=[_b64(p) for p in found.proof],
-        record=_b64(found.record),
+        leaf_hash=b64(found.leaf_hash),
+        root=b64(found.root),
+        proof=[b64(p) for p in found.proof],
+        record=b64(found.record),
     )
 
 
@@ -109,9 +105,9 @@ class ProofsController(Controller):
             return ConsistencyResponse(
                 first=found.first,
                 second=found.second,
-                first_root=_b64(found.first_root),
-                second_root=_b64(found.second_root),
-                proof=[_b64(p) for p in found.proof],
+                first_root=b64(found.first_root),
+                second_root=b64(found.second_root),
+                proof=[b64(p) for p in found.proof],
             )
 
         return query(request, run, lambda r: f"{r.first} to {r.second}")
