@@ -208,10 +208,13 @@ class HybridDriver:
 
     def search(self, view: ScopedView, request: SearchRequest) -> list[Hit]:
         n = candidates_for(request.k)
+        # Each lane reads its hits' write-order neighbours in its own statement (the lexical
+        # lane's while the query is still being embedded), so the context costs no round trip.
+        span = self.context_span if self.context_weight > 0 else 0
         with stage("lexical lane"):
-            lexical = view.lexical_lane(n)
+            lexical = view.lexical_lane(n, span)
         with stage("vector lane (with the query's embedding wait)"):
-            vector = view.vector_lane(n) if view.has_vectors else []
+            vector = view.vector_lane(n, span) if view.has_vectors else []
         with stage("fusion and context"):
             merged = merge([(self.vector_weight, vector), (1.0 - self.vector_weight, lexical)])
             if self.context_weight > 0 and merged:

@@ -9,8 +9,9 @@ estimates and returns references; the service turns references into results.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -43,13 +44,13 @@ IN_MEMORY_MIN_QUERIES = 8
 IN_MEMORY_DOCS_PER_QUERY = 300
 """A scope that the HNSW graph would walk is read whole for at most this many documents a query."""
 MAX_FETCH = 100_000
-# One round trip when a view opens: read-only, on one snapshot (every statement of a search
+# One round trip when a view opens (its BEGIN included): read-only, on one snapshot (every statement of a search
 # sees the same memories, so a row read once serves every stage after it); an HNSW scan that keeps walking the graph
 # while the scope filter drops candidates (pgvector >= 0.8 iterative scans); and generic
 # plans for the prepared lane queries (planning them for each search cost nearly as much as
 # running them on a small scope).
 OPEN_VIEW = (
-    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
+    "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
     " SET LOCAL hnsw.iterative_scan = relaxed_order;"
     f" SET LOCAL hnsw.ef_search = {EF_SEARCH}; SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES};"
     " SET LOCAL plan_cache_mode = force_generic_plan"
@@ -63,18 +64,31 @@ MEMORY_COLUMNS = (
 """What a view reads of a memory: all a search result shows (``memory_rows``)."""
 
 
-def open_view(conn: Connection[Any], schema: str, scope: Sequence[str]) -> list[UUID]:
-    """Opens a view's transaction (``OPEN_VIEW``) and reads which memories are shared into
-    ``scope`` (projections/governance/views.py ``shared_into``), in one round trip: the
-    statements go together, so the scope is a literal, not a parameter."""
+@contextlib.contextmanager
+def open_view(conn: Connection[Any], schema: str, scope: Sequence[str]) -> Iterator[list[UUID]]:
+    """A view's transaction (``OPEN_VIEW``) on ``conn`` (autocommit: the pool's), for the
+    block; yields which memories are shared into ``scope`` (projections/governance/views.py
+    ``shared_into``). Begun, set up and the shares read in one round trip: the statements go
+    together, so the scope is a literal, not a parameter."""
+    if not conn.autocommit:  # a BEGIN inside a transaction would be ignored: not read-only
+        raise ValueError("a view opens its own transaction: the connection must be in autocommit")
     cursor = conn.execute(
         SQL(OPEN_VIEW + "; SELECT DISTINCT memory_id FROM {s}.shares WHERE namespace = ANY({scope})").format(
             s=Identifier(schema), scope=Literal(list(scope))
         )
     )
-    while cursor.nextset():
-        pass  # the SETs answer nothing; the last result is the shares'
-    return [row["memory_id"] for row in cursor.fetchall()]
+    try:
+        while cursor.nextset():
+            pass  # BEGIN and the SETs answer nothing; the last result is the shares'
+        shared = [row["memory_id"] for row in cursor.fetchall()]
+        yield shared
+    except BaseException:
+        if not conn.closed:
+            conn.rollback()
+        raise
+    # Read only: a commit ends it like a rollback, and keeps the connection's prepared
+    # statements (psycopg forgets them all at a rollback).
+    conn.commit()
 
 
 class Hit(msgspec.Struct, frozen=True):
@@ -139,6 +153,9 @@ class ScopedView:
         self.rows_read: dict[UUID, dict[str, Any]] = {}
         """Memory rows this view has read and let through (``memory_rows``), by id: one
         snapshot (``OPEN_VIEW``), so they hold for the view's whole life."""
+        self._nearby: dict[int, dict[UUID, list[tuple[UUID, int]]]] = {}
+        """Write-order neighbours this view has read (``neighbours``), by span and memory:
+        the same snapshot, so they too hold for the view's whole life."""
 
     @property
     def has_vectors(self) -> bool:
@@ -166,16 +183,17 @@ class ScopedView:
 
     # -- lanes --------------------------------------------------------------------------------
 
-    def vector_lane(self, k: int) -> list[Hit]:
+    def vector_lane(self, k: int, context: int = 0) -> list[Hit]:
         """The ``k`` nearest memories by cosine similarity, best first.
 
         A small scope is scanned exactly through the namespace index; a large one, or one
         that holds most of the index, walks the HNSW graph, filtering by scope as it goes
-        (``exact_scan``)."""
+        (``exact_scan``). ``context``: the same statement also reads the hits' write-order
+        neighbours up to that far (``neighbours`` then answers from them)."""
         candidates = self._vector_candidates(SQL("%(q)s"))
         if candidates is None:
             return []
-        hits = self._visible_top(candidates, {"q": self._query_param()}, k)
+        hits = self._visible_top(candidates, {"q": self._query_param()}, k, context)
         return sorted(hits, key=lambda h: (-h.score, h.ref))  # relaxed order: put it right
 
     def vector_lanes(self, vectors: Sequence[np.ndarray[Any, Any]], k: int) -> list[list[Hit]]:
@@ -282,32 +300,49 @@ class ScopedView:
             order=SQL("({}) + 0").format(distance) if self.exact_scan() else distance,
         )
 
-    def lexical_lane(self, k: int) -> list[Hit]:
-        """The ``k`` best memories by BM25 over the query's terms, best first."""
+    def lexical_lane(self, k: int, context: int = 0) -> list[Hit]:
+        """The ``k`` best memories by BM25 over the query's terms, best first; ``context``:
+        with their write-order neighbours, as ``vector_lane``."""
         terms = query_terms(self.query)
         if not terms:
             return []
         candidates = self._bm25(MEMORY, self._scope("p.namespace", "p.ref"))
-        return self._visible_top(candidates, {"terms": terms}, k)
+        return self._visible_top(candidates, {"terms": terms}, k, context)
 
     def neighbours(self, refs: Sequence[UUID], span: int) -> list[tuple[UUID, UUID, int]]:
         """``(ref, neighbour, distance)``: the memories written at most ``span`` places before
         or after each of ``refs`` in its namespace (the index's write order), those this view
         lets through. Memories written one after another (a conversation's turns) are each
-        other's context: the hybrid driver lends a neighbour part of a hit's score."""
+        other's context: the hybrid driver lends a neighbour part of a hit's score.
+
+        What a lane read with its hits (its ``context``) is not read again: one snapshot."""
         if not refs or span < 1:
             return []
-        rows = self._fetch(
-            SQL(_NEIGHBOURS).format(
-                s=self._s,
-                kind=Literal(MEMORY),
-                span=Literal(span),
-                scope=self._scope("m.namespace", "m.id"),
-                visible=self._visible(),
-            ),
-            {"refs": list(refs)},
-        )
-        return [(r["source"], r["ref"], int(r["distance"])) for r in rows]
+        wanted = list(dict.fromkeys(refs))
+        known = self._nearby.setdefault(span, {})
+        missing = [ref for ref in wanted if ref not in known]
+        if missing:
+            rows = self._fetch(
+                SQL(_NEIGHBOURS).format(
+                    s=self._s,
+                    kind=Literal(MEMORY),
+                    span=Literal(span),
+                    scope=self._scope("m.namespace", "m.id"),
+                    visible=self._visible(),
+                ),
+                {"refs": missing},
+            )
+            self._remember_neighbours(span, missing, rows)
+        return [(ref, near, distance) for ref in wanted for near, distance in known[ref]]
+
+    def _remember_neighbours(self, span: int, sources: Sequence[UUID], rows: Sequence[dict[str, Any]]) -> None:
+        """Keep the neighbours ``rows`` (source, ref, distance) of ``sources`` (each of them,
+        also one without any) for ``neighbours``."""
+        known = self._nearby.setdefault(span, {})
+        for source in sources:
+            known[source] = []
+        for r in rows:
+            known[r["source"]].append((r["ref"], int(r["distance"])))
 
     def exact_scan(self) -> bool:
         """Whether the vector lane scans the scope exactly instead of walking the HNSW graph
@@ -341,39 +376,63 @@ class ScopedView:
                 self._sizes.put(key, docs)
         return docs
 
-    def _visible_top(self, candidates: Composed, params: dict[str, Any], k: int) -> list[Hit]:
+    def _visible_top(
+        self, candidates: Composed, params: dict[str, Any], k: int, context: int = 0
+    ) -> list[Hit]:
         """The best ``k`` of ``candidates`` (ref, score; best first) that the read filter
         lets through. Candidates are ranked inside the scope first, then only the few best
         are checked against ``memory_objects``; if too many of them are not visible (retired,
         filtered by tags), more are fetched. Each candidate is checked by its key (a lateral
         probe): joined as a set, the vector lane's candidates were hashed against a sequential
-        scan of every memory."""
+        scan of every memory. ``context`` > 0: the same statement also reads the write-order
+        neighbours of the hits whose neighbours this view does not know yet (``neighbours``),
+        so a search asks for them in no statement of their own."""
         fetch = max(k * OVERFETCH, MIN_FETCH)
+        known = set(self._nearby.get(context, {})) if context > 0 else set()
         while True:
             # The limits are literals: plans are generic (OPEN_VIEW), and a generic plan that
             # knows how many rows are wanted walks the HNSW index instead of guessing.
-            rows = self._fetch(
-                SQL(
-                    "WITH c AS MATERIALIZED ({candidates} LIMIT {fetch})"
-                    " SELECT c.ref, c.score, (SELECT count(*) FROM c) AS fetched, v.visible"
-                    " FROM c LEFT JOIN LATERAL"
-                    " (SELECT true AS visible FROM {s}.memory_objects m WHERE m.id = c.ref AND {visible}"
-                    " LIMIT 1) v ON true"
-                    " ORDER BY v.visible IS NULL, c.score DESC, c.ref LIMIT {k}"
-                ).format(
-                    candidates=candidates,
-                    s=self._s,
-                    visible=self._visible(),
-                    fetch=Literal(fetch),
-                    k=Literal(k),
-                ),
-                params,
+            top = SQL(
+                "WITH c AS MATERIALIZED ({candidates} LIMIT {fetch}),"
+                " top AS MATERIALIZED (SELECT c.ref, c.score, (SELECT count(*) FROM c) AS fetched, v.visible"
+                " FROM c LEFT JOIN LATERAL"
+                " (SELECT true AS visible FROM {s}.memory_objects m WHERE m.id = c.ref AND {visible}"
+                " LIMIT 1) v ON true"
+                " ORDER BY v.visible IS NULL, c.score DESC, c.ref LIMIT {k})"
+            ).format(
+                candidates=candidates,
+                s=self._s,
+                visible=self._visible(),
+                fetch=Literal(fetch),
+                k=Literal(k),
             )
+            if context > 0:
+                query = SQL("{top} " + _TOP_WITH_NEIGHBOURS).format(
+                    top=top,
+                    s=self._s,
+                    kind=Literal(MEMORY),
+                    span=Literal(context),
+                    scope=self._scope("m.namespace", "m.id"),
+                    visible=self._visible(),
+                )
+                rows = self._fetch(query, params | {"known": list(known)})
+            else:
+                rows = self._fetch(SQL("{top} " + _TOP).format(top=top), params)
             # Every candidate comes back, the visible first, so that a fetch none of whose
             # candidates is visible still says whether there are more to fetch.
-            hits = [Hit(r["ref"], float(r["score"])) for r in rows if r["visible"]]
-            exhausted = not rows or int(rows[0]["fetched"]) < fetch
+            ranked = [r for r in rows if r["neighbour"] is None]
+            ranked.sort(key=lambda r: (not r["visible"], -r["score"], r["ref"]))
+            hits = [Hit(r["ref"], float(r["score"])) for r in ranked if r["visible"]]
+            exhausted = not ranked or int(ranked[0]["fetched"]) < fetch
             if len(hits) >= k or exhausted or fetch >= MAX_FETCH:
+                if context > 0:
+                    fresh = [h.ref for h in hits if h.ref not in known]
+                    near = [
+                        {"source": r["ref"], "ref": r["neighbour"], "distance": r["distance"]}
+                        for r in rows
+                        if r["neighbour"] is not None
+                    ]
+                    self._remember_neighbours(context, fresh, near)
                 return hits
             fetch *= 8
 
@@ -573,6 +632,29 @@ SELECT d.ref, {cosine} AS cosine,
     + """ FROM {s}.search_postings p JOIN w ON w.term = p.term WHERE p.ref = d.ref) AS bm25
   FROM {s}.search_docs d{join}
  WHERE d.ref = ANY(%(refs)s) AND d.kind = {kind} AND {scope} AND {visible}"""
+)
+_TOP = "SELECT ref, score, fetched, visible, NULL::uuid AS neighbour, NULL::bigint AS distance FROM top"
+# A lane's visible hits and, in the same statement, the neighbours (as ``_NEIGHBOURS``) of
+# those whose neighbours the view does not know yet (``known``).
+_TOP_WITH_NEIGHBOURS = (
+    _TOP
+    + """
+UNION ALL
+SELECT src.ref, NULL, NULL, NULL, n.ref, n.distance
+  FROM top JOIN {s}.search_docs src ON src.ref = top.ref AND src.kind = {kind}
+ CROSS JOIN LATERAL (
+       (SELECT x.ref, row_number() OVER (ORDER BY x.position DESC) AS distance
+          FROM {s}.search_docs x
+         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position < src.position
+         ORDER BY x.position DESC LIMIT {span})
+       UNION ALL
+       (SELECT x.ref, row_number() OVER (ORDER BY x.position) AS distance
+          FROM {s}.search_docs x
+         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position > src.position
+         ORDER BY x.position LIMIT {span})
+ ) n
+  JOIN {s}.memory_objects m ON m.id = n.ref
+ WHERE top.visible AND NOT (top.ref = ANY(%(known)s::uuid[])) AND {scope} AND {visible}"""
 )
 # The nearest memories before and after each source in its namespace's write order (the
 # index on (namespace, kind, position) walks straight to them), then only the visible ones.
