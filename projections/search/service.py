@@ -295,7 +295,10 @@ class SearchService:
         ``vector`` with the vectors of the served model (``serving``: the one ``vector`` was
         made by; default: the one served now)."""
         scope = ancestors(identity.namespace)
-        with self.ledger.datastore.get_connection() as conn, open_view(conn, self.ledger.schema, scope) as shared:
+        with (
+            self.ledger.datastore.get_connection() as conn,
+            open_view(conn, self.ledger.schema, scope) as shared,
+        ):
             where = self.read_filter(conn, q)
             model = (serving or self.serving()).model if vector is not None else None
             yield (

@@ -335,7 +335,9 @@ class ScopedView:
             self._remember_neighbours(span, missing, rows)
         return [(ref, near, distance) for ref in wanted for near, distance in known[ref]]
 
-    def _remember_neighbours(self, span: int, sources: Sequence[UUID], rows: Sequence[dict[str, Any]]) -> None:
+    def _remember_neighbours(
+        self, span: int, sources: Sequence[UUID], rows: Sequence[dict[str, Any]]
+    ) -> None:
         """Keep the neighbours ``rows`` (source, ref, distance) of ``sources`` (each of them,
         also one without any) for ``neighbours``."""
         known = self._nearby.setdefault(span, {})

@@ -103,3 +103,46 @@ def test_a_neighbour_outside_the_view_is_never_lent_to(runtime: Runtime) -> None
 
     found = {h.ref for h in ranked(runtime, ALPHA, "kestrel", HybridDriver())}
     assert found == {shared, hit, lisbon}
+
+
+def test_the_lanes_read_the_neighbours_their_own_statement_would_and_none_twice(runtime: Runtime) -> None:
+    """The hybrid driver's lanes read their hits' neighbours in their own statements (the
+    second lane only those the first did not): the same neighbours a statement of their
+    own finds, the view's scope and read filter included, and ``neighbours`` then reads
+    nothing more."""
+    write(runtime, BETA, FILLER[0])
+    shared = write(runtime, BETA, "Kestrel nesting site is heliotrope ridge.")
+    write(runtime, BETA, FILLER[1])
+    runtime.core.governance.share(ADMIN, runtime.memory.memory(shared), ALPHA.namespace)
+    write(runtime, ALPHA, "Dana lives in Oslo.", subject="dana", attribute="home", value="Oslo")
+    write(runtime, ALPHA, "Kestrel chicks hatched this week.")
+    write(runtime, ALPHA, "Dana lives in Lisbon.", subject="dana", attribute="home", value="Lisbon")
+    write(runtime, CHILD, "Kestrel pellets were found under the kestrel box.")
+    for text in FILLER:
+        write(runtime, ALPHA, text)
+    write(runtime, ALPHA, "A kestrel hovered over the car park.")
+    write(runtime, ALPHA, FILLER[0])
+    runtime.reads.wait_for(runtime.ledger.head_position())
+    search = runtime.reads.search
+    q = SearchQuery(query="kestrel staging", k=10)
+    for span in (1, 2):
+        with search.view(ALPHA, q, search.embed_later(q.query)) as (view, *_):
+            lexical = view.lexical_lane(40, span)
+            vector = view.vector_lane(40, span)
+            refs = list(dict.fromkeys(h.ref for h in [*lexical, *vector]))
+            statements: list[object] = []
+            fetch = view._fetch
+
+            def counted(
+                query: Any, params: dict[str, Any], fetch: Any = fetch, statements: list[object] = statements
+            ) -> list[dict[str, Any]]:
+                statements.append(query)
+                rows: list[dict[str, Any]] = fetch(query, params)
+                return rows
+
+            view._fetch = counted  # type: ignore[method-assign]
+            from_lanes = set(view.neighbours(refs, span))
+        assert statements == []
+        assert len(refs) > 4
+        assert from_lanes == neighbours(runtime, ALPHA, refs, span)
+        assert from_lanes

@@ -1,0 +1,55 @@
+"""What one search over HTTP sends to PostgreSQL: a view opened (its BEGIN included) in one
+statement, one per lane (each with its hits' write-order neighbours), one to hydrate, and
+the read's audit record; nothing is read twice. A statement more is a round trip more on
+every search (issue 27)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from memwarden.domain.model.commands import WriteMemory
+from memwarden.domain.model.identity import Identity
+from tests.e2e.api_helpers import Api, audit_records
+
+AGENT = Identity(namespace="acme/eng", actor="bot", role="agent")
+
+
+def test_a_search_is_a_view_two_lanes_a_hydration_and_its_audit_record(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = api.runtime
+    for n in range(60):
+        rt.memory.write(AGENT, WriteMemory(content=f"note {n}: the build {n % 7} failed on runner {n % 13}"))
+    rt.reads.wait_for(rt.ledger.head_position())
+    key = api.key("acme/eng", "bot", "agent")
+    body = {"query": "which build failed on the runner", "k": 10}
+    assert api.mem(key, "search", body).status_code == 200  # statements prepared, caches warm
+    sent: list[str] = []
+    handler: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def traced(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        if handler and threading.current_thread().name == handler[0]:
+            text = query if isinstance(query, str) else query.as_string(self.connection)
+            sent.append(" ".join(text.split())[:60])
+        return execute(self, query, params, **kw)
+
+    def search(*args: Any, **kw: Any) -> Any:
+        handler.append(threading.current_thread().name)
+        return searching(*args, **kw)
+
+    searching = rt.reads.search.search
+    monkeypatch.setattr(rt.reads.search, "search", search)
+    monkeypatch.setattr(psycopg.Cursor, "execute", traced)
+    audits = len(audit_records(rt))
+    answer = api.mem(key, "search", body)
+    assert answer.status_code == 200
+    assert len(answer.json()["results"]) == 10
+    statements = [s for s in sent if s]  # the pool's check of a connection sends an empty one
+    assert [s.split()[0] for s in statements] == ["BEGIN", "WITH", "WITH", "SELECT", "CALL"], statements
+    assert "mw_append_announced" in statements[-1]
+    assert len(audit_records(rt)) == audits + 1
