@@ -31,7 +31,7 @@ from memwarden.domain.ledger.checkpoints import (
     CheckpointSigner,
     verify_checkpoint_signature,
 )
-from memwarden.domain.ledger.database import UTC_SESSION, ConnectionParams, unavailable
+from memwarden.domain.ledger.database import UTC_SESSION, ConnectionCheck, ConnectionParams, unavailable
 from memwarden.domain.ledger.group_commit import CommitterPerKey, GroupCommitter
 from memwarden.domain.ledger.keys import KeyEncryptionKey, SigningKey
 from memwarden.domain.ledger.mapper import Recorded, SealingMapper, StoredRow
@@ -90,8 +90,9 @@ def ledger_env(params: ConnectionParams, pool_size: int = 8, timeout_seconds: fl
         "POSTGRES_MAX_OVERFLOW": str(pool_size * 2),
         "POSTGRES_CONNECT_TIMEOUT": str(max(1, math.ceil(timeout_seconds))),  # whole seconds
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "30",
-        # A pooled connection is checked (one empty round trip) before it is handed out:
-        # after the server restarted, requests get new connections, not the dead ones.
+        # A pooled connection is checked before it is handed out: after the server restarted,
+        # requests get new connections, not the dead ones (``ConnectionCheck``: a round trip
+        # only for a connection whose socket the server closed or one long idle).
         "POSTGRES_PRE_PING": "yes",
         # The schema is the migrations' (bootstrap/migrate.py), never made by a constructor.
         "CREATE_TABLE": "no",
@@ -184,6 +185,8 @@ class Ledger(Application[UUID]):
         # The library's default (5 minutes) would keep a recovered database unused for
         # up to minutes after an outage.
         pool.reconnect_timeout = pool.timeout
+        if pool._check is not None:  # POSTGRES_PRE_PING: the same check, without most round trips
+            pool._check = ConnectionCheck()
         options = [UTC_SESSION]
         if self._statement_timeout_seconds is not None:
             milliseconds = max(1, round(self._statement_timeout_seconds * 1000))

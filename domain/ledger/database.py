@@ -16,7 +16,10 @@ import fcntl
 import json
 import logging
 import os
+import select
+import time
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -26,6 +29,7 @@ import psycopg
 from eventsourcing import persistence
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool
 
 from memwarden.domain.background import Background
 from memwarden.domain.ledger.embedded_runtime import use_private_runtime_dir
@@ -52,6 +56,54 @@ WRITES_REFUSED_SQLSTATES = ("25006", "42501")
 """A read-only transaction (a standby, ``default_transaction_read_only``) and a role without
 the right to write: psycopg reports them as an internal or a programming error, but the
 statement was fine; the database takes no writes (for now)."""
+
+
+PING_AFTER_IDLE_SECONDS = 5.0
+"""A pooled connection handed out again within this long of its last hand-out is checked by
+looking at its socket, not by a round trip (``ConnectionCheck``)."""
+
+
+class ConnectionCheck:
+    """The pool's check of a connection before it is handed out (``POSTGRES_PRE_PING``), so
+    that after the server restarted requests get new connections, not the dead ones; an
+    empty round trip only where one can tell something.
+
+    A server that stops or restarts, or a backend that is terminated, closes the
+    connection's socket (with a last message): the socket turns readable, and an idle
+    connection's socket has nothing else to say. Such a connection is pinged (and the pool
+    drops it when that fails), as is one not handed out for ``idle_seconds``: a host that
+    went away without closing its sockets (a machine rebooted, a network that dropped the
+    flow) takes far longer than that to come back. The rest, connections in steady use, go
+    out without a round trip: two on every search."""
+
+    def __init__(
+        self, idle_seconds: float = PING_AFTER_IDLE_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.idle_seconds = idle_seconds
+        self._clock = clock
+        self._handed_out: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.pings = 0
+
+    def __call__(self, conn: psycopg.Connection[Any]) -> None:
+        now = self._clock()
+        last = self._handed_out.get(conn)
+        if last is None or now - last > self.idle_seconds or conn.closed or _readable(conn):
+            self.pings += 1
+            ConnectionPool.check_connection(conn)  # raises when the connection is dead
+        self._handed_out[conn] = now
+
+
+def _readable(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the idle connection's socket has something to read (the server closed it, or
+    said something on its own): then only a round trip tells what."""
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):
+        return True
 
 
 def unavailable(error: BaseException) -> bool:
