@@ -264,7 +264,7 @@ class SearchService:
         with self.view(identity, q, vector, serving) as (view, *_):
             hits = driver.search(view, request)
             with stage("hydrate"):
-                results = hydrate(view, hits[: request.k])
+                results = hydrate(view, hits[: request.k], last=True)
         return SearchAnswer(results=results, driver=label, degraded=degraded)
 
     # -- views ----------------------------------------------------------------------------------
@@ -317,13 +317,14 @@ def _timed_embedding(embedder: Embedder, text: str) -> tuple[np.ndarray[Any, Any
     return vector, time.perf_counter() - began
 
 
-def hydrate(view: ScopedView, hits: Sequence[Hit]) -> list[SearchResult]:
+def hydrate(view: ScopedView, hits: Sequence[Hit], *, last: bool = False) -> list[SearchResult]:
     """Hits → results, in the driver's order, keeping only what the view lets through (its
     scope and read filter, again: a misbehaving driver cannot widen it). A row the view read
-    already (the reranker's passages) is not read again."""
+    already (the reranker's passages) is not read again. ``last``: the view's last read (its
+    transaction ends with it, in the same round trip)."""
     if not hits:
         return []
-    rows = view.memory_rows([h.ref for h in hits])
+    rows = view.memory_rows([h.ref for h in hits], last=last)
     return [
         msgspec.convert({**rows[h.ref], "score": round(h.score, 6)}, SearchResult)
         for h in hits

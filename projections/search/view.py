@@ -153,6 +153,7 @@ class ScopedView:
         self.rows_read: dict[UUID, dict[str, Any]] = {}
         """Memory rows this view has read and let through (``memory_rows``), by id: one
         snapshot (``OPEN_VIEW``), so they hold for the view's whole life."""
+        self._ended = False
         self._nearby: dict[int, dict[UUID, list[tuple[UUID, int]]]] = {}
         """Write-order neighbours this view has read (``neighbours``), by span and memory:
         the same snapshot, so they too hold for the view's whole life."""
@@ -476,12 +477,14 @@ class ScopedView:
 
     # -- memories by other handles than a query (assemble's lanes, fault's blocks) ------------
 
-    def memory_rows(self, refs: Sequence[UUID]) -> dict[UUID, dict[str, Any]]:
+    def memory_rows(self, refs: Sequence[UUID], *, last: bool = False) -> dict[UUID, dict[str, Any]]:
         """The given memories the view lets through (``MEMORY_COLUMNS``); each is read once
-        per view: what an earlier call read is kept (``rows_read``) and not read again."""
+        per view: what an earlier call read is kept (``rows_read``) and not read again.
+        ``last``: the view's last statement; its transaction ends in the same round trip,
+        and the view reads nothing after it."""
         wanted = [ref for ref in dict.fromkeys(refs) if ref not in self.rows_read]
         if wanted:
-            rows = self._memories(SQL("m.id = ANY(%(refs)s)"), "m.id", {"refs": wanted})
+            rows = self._memories(SQL("m.id = ANY(%(refs)s)"), "m.id", {"refs": wanted}, last=last)
             self.rows_read.update((r["id"], r) for r in rows)
         return {ref: self.rows_read[ref] for ref in refs if ref in self.rows_read}
 
@@ -498,9 +501,15 @@ class ScopedView:
         )
 
     def _memories(
-        self, where: Composed | SQL, order: str, params: dict[str, Any], join: Composed | None = None
+        self,
+        where: Composed | SQL,
+        order: str,
+        params: dict[str, Any],
+        join: Composed | None = None,
+        *,
+        last: bool = False,
     ) -> list[dict[str, Any]]:
-        return self._fetch(
+        return (self._fetch_and_end if last else self._fetch)(
             SQL(
                 "SELECT {columns} FROM {s}.memory_objects m{join}"
                 " WHERE {where} AND {scope} AND {visible} ORDER BY {order}"
@@ -579,7 +588,21 @@ class ScopedView:
         return SQL(" AND ").join(parts)
 
     def _fetch(self, query: Composed, params: dict[str, Any]) -> list[dict[str, Any]]:
+        if self._ended:
+            raise RuntimeError("this view's transaction has ended (after its last statement)")
         rows: list[dict[str, Any]] = self._conn.execute(query, self._params | params, prepare=True).fetchall()
+        return rows
+
+    def _fetch_and_end(self, query: Composed, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """``_fetch``, and the view's transaction committed in the same round trip (a
+        pipeline): read only, so nothing is lost by ending it; nothing is read after it."""
+        if self._ended:
+            raise RuntimeError("this view's transaction has ended (after its last statement)")
+        self._ended = True
+        with self._conn.pipeline():  # sends both, then one sync: one round trip
+            cursor = self._conn.execute(query, self._params | params, prepare=True)
+            self._conn.execute("COMMIT")
+        rows: list[dict[str, Any]] = cursor.fetchall()
         return rows
 
 
