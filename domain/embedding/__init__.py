@@ -12,6 +12,7 @@ from memwarden.domain.embedding.base import (
     embed_one,
     embed_rows,
     normalize_rows,
+    uncached,
     vector_from_bytes,
     vector_to_bytes,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "embedder_from_settings",
     "normalize_rows",
     "shared_minilm",
+    "uncached",
     "vector_from_bytes",
     "vector_to_bytes",
 ]

@@ -7,6 +7,7 @@ pin (:class:`ModelFileRejected`) stops start-up instead, with no silent fallback
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -119,7 +120,9 @@ class EmbedderWrapper:
 
 
 class CachingEmbedder(EmbedderWrapper):
-    """Wraps an embedder with a thread-safe LRU cache of rows keyed by the exact text.
+    """Wraps an embedder with a thread-safe LRU cache of rows keyed by a digest of the exact
+    text (the text itself is not kept: a cached query is not readable from the process).
+    It serves queries; a memory's own text is embedded past it (``uncached``).
 
     Same ``model_id`` and ``dimensions`` as the wrapped one. Each distinct text missing from
     the cache is sent to the wrapped embedder once per call (duplicates in a call share one
@@ -131,7 +134,7 @@ class CachingEmbedder(EmbedderWrapper):
             raise ValueError("capacity must be at least 1")
         super().__init__(inner)
         self.capacity = capacity
-        self._rows: OrderedDict[str, Matrix] = OrderedDict()
+        self._rows: OrderedDict[bytes, Matrix] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -153,11 +156,11 @@ class CachingEmbedder(EmbedderWrapper):
             for text in texts:
                 if text in found or text in missing:
                     continue
-                row = self._rows.get(text)
+                row = self._rows.get(_digest(text))
                 if row is None:
                     missing[text] = None
                     continue
-                self._rows.move_to_end(text)
+                self._rows.move_to_end(_digest(text))
                 found[text] = row
             self.hits += len(texts) - len(missing)
             self.misses += len(missing)
@@ -172,8 +175,21 @@ class CachingEmbedder(EmbedderWrapper):
                     kept = np.array(row, dtype=np.float32)
                     kept.flags.writeable = False
                     found[text] = kept
-                    self._rows[text] = kept
-                    self._rows.move_to_end(text)
+                    self._rows[_digest(text)] = kept
+                    self._rows.move_to_end(_digest(text))
                 while len(self._rows) > self.capacity:
                     self._rows.popitem(last=False)
         return np.stack([found[text] for text in texts])
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def uncached(embedder: Embedder) -> Embedder:
+    """``embedder`` past its query cache: what a memory's own text is embedded by (a write,
+    a re-embedding, a document's chunks), so a memory's vector never lingers in a process's
+    cache after the memory is erased; queries keep the cache."""
+    while isinstance(embedder, CachingEmbedder):
+        embedder = embedder.inner
+    return embedder

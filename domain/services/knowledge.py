@@ -19,7 +19,7 @@ from uuid import UUID
 
 import msgspec
 
-from memwarden.domain.embedding import Embedder, EmbedderUnavailable, vector_to_bytes
+from memwarden.domain.embedding import Embedder, EmbedderUnavailable, uncached, vector_to_bytes
 from memwarden.domain.ledger.app import Ledger, NewMemoryKey
 from memwarden.domain.ledger.entropy import new_uuid
 from memwarden.domain.model.commands import WritePolicy
@@ -358,7 +358,7 @@ def chunk_count(count: int) -> str:
 def _vectors(embedder: Embedder, texts: Sequence[str]) -> tuple[bytes, ...]:
     """One vector per text, in the ledger's compact form. A reply that is not one row per
     text is the embedder failing (EmbedderUnavailable); a non-finite value is a ValueError."""
-    rows = embedder.embed(texts)
+    rows = uncached(embedder).embed(texts)
     if rows.ndim != 2 or rows.shape[0] != len(texts):
         raise EmbedderUnavailable(f"{len(texts)} texts, an array of shape {rows.shape}")
     return tuple(vector_to_bytes(row) for row in rows)

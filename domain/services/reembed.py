@@ -20,7 +20,7 @@ from uuid import UUID
 
 import msgspec
 
-from memwarden.domain.embedding import Embedder, embed_rows, vector_to_bytes
+from memwarden.domain.embedding import Embedder, embed_rows, uncached, vector_to_bytes
 from memwarden.domain.ledger.app import Ledger
 from memwarden.domain.model.events import EMBEDDING_MODEL_STREAM, EmbeddingModelAdopted, Event
 from memwarden.domain.model.identity import Identity
@@ -166,7 +166,7 @@ class ReembedService:
         if not texts:
             return 0, None
         order = sorted(texts, key=lambda i: len(texts[i]))
-        rows = embed_rows(embedder, [texts[i] for i in order])
+        rows = embed_rows(uncached(embedder), [texts[i] for i in order])
         vectors = {i: vector_to_bytes(row) for i, row in zip(order, rows, strict=True)}
 
         def decide(now: datetime, _lease: Lease) -> Decided[tuple[int, int]]:

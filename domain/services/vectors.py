@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from memwarden.domain.embedding import Embedder, EmbedderUnavailable, embed_rows, vector_to_bytes
+from memwarden.domain.embedding import Embedder, EmbedderUnavailable, embed_rows, uncached, vector_to_bytes
 from memwarden.domain.model.events import Event, MemoryWritten
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def embed(embedder: Embedder, texts: list[str]) -> Vectors:
     """The vectors of ``texts`` in one call; None for each when the embedder is unavailable."""
     vectors = Vectors(model=embedder.model_id)
     try:
-        rows = embed_rows(embedder, texts)
+        rows = embed_rows(uncached(embedder), texts)
         vectors.update((text, vector_to_bytes(row)) for text, row in zip(texts, rows, strict=True))
     except EmbedderUnavailable as error:
         log.warning("embedder unavailable, memory stored without a vector: %s", error)

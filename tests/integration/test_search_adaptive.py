@@ -116,12 +116,14 @@ def test_a_supersedence_or_an_erasure_shows_at_the_next_search_whatever_it_reuse
         return [r.content for r in answer.results]
 
     query = "Where does Dana live?"
+    embedder = runtime.reads.search.embedder
+    assert isinstance(embedder, CachingEmbedder)
+    cached = len(embedder)
     write(runtime, "Dana lives in Oslo.", subject="dana", attribute="home", value="Oslo")
+    assert len(embedder) == cached  # a memory's own text is embedded past the query cache
     assert found(query) == ["Dana lives in Oslo."]
     newer = write(runtime, "Dana lives in Lisbon.", subject="dana", attribute="home", value="Lisbon")
     assert found(query) == ["Dana lives in Lisbon."]  # the corrected one is gone at once
     runtime.core.erasure.forget(ADMIN, Forget(ids=(newer,), reason="request"))
     assert found(query) == []
-    embedder = runtime.reads.search.embedder
-    assert isinstance(embedder, CachingEmbedder)
     assert embedder.hits >= 2  # the same query's embedding was reused: only the vector is cached

@@ -22,6 +22,7 @@ from memwarden.domain.embedding import (
     embed_one,
     embedder_from_settings,
     normalize_rows,
+    uncached,
     vector_from_bytes,
     vector_to_bytes,
 )
@@ -139,6 +140,18 @@ def test_caching_embedder_asks_once_per_distinct_text() -> None:
     np.testing.assert_array_equal(second, inner.inner.embed(["b", "c", "a"]))
     assert (cache.model_id, cache.dimensions) == ("counting", 16)
     assert cache.embed([]).shape == (0, 16)
+
+
+def test_caching_embedder_keeps_no_text_and_writes_go_past_it() -> None:
+    inner = CountingEmbedder()
+    cache = CachingEmbedder(inner)
+    cache.embed(["Dana's diagnosis"])
+    kept = repr(vars(cache))
+    assert "diagnosis" not in kept  # keyed by a digest: the text cannot be read back
+    assert uncached(cache) is inner
+    assert uncached(inner) is inner
+    uncached(cache).embed(["a memory's own text"])
+    assert len(cache) == 1
 
 
 def test_caching_embedder_evicts_the_least_recently_used() -> None:
