@@ -27,7 +27,11 @@ from memwarden.projections.search.lexical import K1, B, query_terms
 from memwarden.projections.search.projection import KNOWLEDGE, MEMORY
 from memwarden.projections.visibility import current, known_at
 
-EF_SEARCH = 100  # near the exact scan's top-10 lists (docs/design-figures.md, Search)
+EF_SEARCH = 120
+"""Near the exact scan's top-10 lists (docs/design-figures.md, Search), and no fewer than the
+vector lane fetches for a search of ten (``candidates_for(10) * OVERFETCH``): a walk asked for
+more rows than ``ef_search`` goes on iterating, which costs more than a wider first walk and
+finds fewer of the true nearest."""
 MAX_SCAN_TUPLES = 50_000
 EXACT_SCAN_MAX = 20_000  # measured: an exact scan of a scope beats a filtered HNSW walk up to here
 # ... unless the scope is most of what the index holds: the walk's filter then drops few
