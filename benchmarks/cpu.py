@@ -56,9 +56,9 @@ def postmaster_of(conninfo: str) -> int | None:
     """The postmaster of the server at ``conninfo`` (the parent of a backend of it), or None
     where that is not a local process: on a machine shared with other servers, only its
     processes are the bench's ``postgres``."""
-    with psycopg.connect(conninfo) as conn:
+    with psycopg.connect(conninfo) as conn:  # the backend is read while it lives
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    backend = _stat(str(row[0])) if row else None
+        backend = _stat(str(row[0])) if row else None
     if backend is None or backend[1] != "postgres":
         return None  # a remote server: its backend's pid names no process here
     parent = _stat(str(backend[0]))
