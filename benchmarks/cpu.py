@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import msgspec
+import psycopg
 
 PROC = Path("/proc")
 ROLES = ("api", "projector", "postgres", "bench")
@@ -15,7 +16,8 @@ ROLES = ("api", "projector", "postgres", "bench")
 
 class CpuPerOperation(msgspec.Struct, frozen=True):
     """Microseconds of CPU per operation, by role: ``api`` the served API process(es),
-    ``projector`` its projector process, ``postgres`` every local PostgreSQL process,
+    ``projector`` its projector process, ``postgres`` the PostgreSQL processes of the bench's
+    server (every local one where the bench does not say which: see ``postmaster_of``),
     ``bench`` this process (the HTTP clients, or the in-process callers)."""
 
     api: float
@@ -50,8 +52,22 @@ Snapshot = dict[int, tuple[str, int]]
 """CPU ticks so far of each process that has a role, by pid: (role, ticks)."""
 
 
-def cpu_ticks(server_pid: int) -> Snapshot | None:
-    """CPU ticks so far of each process by role (None where ``/proc`` is not there)."""
+def postmaster_of(conninfo: str) -> int | None:
+    """The postmaster of the server at ``conninfo`` (the parent of a backend of it), or None
+    where that is not a local process: on a machine shared with other servers, only its
+    processes are the bench's ``postgres``."""
+    with psycopg.connect(conninfo) as conn:  # the backend is read while it lives
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        backend = _stat(str(row[0])) if row else None
+    if backend is None or backend[1] != "postgres":
+        return None  # a remote server: its backend's pid names no process here
+    parent = _stat(str(backend[0]))
+    return backend[0] if parent is not None and parent[1] == "postgres" else None
+
+
+def cpu_ticks(server_pid: int, postmaster: int | None = None) -> Snapshot | None:
+    """CPU ticks so far of each process by role (None where ``/proc`` is not there); with a
+    ``postmaster``, only its own processes count as ``postgres``."""
     if not (PROC / "self" / "stat").exists():
         return None
     stats = {int(p.name): s for p in PROC.iterdir() if p.name.isdigit() and (s := _stat(p.name)) is not None}
@@ -62,10 +78,10 @@ def cpu_ticks(server_pid: int) -> Snapshot | None:
         served |= children
         grew = bool(children)
     ticks: Snapshot = {}
-    for pid, (_, name, used) in stats.items():
+    for pid, (ppid, name, used) in stats.items():
         if pid in served:
             ticks[pid] = ("projector" if " project" in _cmdline(pid) else "api", used)
-        elif name == "postgres":
+        elif name == "postgres" and (postmaster is None or postmaster in (pid, ppid)):
             ticks[pid] = ("postgres", used)
         elif pid == os.getpid():
             ticks[pid] = ("bench", used)

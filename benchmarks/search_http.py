@@ -35,7 +35,7 @@ import psycopg
 from benchmarks.api import HttpClient, _free_port, _serve
 from benchmarks.common import configured_model, deployment_env, mean, percentile, scratch_database
 from benchmarks.corpus import questions, sentences
-from benchmarks.cpu import CpuPerOperation, cpu_ticks, per_operation, ticks_used
+from benchmarks.cpu import CpuPerOperation, cpu_ticks, per_operation, postmaster_of, ticks_used
 from benchmarks.search import (
     PrecomputedEmbedder,
     catch_up,
@@ -201,8 +201,11 @@ def parse_configs(text: str | None) -> list[Config]:
 class Served:
     """One configuration's server and client, and what its measured searches took."""
 
-    def __init__(self, config: Config, env: dict[str, str], key: str, *, projects: bool) -> None:
+    def __init__(
+        self, config: Config, env: dict[str, str], key: str, *, projects: bool, postmaster: int | None = None
+    ) -> None:
         self.config = config
+        self.postmaster = postmaster
         port = _free_port()
         # One server projects; the others only read (they share the database), and one client
         # at a time needs few connections (several servers must not exhaust the database's).
@@ -215,9 +218,9 @@ class Served:
         self.ticks: dict[str, int] = {}
 
     def ask(self, text: str, *, profile: bool) -> None:
-        before = cpu_ticks(self.server.pid)
+        before = cpu_ticks(self.server.pid, self.postmaster)
         took, results = ask(self.client, text)
-        for name, used in ticks_used(before, cpu_ticks(self.server.pid)).items():
+        for name, used in ticks_used(before, cpu_ticks(self.server.pid, self.postmaster)).items():
             self.ticks[name] = self.ticks.get(name, 0) + used
         self.searches.append(took)
         self.found.append(float(results))
@@ -284,6 +287,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> list[HttpS
             vacuum(conn, runtime.ledger.schema)
         seed_seconds = time.perf_counter() - began
         env = deployment_env(settings, **({"MEMWARDEN_SERVER_TIMING": "1"} if args.profile else {}))
+        postmaster = postmaster_of(params.conninfo())
         progress(
             f"size {size}: serving {len(configs)} configuration(s); {WARM_UP_QUERIES} warm-up and "
             f"{args.queries} measured searches each"
@@ -291,7 +295,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> list[HttpS
         served: list[Served] = []
         try:
             for n, config in enumerate(configs):
-                served.append(Served(config, env, key, projects=n == 0))
+                served.append(Served(config, env, key, projects=n == 0, postmaster=postmaster))
             figures = measure(served, model, asked, profile=args.profile)
         finally:
             for one in served:

@@ -28,7 +28,11 @@ from memwarden.projections.search.lexical import K1, B, query_terms
 from memwarden.projections.search.projection import KNOWLEDGE, MEMORY
 from memwarden.projections.visibility import current, known_at
 
-EF_SEARCH = 100  # near the exact scan's top-10 lists (docs/design-figures.md, Search)
+EF_SEARCH = 120
+"""Near the exact scan's top-10 lists (docs/design-figures.md, Search), and no fewer than the
+vector lane fetches for a search of ten (``candidates_for(10) * OVERFETCH``): a walk asked for
+more rows than ``ef_search`` goes on iterating, which costs more than a wider first walk and
+finds fewer of the true nearest."""
 MAX_SCAN_TUPLES = 50_000
 EXACT_SCAN_MAX = 20_000  # measured: an exact scan of a scope beats a filtered HNSW walk up to here
 # ... unless the scope is most of what the index holds: the walk's filter then drops few
@@ -544,8 +548,8 @@ class ScopedView:
                 s=self._s,
                 cosine=cosine,
                 kind=Literal(kind),
-                k1=Literal(K1),
-                b=Literal(B),
+                k1=_float8(K1),
+                b=_float8(B),
                 join=SQL(" JOIN {s}.memory_objects m ON m.id = d.ref").format(s=self._s)
                 if memory
                 else SQL(""),
@@ -558,7 +562,7 @@ class ScopedView:
 
     def _bm25(self, kind: str, scope: Composed | SQL) -> Composed:
         """Documents of ``kind`` in ``scope`` ranked by BM25 over the query's terms, best first."""
-        return SQL(_BM25).format(s=self._s, kind=Literal(kind), k1=Literal(K1), b=Literal(B), scope=scope)
+        return SQL(_BM25).format(s=self._s, kind=Literal(kind), k1=_float8(K1), b=_float8(B), scope=scope)
 
     def _scope(self, namespace: str, ref: str) -> Composed:
         """The scope as an index condition; shares (rare) widen it only when there are any."""
@@ -606,6 +610,11 @@ class ScopedView:
         return rows
 
 
+def _float8(value: float) -> Composed:
+    """A float8 constant: a bare ``1.2`` is numeric, and would make BM25's arithmetic numeric."""
+    return SQL("{}::float8").format(Literal(value))
+
+
 def _halfvec_rows(rows: Sequence[dict[str, Any]], dims: int) -> np.ndarray[Any, Any]:
     """The ``embedding`` of each row, as pgvector sends a ``halfvec`` in binary (two 16-bit
     words, dimensions and unused, then big-endian float16 values), one float32 row each."""
@@ -624,17 +633,19 @@ def _cosines(queries: np.ndarray[Any, Any], docs: np.ndarray[Any, Any]) -> np.nd
 
 
 # BM25 with statistics summed over the caller's scope (never the whole tenant), so a
-# score depends only on documents the caller may see.
+# score depends only on documents the caller may see. The statistics are float8: summed
+# integers are numeric, and numeric arithmetic on every posting of a common term in a large
+# scope cost more than the rest of the lane.
 _STATS = """
 WITH q AS MATERIALIZED (
-    SELECT term, sum(df) AS df FROM {s}.search_terms
+    SELECT term, sum(df)::float8 AS df FROM {s}.search_terms
      WHERE namespace = ANY(%(scope)s) AND kind = {kind} AND term = ANY(%(terms)s) GROUP BY term
 ), st AS MATERIALIZED (
-    SELECT coalesce(sum(docs), 0) AS docs, coalesce(sum(total_length), 0) AS total
+    SELECT coalesce(sum(docs), 0)::float8 AS docs, coalesce(sum(total_length), 0)::float8 AS total
       FROM {s}.search_stats WHERE namespace = ANY(%(scope)s) AND kind = {kind}
 ), w AS MATERIALIZED (
     SELECT q.term, ln(1 + (greatest(st.docs, q.df) - q.df + 0.5) / (q.df + 0.5)) AS idf,
-           greatest(st.total::float8 / greatest(st.docs, 1), 1) AS avgdl
+           greatest(st.total / greatest(st.docs, 1), 1) AS avgdl
       FROM q, st
 )"""
 _BM25_SUM = "sum(w.idf * p.tf * ({k1} + 1) / (p.tf + {k1} * (1 - {b} + {b} * p.length / w.avgdl)))"
