@@ -11,6 +11,9 @@ questions, in the same run.
 3. Distinct questions, each asked once over one persistent connection (``k = 10``): warm-up
    first, then the measured ones. Each measured question is also embedded alone in this
    process, so the report says how much of a search is the query's embedding.
+   Before the first measured search the served autopilot is let catch up on the seeded
+   memories (``settle``): a one-off backfill of N judgements is not the steady state a search
+   meets, and timing beside it measures the backfill; the wait is reported.
 4. CPU per search by process (served API, its projector, PostgreSQL, this process) from
    ``/proc``: a search also appends its audit record, which the projector applies.
 
@@ -31,6 +34,7 @@ from collections.abc import Sequence
 
 import msgspec
 import psycopg
+from psycopg.rows import dict_row
 
 from benchmarks.api import HttpClient, _free_port, _serve
 from benchmarks.common import configured_model, deployment_env, mean, percentile, scratch_database
@@ -51,6 +55,7 @@ from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.settings import Settings
+from memwarden.projections.autopilot.views import worker_gauges
 from memwarden.projections.search.stages import parse_server_timing
 
 K = 10
@@ -85,6 +90,10 @@ class HttpSearchRow(msgspec.Struct, kw_only=True):
     """``--profile``: each stage's [p50 ms, p95 ms, share of the searches that ran it]."""
     load: str = ""
     """The machine's load averages (1, 5, 15 min) before and after the measured searches."""
+    settle_seconds: float = 0.0
+    """How long the served autopilot took to catch up on the seeded memories (``settle``)."""
+    unjudged: int = 0
+    """Memories no pass had judged when the measured searches began."""
 
 
 def met(row: HttpSearchRow) -> bool:
@@ -233,6 +242,31 @@ class Served:
         self.server.wait(timeout=30)
 
 
+SETTLE_TIMEOUT_SECONDS = 1800.0
+SETTLED_AFTER_SECONDS = 5.0
+"""Passes whose figures have not moved for this long are done (or waiting on nothing)."""
+
+
+def settle(conninfo: str, schema: str) -> tuple[float, int]:
+    """Wait until the served autopilot has judged the seeded memories (none left unjudged,
+    or its figures still for ``SETTLED_AFTER_SECONDS``): (seconds waited, unjudged left)."""
+    began = time.perf_counter()
+    last: tuple[int, tuple[tuple[str, int], ...]] | None = None
+    still_since = began
+    with psycopg.connect(conninfo, autocommit=True, row_factory=dict_row) as conn:
+        while True:
+            gauges = worker_gauges(conn, schema)
+            now = time.perf_counter()
+            figures = (gauges.unjudged, tuple(sorted(gauges.dispatch_positions.items())))
+            if figures != last:
+                last, still_since = figures, now
+            if gauges.unjudged == 0 or now - still_since >= SETTLED_AFTER_SECONDS:
+                return round(now - began, 1), gauges.unjudged
+            if now - began > SETTLE_TIMEOUT_SECONDS:
+                raise RuntimeError(f"the autopilot still had {gauges.unjudged} memories unjudged")
+            time.sleep(1.0)
+
+
 def measure(
     served: Sequence[Served], model: Embedder, asked: Sequence[str], *, profile: bool
 ) -> list[dict[str, object]]:
@@ -283,6 +317,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> list[HttpS
             check_embedder(runtime, model)
             outcomes, fallbacks = seed(runtime, model, texts, args.writers)
             key = agent_key(runtime)
+            schema = runtime.ledger.schema
             catch_up(runtime)
             vacuum(conn, runtime.ledger.schema)
         seed_seconds = time.perf_counter() - began
@@ -296,6 +331,8 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> list[HttpS
         try:
             for n, config in enumerate(configs):
                 served.append(Served(config, env, key, projects=n == 0, postmaster=postmaster))
+            progress(f"size {size}: waiting for the served autopilot to judge the seeded memories")
+            settle_seconds, unjudged = settle(params.conninfo(), schema)
             figures = measure(served, model, asked, profile=args.profile)
         finally:
             for one in served:
@@ -306,6 +343,8 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> list[HttpS
         "seed_seconds": round(seed_seconds, 1),
         "outcomes": dict(outcomes),
         "embedder_fallbacks": fallbacks,
+        "settle_seconds": settle_seconds,
+        "unjudged": unjudged,
     }
     return [msgspec.convert({**common, **f}, HttpSearchRow, from_attributes=True) for f in figures]
 
@@ -337,6 +376,7 @@ def print_report(rows: Sequence[HttpSearchRow], wall: float) -> None:
         verdict = "ok" if met(r) else "MISSED"
         settings = " ".join(f"{k}={v}" for k, v in r.config_env.items()) or "as configured"
         out(f"size {r.size} in {r.namespace}: seeded in {r.seed_seconds:.1f} s ({outcomes})\n")
+        out(f"  the served autopilot caught up in {r.settle_seconds:.1f} s ({r.unjudged} left unjudged)\n")
         out(f"  configuration {r.config}: {settings}\n")
         out(
             f"  search p50 / p95 / mean  {r.search_p50_ms:.2f} / {r.search_p95_ms:.2f} / "
