@@ -92,8 +92,8 @@ class HttpSearchRow(msgspec.Struct, kw_only=True):
     """The machine's load averages (1, 5, 15 min) before and after the measured searches."""
     settle_seconds: float = 0.0
     """How long the served autopilot took to catch up on the seeded memories (``settle``)."""
-    unjudged: int = 0
-    """Memories no pass had judged when the measured searches began."""
+    passes_behind: int = 0
+    """Ledger events the served dispatchers had not handed on when the measured searches began."""
 
 
 def met(row: HttpSearchRow) -> bool:
@@ -243,28 +243,28 @@ class Served:
 
 
 SETTLE_TIMEOUT_SECONDS = 1800.0
-SETTLED_AFTER_SECONDS = 5.0
-"""Passes whose figures have not moved for this long are done (or waiting on nothing)."""
+SETTLED_AFTER_SECONDS = 10.0
+"""Dispatchers that have not moved for this long are waiting on nothing (or stuck: reported)."""
 
 
-def settle(conninfo: str, schema: str) -> tuple[float, int]:
-    """Wait until the served autopilot has judged the seeded memories (none left unjudged,
-    or its figures still for ``SETTLED_AFTER_SECONDS``): (seconds waited, unjudged left)."""
-    began = time.perf_counter()
-    last: tuple[int, tuple[tuple[str, int], ...]] | None = None
-    still_since = began
+def settle(conninfo: str, schema: str, head: int) -> tuple[float, int]:
+    """Wait until the served dispatchers have handed every seeded memory (up to ``head``) to
+    their passes, or their positions have stood still for ``SETTLED_AFTER_SECONDS``:
+    (seconds waited, events still behind the slowest dispatcher)."""
+    began = still_since = time.perf_counter()
+    last: tuple[tuple[str, int], ...] | None = None
     with psycopg.connect(conninfo, autocommit=True, row_factory=dict_row) as conn:
         while True:
-            gauges = worker_gauges(conn, schema)
+            positions = worker_gauges(conn, schema).dispatch_positions
+            behind = head - min(positions.values(), default=0)
             now = time.perf_counter()
-            figures = (gauges.unjudged, tuple(sorted(gauges.dispatch_positions.items())))
-            if figures != last:
-                last, still_since = figures, now
-            if gauges.unjudged == 0 or now - still_since >= SETTLED_AFTER_SECONDS:
-                return round(now - began, 1), gauges.unjudged
+            if tuple(sorted(positions.items())) != last:
+                last, still_since = tuple(sorted(positions.items())), now
+            if (positions and behind <= 0) or now - still_since >= SETTLED_AFTER_SECONDS:
+                return round(now - began, 1), max(behind, 0)
             if now - began > SETTLE_TIMEOUT_SECONDS:
-                raise RuntimeError(f"the autopilot still had {gauges.unjudged} memories unjudged")
-            time.sleep(1.0)
+                raise RuntimeError(f"the served dispatchers are still {behind} events behind the seeding")
+            time.sleep(0.5)
 
 
 def measure(
@@ -317,7 +317,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> list[HttpS
             check_embedder(runtime, model)
             outcomes, fallbacks = seed(runtime, model, texts, args.writers)
             key = agent_key(runtime)
-            schema = runtime.ledger.schema
+            schema, head = runtime.ledger.schema, runtime.ledger.head_position()
             catch_up(runtime)
             vacuum(conn, runtime.ledger.schema)
         seed_seconds = time.perf_counter() - began
@@ -332,7 +332,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> list[HttpS
             for n, config in enumerate(configs):
                 served.append(Served(config, env, key, projects=n == 0, postmaster=postmaster))
             progress(f"size {size}: waiting for the served autopilot to judge the seeded memories")
-            settle_seconds, unjudged = settle(params.conninfo(), schema)
+            settle_seconds, behind = settle(params.conninfo(), schema, head)
             figures = measure(served, model, asked, profile=args.profile)
         finally:
             for one in served:
@@ -344,7 +344,7 @@ def run_size(size: int, args: argparse.Namespace, model: Embedder) -> list[HttpS
         "outcomes": dict(outcomes),
         "embedder_fallbacks": fallbacks,
         "settle_seconds": settle_seconds,
-        "unjudged": unjudged,
+        "passes_behind": behind,
     }
     return [msgspec.convert({**common, **f}, HttpSearchRow, from_attributes=True) for f in figures]
 
@@ -376,7 +376,9 @@ def print_report(rows: Sequence[HttpSearchRow], wall: float) -> None:
         verdict = "ok" if met(r) else "MISSED"
         settings = " ".join(f"{k}={v}" for k, v in r.config_env.items()) or "as configured"
         out(f"size {r.size} in {r.namespace}: seeded in {r.seed_seconds:.1f} s ({outcomes})\n")
-        out(f"  the served autopilot caught up in {r.settle_seconds:.1f} s ({r.unjudged} left unjudged)\n")
+        out(
+            f"  the served autopilot caught up in {r.settle_seconds:.1f} s ({r.passes_behind} events behind)\n"
+        )
         out(f"  configuration {r.config}: {settings}\n")
         out(
             f"  search p50 / p95 / mean  {r.search_p50_ms:.2f} / {r.search_p95_ms:.2f} / "
