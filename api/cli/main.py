@@ -211,6 +211,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from memwarden.api.cli.listening import announce_when_listening  # noqa: PLC0415 - only this command needs it
     from memwarden.api.cli.migrate import check_configured_database  # noqa: PLC0415
     from memwarden.api.http.serving import serve_http  # noqa: PLC0415
+    from memwarden.bootstrap.allocator import lean_process  # noqa: PLC0415
     from memwarden.domain.settings import Settings, environment_with  # noqa: PLC0415
     from memwarden.workers.cli import serve_autopilot  # noqa: PLC0415
     from memwarden.workers.projector import ProjectorProcess  # noqa: PLC0415
@@ -229,6 +230,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             " would keep its own rate limits and know only its own writes\n"
         )
         return 2
+    trimmer = lean_process()  # before any thread starts
     # What every API process (uvicorn's workers included) runs with, passed on explicitly.
     environment = environment_with(_serve_choices(args))
     settings = Settings.from_env(environment)
@@ -253,6 +255,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             projector.stop()
         if autopilot is not None:
             autopilot.stop()
+        trimmer.stop()
 
 
 def _serve_choices(args: argparse.Namespace) -> dict[str, str]:

@@ -1,0 +1,83 @@
+"""What the long-running processes (``serve``, its projector, ``worker``) ask of glibc's malloc.
+
+glibc keeps what a process frees for its next allocations: inside each arena, only the top
+of the heap goes back to the system, so the freed middle stays resident. Two things made the
+served processes grow after start for memory they no longer used: onnxruntime loading a
+model (the int8 weights turned into fp32 ones, the graph's temporaries freed) and every
+batch of model activations, database rows and JSON bodies since. And each thread that
+allocates gets an arena of its own, up to eight per core, each keeping its own freed memory.
+
+So each process, as it starts (before its threads do), bounds the arenas (``ARENAS``), and
+a thread returns the free pages of every arena to the system (``malloc_trim``) every
+``TRIM_SECONDS``. Anywhere else than glibc (another libc, another system), both do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+from typing import Any
+
+from memwarden.domain.background import Background
+
+ARENAS = 2
+"""malloc arenas per process: the threads of a process mostly wait for the GIL, the database
+or a model, so they seldom allocate at the same moment; more arenas only keep more freed
+memory apart."""
+TRIM_SECONDS = 10.0
+"""How often the free pages go back: a pass or a write batch frees its memory within this."""
+M_ARENA_MAX = -8
+"""mallopt's parameter number for the arena limit (glibc's malloc.h)."""
+
+
+def _glibc() -> Any | None:
+    """glibc, if this process runs on it (with ``mallopt`` and ``malloc_trim``), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        _ = libc.mallopt, libc.malloc_trim, libc.gnu_get_libc_version
+    except (OSError, AttributeError):
+        return None
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return libc
+
+
+def bound_arenas(arenas: int = ARENAS) -> bool:
+    """Cap the malloc arenas of this process; call it before threads start (an arena that
+    exists stays). False where there is no glibc."""
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(M_ARENA_MAX, arenas))
+
+
+def trim() -> bool:
+    """Give the free pages of every arena back to the system; whether any were."""
+    libc = _glibc()
+    return libc is not None and bool(libc.malloc_trim(0))
+
+
+class Trimmer(Background):
+    """``trim`` every ``every`` seconds until stopped (nothing where there is no glibc)."""
+
+    def __init__(self, every: float = TRIM_SECONDS) -> None:
+        super().__init__("malloc-trim", join_seconds=1)
+        self.every = every
+        self._libc = _glibc()
+
+    def start(self) -> bool:
+        return self._libc is not None and super().start()
+
+    def _run(self) -> None:
+        libc = self._libc
+        while libc is not None and not self._stop.wait(self.every):
+            libc.malloc_trim(0)
+
+
+def lean_process() -> Trimmer:
+    """What a long-running process does first: bound its arenas, start trimming."""
+    bound_arenas()
+    trimmer = Trimmer()
+    trimmer.start()
+    return trimmer
