@@ -8,15 +8,19 @@ batch of model activations, database rows and JSON bodies since. And each thread
 allocates gets an arena of its own, up to eight per core, each keeping its own freed memory.
 
 So each process, as it starts (before its threads do), bounds the arenas (``ARENAS``), and
-a thread returns the free pages of every arena to the system (``malloc_trim``) every
-``TRIM_SECONDS``. Anywhere else than glibc (another libc, another system), both do nothing.
+a thread gives the free pages of every arena back to the system (``malloc_trim``) once the
+resident size has grown by ``TRIM_GROWTH_MB`` since it last did: within a second of a model
+loading, a write batch embedded or a pass run, and never while the process is idle.
+Anywhere else than glibc on Linux, both do nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from memwarden.domain.background import Background
@@ -25,8 +29,11 @@ ARENAS = 2
 """malloc arenas per process: the threads of a process mostly wait for the GIL, the database
 or a model, so they seldom allocate at the same moment; more arenas only keep more freed
 memory apart."""
-TRIM_SECONDS = 10.0
-"""How often the free pages go back: a pass or a write batch frees its memory within this."""
+TRIM_CHECK_SECONDS = 1.0
+"""How often the trimming thread looks at the resident size (one read of /proc/self/statm)."""
+TRIM_GROWTH_MB = 16
+"""Growth since the last trim that calls for one: a trim frees nothing of what is in use, so
+a process whose live memory grows trims once per this much, not at every check."""
 M_ARENA_MAX = -8
 """mallopt's parameter number for the arena limit (glibc's malloc.h)."""
 
@@ -58,12 +65,20 @@ def trim() -> bool:
     return libc is not None and bool(libc.malloc_trim(0))
 
 
-class Trimmer(Background):
-    """``trim`` every ``every`` seconds until stopped (nothing where there is no glibc)."""
+def resident_bytes() -> int:
+    """This process's resident set size."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-    def __init__(self, every: float = TRIM_SECONDS) -> None:
+
+class Trimmer(Background):
+    """``malloc_trim`` whenever the resident size has grown by ``growth_mb`` since the last
+    one, looked at every ``every`` seconds until stopped (nothing where there is no glibc)."""
+
+    def __init__(self, every: float = TRIM_CHECK_SECONDS, growth_mb: float = TRIM_GROWTH_MB) -> None:
         super().__init__("malloc-trim", join_seconds=1)
         self.every = every
+        self.growth = int(growth_mb * 2**20)
+        self.trims = 0
         self._libc = _glibc()
 
     def start(self) -> bool:
@@ -71,8 +86,12 @@ class Trimmer(Background):
 
     def _run(self) -> None:
         libc = self._libc
+        floor = 0  # the first look trims what start-up left
         while libc is not None and not self._stop.wait(self.every):
-            libc.malloc_trim(0)
+            if resident_bytes() - floor >= self.growth:
+                libc.malloc_trim(0)
+                self.trims += 1
+                floor = resident_bytes()
 
 
 def lean_process() -> Trimmer:
