@@ -9,18 +9,17 @@ allocates gets an arena of its own, up to eight per core, each keeping its own f
 
 So each process, as it starts (before its threads do), bounds the arenas (``ARENAS``), and
 a thread gives the free pages of every arena back to the system (``malloc_trim``) once the
-resident size has grown by ``TRIM_GROWTH_MB`` since it last did: within a second of a model
-loading, a write batch embedded or a pass run, and never while the process is idle.
-Anywhere else than glibc on Linux, both do nothing.
+memory free inside them has grown by ``TRIM_GROWTH_MB`` over its lowest since the last trim
+(``mallinfo2``): within a second of a model load, a write batch or a pass freeing what it
+used, and never while the process is idle. Anywhere else than glibc (2.33 or later, on
+Linux), both do nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from memwarden.domain.background import Background
@@ -30,25 +29,47 @@ ARENAS = 2
 or a model, so they seldom allocate at the same moment; more arenas only keep more freed
 memory apart."""
 TRIM_CHECK_SECONDS = 1.0
-"""How often the trimming thread looks at the resident size (one read of /proc/self/statm)."""
+"""How often the trimming thread looks at the free memory of the arenas."""
 TRIM_GROWTH_MB = 16
-"""Growth since the last trim that calls for one: a trim frees nothing of what is in use, so
-a process whose live memory grows trims once per this much, not at every check."""
+"""Free memory, over its lowest since the last trim, that calls for a trim: memory freed and
+reused in between was touched again, so it counts from the lowest point, not from the trim."""
 M_ARENA_MAX = -8
 """mallopt's parameter number for the arena limit (glibc's malloc.h)."""
 
 
+class MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (malloc.h)."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
 def _glibc() -> Any | None:
-    """glibc, if this process runs on it (with ``mallopt`` and ``malloc_trim``), else None."""
+    """glibc, if this process runs on it (with ``mallopt``, ``malloc_trim`` and ``mallinfo2``),
+    else None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        _ = libc.mallopt, libc.malloc_trim, libc.gnu_get_libc_version
+        _ = libc.mallopt, libc.malloc_trim, libc.mallinfo2
     except (OSError, AttributeError):
         return None
     libc.malloc_trim.argtypes = [ctypes.c_size_t]
     libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.mallinfo2.restype = MallInfo2
     return libc
 
 
@@ -65,14 +86,16 @@ def trim() -> bool:
     return libc is not None and bool(libc.malloc_trim(0))
 
 
-def resident_bytes() -> int:
-    """This process's resident set size."""
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def free_in_arenas() -> int:
+    """Bytes free inside the malloc arenas (given back or not); 0 where there is no glibc."""
+    libc = _glibc()
+    return 0 if libc is None else int(libc.mallinfo2().fordblks)
 
 
 class Trimmer(Background):
-    """``malloc_trim`` whenever the resident size has grown by ``growth_mb`` since the last
-    one, looked at every ``every`` seconds until stopped (nothing where there is no glibc)."""
+    """``malloc_trim`` whenever the arenas' free memory has grown by ``growth_mb`` over its
+    lowest since the last trim, looked at every ``every`` seconds until stopped (nothing
+    where there is no glibc). The first look trims what start-up left."""
 
     def __init__(self, every: float = TRIM_CHECK_SECONDS, growth_mb: float = TRIM_GROWTH_MB) -> None:
         super().__init__("malloc-trim", join_seconds=1)
@@ -86,12 +109,14 @@ class Trimmer(Background):
 
     def _run(self) -> None:
         libc = self._libc
-        floor = 0  # the first look trims what start-up left
+        lowest = -self.growth
         while libc is not None and not self._stop.wait(self.every):
-            if resident_bytes() - floor >= self.growth:
+            free = int(libc.mallinfo2().fordblks)
+            lowest = min(lowest, free)
+            if free - lowest >= self.growth:
                 libc.malloc_trim(0)
                 self.trims += 1
-                floor = resident_bytes()
+                lowest = free
 
 
 def lean_process() -> Trimmer:

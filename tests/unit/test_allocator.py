@@ -59,6 +59,34 @@ print(before - rss_mb())
 """
 
 
+TRIMMER_PROBE = """
+import time
+from memwarden.bootstrap.allocator import Trimmer
+
+trimmer = Trimmer(every=0.05, growth_mb=16)
+assert trimmer.start()
+time.sleep(0.3)  # its first look trims what start-up left
+idle = trimmer.trims
+time.sleep(0.3)
+assert trimmer.trims == idle, "an idle process is not trimmed again"
+def rss_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+
+chunks = [bytearray(100_000) for _ in range(2000)]
+time.sleep(0.3)  # growth of memory in use calls for no trim
+assert trimmer.trims == idle, "live memory is not trimmed"
+del chunks[::2]
+grown = rss_mb()
+deadline = time.monotonic() + 10
+while trimmer.trims == idle and time.monotonic() < deadline:
+    time.sleep(0.05)
+trimmer.stop()
+print(trimmer.trims - idle, grown - rss_mb())
+"""
+
+
 def _probe(source: str, *argv: str) -> str:
     done = subprocess.run(
         [sys.executable, "-c", source, *argv], capture_output=True, text=True, timeout=120, check=False
@@ -76,6 +104,13 @@ def test_bound_arenas_caps_what_threads_get() -> None:
 @glibc
 def test_trim_gives_freed_pages_back() -> None:
     assert float(_probe(TRIM_PROBE)) > 50  # of the 100 MB freed between live chunks
+
+
+@glibc
+def test_the_trimmer_trims_after_growth_only() -> None:
+    trims, freed_mb = _probe(TRIMMER_PROBE).split()
+    assert int(trims) >= 1
+    assert float(freed_mb) > 50
 
 
 class Started(Exception):
