@@ -39,13 +39,12 @@ from memwarden.projections.disputes.projection import DisputesProjection
 from memwarden.projections.disputes.views import DISPUTES, DisputeView
 from memwarden.projections.governance.projection import AuditProjection, KeysProjection, SharesProjection
 from memwarden.projections.governance.views import (
-    KEYS,
     AuditFilter,
     AuditView,
     KeyView,
     ScopeCounts,
-    key_view,
     list_audit,
+    list_keys,
     scope_counts,
     shared_into,
 )
@@ -258,7 +257,7 @@ class ReadModels:
 
     def keys(self, root: str, query: ListQuery = ANY_STATUS) -> Listed[KeyView]:
         with self.ledger.datastore.get_connection() as conn:
-            return page(conn, self.ledger.schema, KEYS, root, query, key_view)
+            return list_keys(conn, self.ledger.schema, root, query)
 
     def audit(self, root: str, where: AuditFilter) -> list[AuditView]:
         """Audit records of ``root``'s subtree; waits for the ledger head so nothing is missed."""

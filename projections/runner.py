@@ -27,7 +27,7 @@ from memwarden.domain.ledger.mapper import Recorded
 from memwarden.projections.base import Projection
 from memwarden.projections.deferred_index import DeferredIndexPolicy
 from memwarden.projections.followers import Follower, Step, projecting, watching
-from memwarden.projections.tracking import Applied, Position, Stop, Tracking
+from memwarden.projections.tracking import Applied, Position, Stop, Tracking, projected_channel
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 1000
@@ -79,8 +79,7 @@ class ProjectionRunner:
         """Where the background thread listens; read at each (re)connect."""
         self.projections = list(projections)
         self.schema = ledger.schema
-        self.projected_channel = f"{self.schema}_projected"
-        """Announces, at each batch's commit, the position every projection has reached."""
+        self.projected_channel = projected_channel(self.schema)
         self.tracking = Tracking(self.schema, self.projected_channel)
         """The tracking records (public: a rebuild switches with them)."""
         self.errors: dict[str, Stop] = {}

@@ -21,6 +21,13 @@ ERRORS_TABLE = "projection_errors"
 """Where a runner records the event a projection stopped at, so every process (an API
 process beside a projector, the CLI) reports it, not only the one that hit it."""
 
+
+def projected_channel(schema: str) -> str:
+    """Where a runner announces, at each batch's commit, the position every projection has
+    reached (and where the API processes listen for it)."""
+    return f"{schema}_projected"
+
+
 Position = NewType("Position", int)
 """A position in the ledger's notification log; 0 is before the first event."""
 

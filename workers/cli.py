@@ -37,6 +37,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not redis_reachable(settings):
         sys.stderr.write(f"memwarden worker: no Redis answers at {redact(settings.redis_url)} (REDIS_URL)\n")
         return 2
+    from memwarden.bootstrap.allocator import lean_process  # noqa: PLC0415 - only the commands that run long
+
+    trimmer = lean_process()  # before any thread starts
     configure_logging(args.log_level, settings.log_format)
     stop = threading.Event()
 
@@ -47,7 +50,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     sys.stdout.write("memwarden worker: running\n")
     sys.stdout.flush()
-    run_worker(settings, stop, threads=args.threads)
+    try:
+        run_worker(settings, stop, threads=args.threads)
+    finally:
+        trimmer.stop()
     return 0
 
 

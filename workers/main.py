@@ -77,7 +77,10 @@ class WorkerProcess:
     tickers feeding it."""
 
     def __init__(self, settings: Settings, threads: int = 2, *, dispatch: bool = True) -> None:
-        self.runtime = Runtime(settings)
+        # The projector projects (``serve``'s child, or ``memwarden project``); a pass that
+        # must see its position waits for it, and catches up itself if nobody projects.
+        self.runtime = Runtime(settings, follow=False)
+        self.runtime.reads.runner.watch()
         self.holder = holder_id()
         self.broker = redis_broker(settings)
         self.consumption = Consumption()

@@ -18,6 +18,7 @@ import threading
 import time
 from types import FrameType
 
+from memwarden.bootstrap.allocator import lean_process
 from memwarden.bootstrap.runtime import Runtime
 from memwarden.domain.background import Background
 
@@ -30,6 +31,7 @@ PARENT_CHECK_SECONDS = 0.5
 def run_projector(*, exit_with_parent: bool = False) -> int:
     """``memwarden project``: project until SIGTERM or SIGINT (or, as the child of
     ``memwarden serve``, until that process is gone, however it ended)."""
+    trimmer = lean_process()  # before any thread starts
     stop = threading.Event()
     parent = os.getppid()
 
@@ -38,12 +40,15 @@ def run_projector(*, exit_with_parent: bool = False) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with Runtime(follow=True):
-        sys.stdout.write(READY_LINE + "\n")
-        sys.stdout.flush()
-        while not stop.wait(PARENT_CHECK_SECONDS):
-            if exit_with_parent and os.getppid() != parent:
-                break
+    try:
+        with Runtime(follow=True):
+            sys.stdout.write(READY_LINE + "\n")
+            sys.stdout.flush()
+            while not stop.wait(PARENT_CHECK_SECONDS):
+                if exit_with_parent and os.getppid() != parent:
+                    break
+    finally:
+        trimmer.stop()
     return 0
 
 

@@ -26,9 +26,7 @@ from memwarden.workers.cli import register_worker_command
 # parser (``memwarden --help``) must not load the database driver, numpy or the web stack.
 # tests/e2e/test_cli_startup.py holds this to a list of modules.
 if TYPE_CHECKING:
-    from memwarden.bootstrap.runtime import Runtime
     from memwarden.domain.model.identity import Identity
-    from memwarden.projections.governance.views import KeyView
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -192,35 +190,15 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     except DomainError as error:
         sys.stderr.write(f"refused ({error.code}): {error.detail}\n")
         return 1
-    from memwarden.bootstrap.runtime import Runtime  # noqa: PLC0415 - loads the models' code: only commands that run it
+    from memwarden.api.cli.keys import keys_listed  # noqa: PLC0415 - see the note on imports above
 
-    with Runtime(follow=False) as runtime:
-        runtime.reads.runner.catch_up()
-        keys = _keys_of(runtime, args.namespace) if args.namespace else _all_keys(runtime)
+    keys = keys_listed(args.namespace)
     lines = [
         f"{k.key_id}  {k.role:8} {k.actor:24} {k.namespace}" + ("  REVOKED" if k.revoked else "")
         for k in keys
     ]
     _emit(args, keys, "\n".join(lines) or "no keys")
     return 0
-
-
-def _all_keys(runtime: Runtime) -> list[KeyView]:
-    from psycopg.sql import SQL, Identifier  # noqa: PLC0415 - see the note on imports above
-
-    with runtime.ledger.datastore.get_connection() as conn:
-        rows = conn.execute(
-            SQL("SELECT DISTINCT split_part(namespace, '/', 1) AS tenant FROM {}.api_keys").format(
-                Identifier(runtime.ledger.schema)
-            )
-        ).fetchall()
-    return [k for row in rows for k in _keys_of(runtime, row["tenant"])]
-
-
-def _keys_of(runtime: Runtime, root: str) -> list[KeyView]:
-    from memwarden.projections.listing import every  # noqa: PLC0415 - see the note on imports above
-
-    return list(every(lambda asked: runtime.reads.keys(root, asked)))
 
 
 def _say(line: str) -> None:
@@ -233,6 +211,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from memwarden.api.cli.listening import announce_when_listening  # noqa: PLC0415 - only this command needs it
     from memwarden.api.cli.migrate import check_configured_database  # noqa: PLC0415
     from memwarden.api.http.serving import serve_http  # noqa: PLC0415
+    from memwarden.bootstrap.allocator import lean_process  # noqa: PLC0415
     from memwarden.domain.settings import Settings, environment_with  # noqa: PLC0415
     from memwarden.workers.cli import serve_autopilot  # noqa: PLC0415
     from memwarden.workers.projector import ProjectorProcess  # noqa: PLC0415
@@ -251,6 +230,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             " would keep its own rate limits and know only its own writes\n"
         )
         return 2
+    trimmer = lean_process()  # before any thread starts
     # What every API process (uvicorn's workers included) runs with, passed on explicitly.
     environment = environment_with(_serve_choices(args))
     settings = Settings.from_env(environment)
@@ -275,6 +255,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             projector.stop()
         if autopilot is not None:
             autopilot.stop()
+        trimmer.stop()
 
 
 def _serve_choices(args: argparse.Namespace) -> dict[str, str]:

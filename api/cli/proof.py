@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memwarden.api.cli.erasure import read_certificate
-from memwarden.domain.ledger.notes import b64
 
 if TYPE_CHECKING:  # the runtime and the client only when a command runs (api/cli/main.py)
     from memwarden.bootstrap.runtime import Runtime
@@ -42,6 +41,8 @@ def _note_of(runtime: Runtime, size: int | None) -> tuple[int, str]:
 def _inclusion_document(runtime: Runtime, position: int, size: int | None) -> dict[str, Any]:
     """An inclusion proof file: the signed checkpoint, the path, and the leaf's preimage (the
     position's canonical record), so the leaf proven can be read, not only hashed."""
+    from memwarden.domain.ledger.notes import b64  # noqa: PLC0415 - see api/cli/main.py on imports
+
     size_, note = _note_of(runtime, size)
     found = runtime.reads.tree.inclusion(position, size_)
     return {
@@ -89,6 +90,8 @@ def cmd_proof_certificate(args: argparse.Namespace) -> int:
 
 
 def cmd_proof_consistency(args: argparse.Namespace) -> int:
+    from memwarden.domain.ledger.notes import b64  # noqa: PLC0415 - see api/cli/main.py on imports
+
     with _runtime() as runtime:
         first_size, first_note = _note_of(runtime, args.first)
         second_size, second_note = _note_of(runtime, args.second)

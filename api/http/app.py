@@ -107,5 +107,8 @@ def _log_level(settings: Settings | None, runtime: Runtime | None) -> tuple[str,
 
 
 def app_from_env() -> Litestar:
-    """The uvicorn factory of ``memwarden serve``."""
+    """The uvicorn factory of ``memwarden serve --workers N``: each of its API processes."""
+    from memwarden.bootstrap.allocator import lean_process  # noqa: PLC0415
+
+    lean_process()  # before the app's threads start; it trims until the process ends
     return create_app(Settings.from_env())

@@ -19,6 +19,8 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
+from psycopg import Connection
+from psycopg.sql import SQL, Identifier
 
 GENESIS = bytes(32)
 
@@ -171,3 +173,15 @@ def _bad_tenant(
         first_bad_position=position,
         problem=problem,
     )
+
+
+def chain_head(conn: Connection[Any], schema: str) -> tuple[int, bytes]:
+    """The last link of the chain: (its position, its hash); (0, the genesis) if empty."""
+    row = conn.execute(
+        SQL("SELECT position, hash FROM {}.ledger_chain ORDER BY position DESC LIMIT 1").format(
+            Identifier(schema)
+        )
+    ).fetchone()
+    if row is None:
+        return 0, bytes(32)
+    return int(row["position"]), bytes(row["hash"])

@@ -26,7 +26,6 @@ from typing import IO, Any
 
 import msgspec
 import psycopg
-from eventsourcing import persistence
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
@@ -111,6 +110,9 @@ def unavailable(error: BaseException) -> bool:
     the statement was wrong: the caller may retry. Every library layer counts: psycopg,
     psycopg_pool (``PoolTimeout`` is an ``OperationalError``), eventsourcing's wrappers of
     both (found through ``__cause__``)."""
+    # eventsourcing only here: a command that opens no ledger (``keys list``) never loads it
+    from eventsourcing import persistence  # noqa: PLC0415
+
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, psycopg.Error):

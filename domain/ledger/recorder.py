@@ -36,7 +36,13 @@ from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastor
 from psycopg import Cursor, ServerCursor
 from psycopg.sql import SQL, Composed, Identifier
 
-from memwarden.domain.ledger.chain import ChainReport, TenantChainReport, verify_rows, verify_tenant_rows
+from memwarden.domain.ledger.chain import (
+    ChainReport,
+    TenantChainReport,
+    chain_head,
+    verify_rows,
+    verify_tenant_rows,
+)
 
 EVENTS_TABLE = "events"
 LIBRARY_TENANT = "/library"
@@ -196,16 +202,8 @@ class ChainedApplicationRecorder(PostgresApplicationRecorder):
             return curs.fetchall()
 
     def head(self) -> tuple[int, bytes]:
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            curs.execute(
-                SQL("SELECT position, hash FROM {}.ledger_chain ORDER BY position DESC LIMIT 1").format(
-                    Identifier(self.schema)
-                )
-            )
-            row = curs.fetchone()
-        if row is None:
-            return 0, bytes(32)
-        return int(row["position"]), bytes(row["hash"])
+        with self.datastore.get_connection() as conn:
+            return chain_head(conn, self.schema)
 
     def verify_chain(
         self,

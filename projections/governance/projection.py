@@ -10,12 +10,13 @@ from psycopg.sql import SQL, Identifier
 
 from memwarden.domain.ledger.mapper import Recorded
 from memwarden.domain.model.events import AuditRecorded, KeyIssued, KeyRevoked, MemoryShared, PinSet
+from memwarden.projections.governance.views import KEYS_PROJECTION
 from memwarden.projections.rows import array_literal, columns
 from memwarden.projections.sanitize import sanitized
 
 
 class KeysProjection:
-    name = "keys"
+    name = KEYS_PROJECTION
     tables = ("api_keys",)
 
     def create(self, curs: Cursor[Any], schema: str) -> None:

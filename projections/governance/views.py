@@ -19,7 +19,7 @@ from psycopg.sql import SQL, Composable, Identifier
 from memwarden.domain.model.identity import HUMAN_ROLES
 from memwarden.domain.model.namespaces import subtree_like_pattern
 from memwarden.domain.model.trust import default_provenance_cap
-from memwarden.projections.listing import ListedTable
+from memwarden.projections.listing import Listed, ListedTable, ListQuery, page
 from memwarden.projections.visibility import current
 
 
@@ -79,6 +79,8 @@ class ScopeCounts(msgspec.Struct, frozen=True, kw_only=True):
 _SUBTREE = "(namespace = %(root)s OR namespace LIKE %(pattern)s ESCAPE '\\')"
 
 
+KEYS_PROJECTION = "keys"
+"""The name the keys projection (``api_keys``) tracks its position under."""
 KEYS = ListedTable(
     table="api_keys",
     columns=KeyView.__struct_fields__,
@@ -91,6 +93,21 @@ KEYS = ListedTable(
 def key_view(row: dict[str, Any]) -> KeyView:
     cap = row["max_provenance"] or default_provenance_cap(row["role"] in HUMAN_ROLES)
     return msgspec.convert({**row, "max_provenance": cap}, KeyView)
+
+
+def list_keys(conn: Connection[Any], schema: str, root: str, query: ListQuery) -> Listed[KeyView]:
+    """One page of the keys of ``root``'s subtree."""
+    return page(conn, schema, KEYS, root, query, key_view)
+
+
+def key_tenants(conn: Connection[Any], schema: str) -> list[str]:
+    """The tenants that hold at least one key (revoked or not)."""
+    rows = conn.execute(
+        SQL(
+            "SELECT DISTINCT split_part(namespace, '/', 1) AS tenant FROM {}.api_keys ORDER BY tenant"
+        ).format(Identifier(schema))
+    ).fetchall()
+    return [row["tenant"] for row in rows]
 
 
 def list_audit(conn: Connection[Any], schema: str, root: str, where: AuditFilter) -> list[AuditView]:
