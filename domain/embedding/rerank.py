@@ -52,10 +52,11 @@ class CrossEncoder:
         *,
         threads: int | None = None,
         batch_size: int = 16,
+        max_tokens: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        self._encoder = OnnxEncoder(spec, model_path, tokenizer_path, threads=threads)
+        self._encoder = OnnxEncoder(spec, model_path, tokenizer_path, threads=threads, max_tokens=max_tokens)
         self._batch_size = batch_size
         self.model_id = spec.model_id
 
@@ -96,10 +97,15 @@ class WarmingCrossEncoder:
     ``score``, which raises it where a search sees it."""
 
     def __init__(
-        self, *, warm: bool = True, shared: Shared[CrossEncoder] | None = None, lanes: int | None = None
+        self,
+        *,
+        warm: bool = True,
+        shared: Shared[CrossEncoder] | None = None,
+        lanes: int | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self._instance = shared_cross_encoder if shared is None else shared
-        self._shared = functools.partial(self._instance, threads=lanes)
+        self._shared = functools.partial(self._instance, threads=lanes, max_tokens=max_tokens)
         if warm:  # joined at exit: a daemon killed mid-load aborts onnxruntime
             threading.Thread(target=self._warm, name="rerank-warm").start()
 
@@ -127,8 +133,10 @@ def reranker_from_settings(
     ``MAX_RERANK_DEPTH``; :class:`~domain.embedding.base.ModelFileRejected` when the files
     fail their pins. ``background``: the model loads in a thread, checked at first use;
     ``lazy``: it loads at first use only (a process that never reranks never loads it).
-    It runs ``settings.model_lanes`` inference sessions when this call loads it."""
+    It runs ``settings.model_lanes`` inference sessions, reading at most
+    ``settings.rerank_max_tokens`` tokens of each pair, when this call loads it."""
     choice, depth, lanes = settings.rerank, settings.rerank_depth, settings.model_lanes
+    tokens = settings.rerank_max_tokens
     if choice not in RERANK_CHOICES:
         raise ValueError(f"MEMWARDEN_RERANK={choice!r} is not one of {', '.join(RERANK_CHOICES)}")
     if depth is not None and depth > MAX_RERANK_DEPTH:
@@ -137,8 +145,8 @@ def reranker_from_settings(
     if choice == "ms-marco":
         lazily = background or lazy
         reranker = (
-            WarmingCrossEncoder(warm=background, lanes=lanes)
+            WarmingCrossEncoder(warm=background, lanes=lanes, max_tokens=tokens)
             if lazily
-            else shared_cross_encoder(threads=lanes)
+            else shared_cross_encoder(threads=lanes, max_tokens=tokens)
         )
     return reranker, depth
