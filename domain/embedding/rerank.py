@@ -72,7 +72,11 @@ class CrossEncoder:
         if not passages:
             return rows[:, 0]
         pairs = [self._encoder.encode(query, passage) for passage in passages]
-        return by_length(pairs, self._batch_size, self._logits, rows, lanes=self._encoder.lanes)[:, 0]
+        # Even batches: a batch pads every pair to its longest, and the candidates of one
+        # search are of mixed lengths, so fixed batches of the sorted pairs spent much of the
+        # model's time on the padding of their long tail (docs/benchmarks.md, issue 27).
+        lanes = self._encoder.lanes
+        return by_length(pairs, self._batch_size, self._logits, rows, even=True, lanes=lanes)[:, 0]
 
     def _logits(self, batch: list[Encoded]) -> Matrix:
         logits, _mask = self._encoder.run(batch)

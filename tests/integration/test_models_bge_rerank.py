@@ -10,7 +10,7 @@ import pytest
 
 from memwarden.domain.embedding import ModelFileRejected, embedder_from_settings
 from memwarden.domain.embedding.bge import BGE_SMALL, MODEL_ID, shared_bge_small
-from memwarden.domain.embedding.onnx import ModelSpec, OnnxSentenceEmbedder, read_pinned
+from memwarden.domain.embedding.onnx import LENGTH_SPREAD, ModelSpec, OnnxSentenceEmbedder, read_pinned
 from memwarden.domain.embedding.rerank import (
     MS_MARCO,
     CrossEncoder,
@@ -123,3 +123,23 @@ def test_the_rerank_settings() -> None:
 def test_bad_rerank_settings_are_refused_by_name(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         reranker_from_settings(Settings.from_env(env))
+
+
+def test_the_cross_encoder_batches_pairs_of_nearly_the_same_length() -> None:
+    encoder = CrossEncoder(threads=1)
+    widths: list[list[int]] = []
+    run = encoder._encoder.run
+
+    def recorded(batch: list[tuple[list[int], list[int]]]) -> object:
+        widths.append(sorted(len(ids) for ids, _ in batch))
+        return run(batch)
+
+    encoder._encoder.run = recorded  # type: ignore[method-assign]
+    passages = [" ".join(["word"] * n) for n in (3, 40, 5, 60, 4, 45, 6, 80)]
+    logits = encoder.score("which word?", passages)
+    assert logits.shape == (len(passages),)
+    assert sorted(w for batch in widths for w in batch) == sorted(
+        len(encoder._encoder.encode("which word?", p)[0]) for p in passages
+    )
+    for batch in widths:  # no short pair padded to a long one's width
+        assert batch[-1] <= batch[0] * LENGTH_SPREAD + 2, widths
