@@ -26,6 +26,12 @@ RERANK_WHEN = ("adaptive", "always")
 RERANK_AGREEMENT = 0.2
 """The share of their best k that the lanes must hold in common for ``adaptive`` to skip
 the reranker (the trade-off it picks: docs/benchmarks.md, issue 27)."""
+RERANK_MAX_TOKENS = 128
+"""The tokens of a (query, memory) pair the cross-encoder reads: the longer of the two
+(nearly always the memory) is cut to fit. Its time grows with the tokens it reads, so a
+long memory would cost a search as much as several short ones; a pair that fits (most turns
+of a conversation with a question) is read whole, its score unchanged."""
+MIN_RERANK_TOKENS, MAX_RERANK_TOKENS = 16, 512
 JUDGES = ("rules", "openai", "none")
 DRAFTERS = ("extractive", "openai")
 TICKET_RUNNERS = ("thread", "queue")
@@ -220,6 +226,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     rerank_depth: int | None = None
     """``MEMWARDEN_RERANK_DEPTH``: how many of the hybrid driver's best it reorders (None:
     the driver's default)."""
+    rerank_max_tokens: int = RERANK_MAX_TOKENS
+    """``MEMWARDEN_RERANK_MAX_TOKENS``: the tokens of a (query, memory) pair the cross-encoder
+    reads, from 16 to 512 (the model's positions); the longer of the two is cut to fit."""
     mcp_url: str | None = None
     """``MEMWARDEN_URL``: the API ``memwarden mcp`` (stdio) calls; None: it opens the
     deployment in its own process."""
@@ -367,6 +376,13 @@ def _models(values: Mapping[str, str]) -> dict[str, Any]:
     depth = positive_number(values, "MEMWARDEN_RERANK_DEPTH", int)
     if depth is not None:
         found["rerank_depth"] = int(depth)
+    tokens = positive_number(values, "MEMWARDEN_RERANK_MAX_TOKENS", int)
+    if tokens is not None:
+        if not MIN_RERANK_TOKENS <= tokens <= MAX_RERANK_TOKENS:
+            raise ValueError(
+                f"MEMWARDEN_RERANK_MAX_TOKENS must be from {MIN_RERANK_TOKENS} to {MAX_RERANK_TOKENS}, got {int(tokens)}"
+            )
+        found["rerank_max_tokens"] = int(tokens)
     if embedder == "openai":
         dimensions = positive_number(values, "MEMWARDEN_EMBEDDER_DIMENSIONS", int)
         timeout = positive_number(values, "MEMWARDEN_EMBEDDER_TIMEOUT", float)

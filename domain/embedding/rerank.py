@@ -52,10 +52,11 @@ class CrossEncoder:
         *,
         threads: int | None = None,
         batch_size: int = 16,
+        max_tokens: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        self._encoder = OnnxEncoder(spec, model_path, tokenizer_path, threads=threads)
+        self._encoder = OnnxEncoder(spec, model_path, tokenizer_path, threads=threads, max_tokens=max_tokens)
         self._batch_size = batch_size
         self.model_id = spec.model_id
 
@@ -71,7 +72,11 @@ class CrossEncoder:
         if not passages:
             return rows[:, 0]
         pairs = [self._encoder.encode(query, passage) for passage in passages]
-        return by_length(pairs, self._batch_size, self._logits, rows, lanes=self._encoder.lanes)[:, 0]
+        # Even batches: a batch pads every pair to its longest, and the candidates of one
+        # search are of mixed lengths, so fixed batches of the sorted pairs spent much of the
+        # model's time on the padding of their long tail (docs/benchmarks.md, issue 27).
+        lanes = self._encoder.lanes
+        return by_length(pairs, self._batch_size, self._logits, rows, even=True, lanes=lanes)[:, 0]
 
     def _logits(self, batch: list[Encoded]) -> Matrix:
         logits, _mask = self._encoder.run(batch)
@@ -96,10 +101,15 @@ class WarmingCrossEncoder:
     ``score``, which raises it where a search sees it."""
 
     def __init__(
-        self, *, warm: bool = True, shared: Shared[CrossEncoder] | None = None, lanes: int | None = None
+        self,
+        *,
+        warm: bool = True,
+        shared: Shared[CrossEncoder] | None = None,
+        lanes: int | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self._instance = shared_cross_encoder if shared is None else shared
-        self._shared = functools.partial(self._instance, threads=lanes)
+        self._shared = functools.partial(self._instance, threads=lanes, max_tokens=max_tokens)
         if warm:  # joined at exit: a daemon killed mid-load aborts onnxruntime
             threading.Thread(target=self._warm, name="rerank-warm").start()
 
@@ -127,8 +137,10 @@ def reranker_from_settings(
     ``MAX_RERANK_DEPTH``; :class:`~domain.embedding.base.ModelFileRejected` when the files
     fail their pins. ``background``: the model loads in a thread, checked at first use;
     ``lazy``: it loads at first use only (a process that never reranks never loads it).
-    It runs ``settings.model_lanes`` inference sessions when this call loads it."""
+    It runs ``settings.model_lanes`` inference sessions, reading at most
+    ``settings.rerank_max_tokens`` tokens of each pair, when this call loads it."""
     choice, depth, lanes = settings.rerank, settings.rerank_depth, settings.model_lanes
+    tokens = settings.rerank_max_tokens
     if choice not in RERANK_CHOICES:
         raise ValueError(f"MEMWARDEN_RERANK={choice!r} is not one of {', '.join(RERANK_CHOICES)}")
     if depth is not None and depth > MAX_RERANK_DEPTH:
@@ -137,8 +149,8 @@ def reranker_from_settings(
     if choice == "ms-marco":
         lazily = background or lazy
         reranker = (
-            WarmingCrossEncoder(warm=background, lanes=lanes)
+            WarmingCrossEncoder(warm=background, lanes=lanes, max_tokens=tokens)
             if lazily
-            else shared_cross_encoder(threads=lanes)
+            else shared_cross_encoder(threads=lanes, max_tokens=tokens)
         )
     return reranker, depth
