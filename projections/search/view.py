@@ -670,6 +670,22 @@ SELECT d.ref, {cosine} AS cosine,
  WHERE d.ref = ANY(%(refs)s) AND d.kind = {kind} AND {scope} AND {visible}"""
 )
 _TOP = "SELECT ref, score, fetched, visible, NULL::uuid AS neighbour, NULL::bigint AS distance FROM top"
+# The nearest memories before and after a source (``src``) in its namespace's write order
+# (the index on (namespace, kind, position) walks straight to them), as ``n``, with ``m``
+# their memory rows for the caller's scope and visibility.
+_WRITE_ORDER_NEIGHBOURS = """ CROSS JOIN LATERAL (
+       (SELECT x.ref, row_number() OVER (ORDER BY x.position DESC) AS distance
+          FROM {s}.search_docs x
+         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position < src.position
+         ORDER BY x.position DESC LIMIT {span})
+       UNION ALL
+       (SELECT x.ref, row_number() OVER (ORDER BY x.position) AS distance
+          FROM {s}.search_docs x
+         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position > src.position
+         ORDER BY x.position LIMIT {span})
+ ) n
+  JOIN {s}.memory_objects m ON m.id = n.ref
+"""
 # A lane's visible hits and, in the same statement, the neighbours (as ``_NEIGHBOURS``) of
 # those whose neighbours the view does not know yet (``known``).
 _TOP_WITH_NEIGHBOURS = (
@@ -678,35 +694,16 @@ _TOP_WITH_NEIGHBOURS = (
 UNION ALL
 SELECT src.ref, NULL, NULL, NULL, n.ref, n.distance
   FROM top JOIN {s}.search_docs src ON src.ref = top.ref AND src.kind = {kind}
- CROSS JOIN LATERAL (
-       (SELECT x.ref, row_number() OVER (ORDER BY x.position DESC) AS distance
-          FROM {s}.search_docs x
-         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position < src.position
-         ORDER BY x.position DESC LIMIT {span})
-       UNION ALL
-       (SELECT x.ref, row_number() OVER (ORDER BY x.position) AS distance
-          FROM {s}.search_docs x
-         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position > src.position
-         ORDER BY x.position LIMIT {span})
- ) n
-  JOIN {s}.memory_objects m ON m.id = n.ref
- WHERE top.visible AND NOT (top.ref = ANY(%(known)s::uuid[])) AND {scope} AND {visible}"""
+"""
+    + _WRITE_ORDER_NEIGHBOURS
+    + """ WHERE top.visible AND NOT (top.ref = ANY(%(known)s::uuid[])) AND {scope} AND {visible}"""
 )
-# The nearest memories before and after each source in its namespace's write order (the
-# index on (namespace, kind, position) walks straight to them), then only the visible ones.
-_NEIGHBOURS = """
+# The write-order neighbours of the sources ``refs``, then only the visible ones.
+_NEIGHBOURS = (
+    """
 SELECT src.ref AS source, n.ref, n.distance
   FROM {s}.search_docs src
- CROSS JOIN LATERAL (
-       (SELECT x.ref, row_number() OVER (ORDER BY x.position DESC) AS distance
-          FROM {s}.search_docs x
-         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position < src.position
-         ORDER BY x.position DESC LIMIT {span})
-       UNION ALL
-       (SELECT x.ref, row_number() OVER (ORDER BY x.position) AS distance
-          FROM {s}.search_docs x
-         WHERE x.namespace = src.namespace AND x.kind = {kind} AND x.position > src.position
-         ORDER BY x.position LIMIT {span})
- ) n
-  JOIN {s}.memory_objects m ON m.id = n.ref
- WHERE src.ref = ANY(%(refs)s) AND src.kind = {kind} AND {scope} AND {visible}"""
+"""
+    + _WRITE_ORDER_NEIGHBOURS
+    + """ WHERE src.ref = ANY(%(refs)s) AND src.kind = {kind} AND {scope} AND {visible}"""
+)

@@ -28,6 +28,7 @@ from memwarden.domain.model.memory import MemoryState, evolve_memory
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.settings import Settings
 from memwarden.projections.tracking import TRACKING_TABLE
+from tests.integration.writing import write
 
 ADMIN = Identity("acme/eng", "alice", "admin")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -37,12 +38,6 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 def runtime(settings: Settings) -> Iterator[Runtime]:
     with Runtime(settings, follow=False) as opened:
         yield opened
-
-
-def write(rt: Runtime, who: Identity, content: str, **kw: Any) -> uuid.UUID:
-    result = rt.memory.write(who, WriteMemory(content=content, **kw))
-    assert result.id is not None, result
-    return result.id
 
 
 def plant_marker(rt: Runtime, marker: str) -> list[uuid.UUID]:

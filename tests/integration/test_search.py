@@ -28,6 +28,7 @@ from memwarden.projections.rebuild import Rebuilder
 from memwarden.projections.search import view as view_module
 from memwarden.projections.search.drivers import HybridDriver, LexicalDriver, SearchRequest, VectorDriver
 from memwarden.projections.search.service import SearchQuery
+from tests.integration.writing import write
 
 ALPHA = Identity(namespace="acme/eng/alpha", actor="bot", role="agent")
 ENG = Identity(namespace="acme/eng", actor="lead", role="member")
@@ -42,12 +43,6 @@ ADMIN = Identity(namespace="acme", actor="root", role="admin")
 def runtime(settings: Settings) -> Iterator[Runtime]:
     with Runtime(settings) as rt:
         yield rt
-
-
-def write(rt: Runtime, who: Identity, content: str, **kw: Any) -> uuid.UUID:
-    result = rt.memory.write(who, WriteMemory(content=content, **kw))
-    assert result.id is not None, result
-    return result.id
 
 
 def search(rt: Runtime, who: Identity, query: str, driver: str | None = None, **kw: Any) -> list[uuid.UUID]:

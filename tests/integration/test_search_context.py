@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.settings import Settings
 from memwarden.projections.search.drivers import HybridDriver, SearchRequest
 from memwarden.projections.search.service import SearchQuery
 from memwarden.projections.search.view import Hit
+from tests.integration.writing import write
 
 ALPHA = Identity(namespace="acme/eng/alpha", actor="bot", role="agent")
 CHILD = Identity(namespace="acme/eng/alpha/sub", actor="bot", role="agent")
@@ -35,12 +35,6 @@ def runtime(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Run
     monkeypatch.setenv("MEMWARDEN_EMBEDDER", "hash")  # word overlap is the point, not meaning
     with Runtime(settings) as rt:
         yield rt
-
-
-def write(rt: Runtime, who: Identity, content: str, **kw: Any) -> uuid.UUID:
-    result = rt.memory.write(who, WriteMemory(content=content, **kw))
-    assert result.id is not None, result
-    return result.id
 
 
 def ranked(rt: Runtime, who: Identity, query: str, driver: HybridDriver) -> list[Hit]:

@@ -7,18 +7,17 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import msgspec
 import pytest
 
 from memwarden.bootstrap.runtime import Runtime
-from memwarden.domain.model.commands import WriteMemory
 from memwarden.domain.model.identity import Identity
 from memwarden.domain.settings import Settings
 from memwarden.projections.search import view as view_module
 from memwarden.projections.search.lexical import K1, B, query_terms, term_frequencies
 from memwarden.projections.search.service import SearchQuery
+from tests.integration.writing import write
 
 ALPHA = Identity(namespace="acme/eng/alpha", actor="bot", role="agent")
 ENG = Identity(namespace="acme/eng", actor="lead", role="member")
@@ -30,12 +29,6 @@ QUERY = "which build failed on the runner after the release"
 def runtime(settings: Settings) -> Iterator[Runtime]:
     with Runtime(settings) as rt:
         yield rt
-
-
-def write(rt: Runtime, who: Identity, content: str, **kw: Any) -> uuid.UUID:
-    result = rt.memory.write(who, WriteMemory(content=content, **kw))
-    assert result.id is not None, result
-    return result.id
 
 
 def corpus(rt: Runtime) -> dict[uuid.UUID, tuple[Identity, str]]:
