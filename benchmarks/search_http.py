@@ -55,7 +55,7 @@ from memwarden.domain.model.identity import Identity
 from memwarden.domain.model.keys import IssueKey
 from memwarden.domain.model.policies import PolicyBody
 from memwarden.domain.settings import Settings
-from memwarden.projections.autopilot.views import worker_gauges
+from memwarden.projections.autopilot.views import dispatch_positions
 from memwarden.projections.search.stages import parse_server_timing
 
 K = 10
@@ -255,7 +255,7 @@ def settle(conninfo: str, schema: str, head: int) -> tuple[float, int]:
     last: tuple[tuple[str, int], ...] | None = None
     with psycopg.connect(conninfo, autocommit=True, row_factory=dict_row) as conn:
         while True:
-            positions = worker_gauges(conn, schema).dispatch_positions
+            positions = dispatch_positions(conn, schema)  # not the gauges: they count every memory
             behind = head - min(positions.values(), default=0)
             now = time.perf_counter()
             if tuple(sorted(positions.items())) != last:

@@ -152,16 +152,23 @@ def autopilot_counts(conn: Connection[Any], schema: str, scope: Sequence[str], r
     )
 
 
+def dispatch_positions(conn: Connection[Any], schema: str) -> dict[str, int]:
+    """How far each dispatcher has handed on the ledger (none before a worker first ran)."""
+    exists = conn.execute("SELECT to_regclass(%s) AS t", (f"{schema}.{DISPATCH_TRACKING_TABLE}",)).fetchone()
+    if exists is None or exists["t"] is None:
+        return {}
+    rows = conn.execute(
+        SQL("SELECT name, position FROM {s}.{t}").format(
+            s=Identifier(schema), t=Identifier(DISPATCH_TRACKING_TABLE)
+        )
+    ).fetchall()
+    return {row["name"]: int(row["position"]) for row in rows}
+
+
 def worker_gauges(conn: Connection[Any], schema: str) -> WorkerGauges:
     """The autopilot's figures over the whole deployment, for ``/metrics``."""
     s = Identifier(schema)
-    exists = conn.execute("SELECT to_regclass(%s) AS t", (f"{schema}.{DISPATCH_TRACKING_TABLE}",)).fetchone()
-    positions: dict[str, int] = {}
-    if exists is not None and exists["t"] is not None:
-        rows = conn.execute(
-            SQL("SELECT name, position FROM {s}.{t}").format(s=s, t=Identifier(DISPATCH_TRACKING_TABLE))
-        ).fetchall()
-        positions = {row["name"]: int(row["position"]) for row in rows}
+    positions = dispatch_positions(conn, schema)
     judged = {
         row["outcome"]: int(row["n"])
         for row in conn.execute(
