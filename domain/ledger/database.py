@@ -28,7 +28,6 @@ import msgspec
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
 
 from memwarden.domain.background import Background
 from memwarden.domain.ledger.embedded_runtime import use_private_runtime_dir
@@ -90,6 +89,8 @@ class ConnectionCheck:
         last = self._handed_out.get(conn)
         if last is None or now - last > self.idle_seconds or conn.closed or _readable(conn):
             self.pings += 1
+            from psycopg_pool import ConnectionPool  # noqa: PLC0415 - a pool's check: `keys list` reads without one
+
             ConnectionPool.check_connection(conn)  # raises when the connection is dead
         self._handed_out[conn] = now
 

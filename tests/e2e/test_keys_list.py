@@ -62,8 +62,20 @@ def test_a_current_listing_loads_no_runtime(settings: Settings) -> None:
     with Runtime(settings, follow=False) as runtime:
         issue_key(runtime, "acme/eng", "bot", "agent")
         issue_key(runtime, "zeta", "ops", "admin")
-        runtime.reads.runner.catch_up()
-        assert not _keys_behind(runtime)
+        # A background pass may append between the catch-up and the listing (which is then
+        # rightly behind and takes the runtime path): caught up again, the next one is current.
+        for attempt in range(3):
+            runtime.reads.runner.catch_up()
+            assert not _keys_behind(runtime)
+            modules = _listing_modules(settings)
+            if not _not_needed(modules) or attempt == 2:
+                break
+    assert "psycopg" in modules  # the probe did read the database
+    assert _not_needed(modules) == []
+
+
+def _listing_modules(settings: Settings) -> list[str]:
+    """What ``memwarden keys list`` loaded; it must list the two keys."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE, "keys", "list", "--json"],
         cwd=REPO_ROOT,
@@ -77,8 +89,7 @@ def test_a_current_listing_loads_no_runtime(settings: Settings) -> None:
     listed = json.loads(done.stdout)
     assert [(k["namespace"], k["actor"]) for k in listed] == [("acme/eng", "bot"), ("zeta", "ops")]
     modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
-    assert "psycopg" in modules  # the probe did read the database
-    assert _not_needed(modules) == []
+    return modules
 
 
 def test_the_check_sees_the_runtime() -> None:

@@ -53,7 +53,9 @@ def test_a_connection_whose_backend_was_terminated_is_never_handed_out(core: Cor
     time.sleep(0.2)  # the server closes its socket
     pings = check.pings
     assert gone not in [backend_pid(datastore) for _ in range(12)]
-    assert check.pings == pings + 1  # only the dead one was pinged (and dropped)
+    # the dead one was pinged (and dropped), and at most the new connection that replaced it,
+    # on its first hand-out: none of the five in steady use
+    assert pings + 1 <= check.pings <= pings + 2
 
 
 class FakeConnection:
