@@ -649,14 +649,18 @@ WITH q AS MATERIALIZED (
       FROM q, st
 )"""
 _BM25_SUM = "sum(w.idf * p.tf * ({k1} + 1) / (p.tf + {k1} * (1 - {b} + {b} * p.length / w.avgdl)))"
+# Each term's postings are read by a lateral probe of its own: a generic plan (OPEN_VIEW)
+# cannot see how many postings a join on the terms yields, guessed a few hundred, and sorted
+# every posting by document to group them; per term it estimates them and hashes instead.
 _BM25 = (
     _STATS
     + """
 SELECT p.ref, """
     + _BM25_SUM
     + """ AS score
-  FROM {s}.search_postings p JOIN w ON w.term = p.term
- WHERE p.kind = {kind} AND p.term = ANY(%(terms)s) AND {scope}
+  FROM w CROSS JOIN LATERAL (
+       SELECT p.ref, p.tf, p.length FROM {s}.search_postings p
+        WHERE p.kind = {kind} AND p.term = w.term AND {scope}) p
  GROUP BY p.ref ORDER BY score DESC, p.ref"""
 )
 _EXACT = (
