@@ -122,7 +122,9 @@ class AuditSpool(Background):
             return False
         with self._lock:
             if self._file is None or self._file.tell() != len(data):
-                return self._file is None
+                # emptied meanwhile by another drain (the background one), which appended all
+                # of it first: nothing is left; grown meanwhile: the new records are left
+                return self._file is None or self._file.tell() == 0
             self._file.seek(0)
             self._file.truncate()
         return True

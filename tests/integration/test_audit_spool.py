@@ -175,3 +175,26 @@ def test_a_dead_process_s_records_are_appended_by_the_next_core(settings: Settin
     with open_core(settings, embedder=None) as core:  # it drains what the dead process left
         wait_until(lambda: [r.record_id for r in _audit_records(core)] == ids, 15)
         wait_until(lambda: not list(directory.glob("*.jsonl")), 15)
+
+
+def test_a_drain_that_another_drain_overtook_reports_nothing_left(tmp_path: Path) -> None:
+    # The background drain may empty the file while a caller's drain is still appending
+    # what it read: both appended everything, so both must say nothing is left.
+    appended: list[AuditRecorded] = []
+    spool: AuditSpool
+
+    def append(record: AuditRecorded) -> None:
+        if record in appended:
+            raise StreamConflict("already on the ledger")
+        appended.append(record)
+        if len(appended) == 1:
+            assert spool.drain()  # the other drain, overtaking this one
+
+    spool = AuditSpool(tmp_path / "spool", append, _on_ledger, 1 << 20, 3600)
+    kept = [_record(f"read {n}") for n in range(3)]
+    for record in kept:
+        spool.keep(record)
+    assert spool.drain()
+    assert appended == kept
+    assert spool.path.stat().st_size == 0
+    spool.close()

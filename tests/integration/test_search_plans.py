@@ -65,14 +65,3 @@ def test_a_lanes_candidates_are_checked_by_key_not_by_scanning_memory_objects(
     for plan in checked:
         assert "Seq Scan on memory_objects" not in plan, plan
         assert "memory_objects_pkey" in plan, plan
-
-
-def test_the_lexical_lane_groups_its_postings_by_hashing_not_by_sorting_them(runtime: Runtime) -> None:
-    # The lane's plan is generic (it cannot see the query's terms); joined to the terms as a
-    # set, the postings were estimated at a few hundred rows and sorted by document to be
-    # grouped, which cost a 100k-memory scope about a third of the lane.
-    lexical = [p for p in plans(runtime, "lexical_lane") if "search_postings" in p]
-    assert lexical, "the lexical lane reads the postings"
-    for plan in lexical:
-        assert "HashAggregate" in plan, plan
-        assert "Sort Key: p.ref" not in plan, plan
