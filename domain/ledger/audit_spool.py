@@ -69,6 +69,9 @@ class AuditSpool(Background):
         self.path = directory / f"{uuid.uuid4()}.jsonl"
         self._file: IO[bytes] | None = None
         self._lock = threading.Lock()
+        # Drains take turns: one that overtook another emptied the file under it, and records
+        # of the same length kept after that would then be emptied by the first, unappended.
+        self._draining = threading.Lock()
         self.kept = 0
         self.appended = 0
 
@@ -106,9 +109,10 @@ class AuditSpool(Background):
 
     def drain(self) -> bool:
         """Append what every pending file holds; True when nothing is left to append."""
-        drained = [
-            self._drain_own() if p == self.path else self._drain_orphan(p) for p in self.pending_files()
-        ]
+        with self._draining:
+            drained = [
+                self._drain_own() if p == self.path else self._drain_orphan(p) for p in self.pending_files()
+            ]
         return all(drained)
 
     def _drain_own(self) -> bool:
@@ -122,9 +126,7 @@ class AuditSpool(Background):
             return False
         with self._lock:
             if self._file is None or self._file.tell() != len(data):
-                # emptied meanwhile by another drain (the background one), which appended all
-                # of it first: nothing is left; grown meanwhile: the new records are left
-                return self._file is None or self._file.tell() == 0
+                return self._file is None
             self._file.seek(0)
             self._file.truncate()
         return True

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from uuid import uuid4
@@ -177,24 +178,31 @@ def test_a_dead_process_s_records_are_appended_by_the_next_core(settings: Settin
         wait_until(lambda: not list(directory.glob("*.jsonl")), 15)
 
 
-def test_a_drain_that_another_drain_overtook_reports_nothing_left(tmp_path: Path) -> None:
-    # The background drain may empty the file while a caller's drain is still appending
-    # what it read: both appended everything, so both must say nothing is left.
+def test_drains_take_turns_so_each_record_is_appended_once(tmp_path: Path) -> None:
+    # The background drain and a caller's may start together. One that overtook the other
+    # emptied the file under it: the first then answered "something left", and would have
+    # emptied, unappended, records of the same length kept after the overtaking.
     appended: list[AuditRecorded] = []
+    others: list[bool] = []
     spool: AuditSpool
 
     def append(record: AuditRecorded) -> None:
-        if record in appended:
-            raise StreamConflict("already on the ledger")
         appended.append(record)
-        if len(appended) == 1:
-            assert spool.drain()  # the other drain, overtaking this one
+        if len(appended) == 1:  # while this drain appends, another one starts
+            other = threading.Thread(target=lambda: others.append(spool.drain()))
+            other.start()
+            other.join(0.3)
+            assert other.is_alive(), "the other drain waits for this one to end"
+            waiting.append(other)
 
+    waiting: list[threading.Thread] = []
     spool = AuditSpool(tmp_path / "spool", append, _on_ledger, 1 << 20, 3600)
     kept = [_record(f"read {n}") for n in range(3)]
     for record in kept:
         spool.keep(record)
     assert spool.drain()
-    assert appended == kept
+    waiting[0].join(5)
+    assert others == [True]  # it found nothing left
+    assert appended == kept  # each once, in order
     assert spool.path.stat().st_size == 0
     spool.close()
