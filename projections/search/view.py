@@ -650,8 +650,9 @@ WITH q AS MATERIALIZED (
 )"""
 _BM25_SUM = "sum(w.idf * p.tf * ({k1} + 1) / (p.tf + {k1} * (1 - {b} + {b} * p.length / w.avgdl)))"
 # Each term's postings are read by a lateral probe of its own: a generic plan (OPEN_VIEW)
-# cannot see how many postings a join on the terms yields, guessed a few hundred, and sorted
-# every posting by document to group them; per term it estimates them and hashes instead.
+# cannot see how many postings a join on the terms yields, guessed about a hundred, and sorted
+# every posting by document to group them. Per term it estimates them from the postings'
+# statistics (postings per distinct term) and, where terms are common, hashes instead.
 _BM25 = (
     _STATS
     + """
