@@ -33,7 +33,9 @@ def backend_pid(datastore: PostgresDatastore) -> int:
 def test_a_connection_in_steady_use_is_handed_out_without_a_round_trip(core: Core) -> None:
     datastore = core.ledger.datastore
     check = check_of(datastore)
-    for _ in range(3):  # every connection of the pool handed out once (pinged: never seen)
+    pool = cast(Any, datastore.pool)
+    pool.wait(timeout=30)  # the pool opens its connections in the background: all of them open
+    for _ in range(pool.get_stats()["pool_size"]):  # each handed out once (pinged: never seen)
         backend_pid(datastore)
     pings = check.pings
     for _ in range(20):
